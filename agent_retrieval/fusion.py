@@ -1,0 +1,112 @@
+"""Pure functions that fuse vector and keyword results: reciprocal rank, convex, entity boost, thresholds."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from agent_retrieval.models import Hit
+
+
+@dataclass(frozen=True)
+class QueryProfile:
+    """How one query_type weighs the two paths, and the least cosine similarity a vector hit needs."""
+
+    vector_weight: float
+    keyword_weight: float
+    min_similarity: float
+
+
+PROFILES: dict[str, QueryProfile] = {
+    "general": QueryProfile(1.0, 1.0, 0.10),
+    "exact": QueryProfile(0.5, 1.5, 0.25),
+    "conceptual": QueryProfile(1.5, 0.6, 0.05),
+}
+
+
+def rrf(rankings: Mapping[str, Sequence[str]], weights: Mapping[str, float], k: int = 60) -> dict[str, float]:
+    """Weighted reciprocal-rank fusion: sum over paths of weight / (k + rank), ranks from 1."""
+    fused: dict[str, float] = {}
+    for path, ids in rankings.items():
+        weight = weights.get(path, 1.0)
+        for rank, item in enumerate(ids, start=1):
+            fused[item] = fused.get(item, 0.0) + weight / (k + rank)
+    return fused
+
+
+def min_max(scores: Mapping[str, float]) -> dict[str, float]:
+    """Scale scores to [0, 1]; a single or constant list maps to 1."""
+    if not scores:
+        return {}
+    low, high = min(scores.values()), max(scores.values())
+    if high == low:
+        return {item: 1.0 for item in scores}
+    return {item: (s - low) / (high - low) for item, s in scores.items()}
+
+
+def convex(scores: Mapping[str, Mapping[str, float]], weights: Mapping[str, float]) -> dict[str, float]:
+    """Convex fusion: weighted sum of each path's min-max normalised scores (absent counts as 0)."""
+    total = sum(weights.get(path, 1.0) for path in scores) or 1.0
+    fused: dict[str, float] = {}
+    for path, path_scores in scores.items():
+        weight = weights.get(path, 1.0) / total
+        for item, s in min_max(path_scores).items():
+            fused[item] = fused.get(item, 0.0) + weight * s
+    return fused
+
+
+_QUOTED = re.compile(r'"([^"]{2,100})"|“([^”]{2,100})”')
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,:/-]\d+)*%?")
+_NAME = re.compile(r"\b[A-Z][\w'’-]*(?:\s+(?:&\s+|of\s+|de\s+)?[A-Z][\w'’-]*)*")
+_NOT_NAMES = frozenset(
+    "a an and are can could did do does for from how i if in is it may might must of on or should "
+    "the their there these this those to was we were what when where which who whom whose why will "
+    "with would you your please tell find show give list".split())
+
+
+def entity_terms(query: str) -> list[str]:
+    """Names (capitalised words), quoted phrases and numbers in a query: terms a good hit should contain."""
+    terms = [a or b for a, b in _QUOTED.findall(query)]
+    terms += _NUMBER.findall(query)
+    for name in _NAME.findall(query):
+        words = name.split()
+        while words and words[0].lower() in _NOT_NAMES:  # "What Banda Lane" -> "Banda Lane"
+            words.pop(0)
+        if words:
+            terms.append(" ".join(words))
+    seen: dict[str, str] = {}
+    for term in terms:
+        seen.setdefault(term.lower(), term)
+    return list(seen.values())
+
+
+def entity_matches(text: str, terms: Sequence[str]) -> int:
+    """How many of the terms appear in the text, case-insensitively."""
+    haystack = " ".join(text.lower().split())
+    return sum(1 for term in terms if " ".join(term.lower().split()) in haystack)
+
+
+def fuse(vector_hits: Sequence[Hit], keyword_hits: Sequence[Hit], *, mode: str = "rrf",
+         vector_weight: float = 1.0, keyword_weight: float = 1.0, k: int = 60,
+         entities: Sequence[str] = (), boost: float = 0.0) -> list[Hit]:
+    """Merge the two ranked lists into one, best first, each hit carrying both paths' ranks and scores."""
+    merged: dict[str, Hit] = {}
+    for rank, hit in enumerate(vector_hits, start=1):
+        merged[hit.id] = replace(hit, vector_rank=rank)
+    for rank, hit in enumerate(keyword_hits, start=1):
+        merged[hit.id] = replace(merged.get(hit.id, hit), keyword_rank=rank, keyword_score=hit.keyword_score)
+    weights = {"vector": vector_weight, "keyword": keyword_weight}
+    if mode == "rrf":
+        scores = rrf({"vector": [h.id for h in vector_hits], "keyword": [h.id for h in keyword_hits]},
+                     weights, k)
+    elif mode == "convex":
+        scores = convex({"vector": {h.id: h.vector_similarity or 0.0 for h in vector_hits},
+                         "keyword": {h.id: h.keyword_score or 0.0 for h in keyword_hits}}, weights)
+    else:
+        raise ValueError(f"fusion mode must be rrf or convex (got {mode!r})")
+    if entities and boost:
+        for item, hit in merged.items():
+            scores[item] *= 1.0 + boost * entity_matches(f"{hit.title}\n{hit.content}", entities)
+    ranked = sorted(merged.values(), key=lambda h: (-scores[h.id], h.id))
+    return [replace(h, score=scores[h.id]) for h in ranked]

@@ -1,0 +1,24 @@
+"""Chat models from the Context: OpenAI or any OpenAI-compatible server (Ollama, vLLM), or none offline."""
+
+from __future__ import annotations
+
+from langchain_core.language_models import BaseChatModel
+
+from agent_retrieval.context import Context
+
+
+def make_chat_model(context: Context, *, model: str | None = None, temperature: float = 0.0,
+                    timeout: float | None = None, max_retries: int | None = None) -> BaseChatModel | None:
+    """A chat model, or None when no key or compatible server is configured (callers then degrade)."""
+    if not context.has_chat_model:
+        return None
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(
+        model=model or context.openai_chat_model,
+        api_key=context.openai_api_key or "not-needed",  # self-hosted servers take any key
+        base_url=context.openai_base_url or None,
+        temperature=temperature,
+        timeout=timeout or context.request_timeout_seconds,
+        max_retries=context.max_retries if max_retries is None else max_retries,
+    )

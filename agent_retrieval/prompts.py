@@ -1,0 +1,25 @@
+"""The prompts in prompts/, loaded from inside the installed package or, in a source checkout, the repository."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+_PACKAGED = Path(__file__).parent / "prompts"  # where the wheel puts them
+_SOURCE = Path(__file__).parent.parent / "prompts"  # a source checkout or editable install
+
+
+@functools.cache
+def load_prompt(name: str) -> str:
+    """The text of prompts/<name>.md."""
+    for folder in (_PACKAGED, _SOURCE):
+        path = folder / f"{name}.md"
+        if path.is_file():
+            return path.read_text(encoding="utf-8").strip()
+    raise FileNotFoundError(f"prompt {name!r} not found in {_PACKAGED} or {_SOURCE}")
+
+
+def prompt_version(name: str) -> str:
+    """A short hash of a prompt: it changes whenever the prompt's wording does."""
+    return hashlib.sha256(load_prompt(name).encode()).hexdigest()[:12]
