@@ -1,0 +1,161 @@
+"""The Store contract every backend (embedded SQLite, Postgres, Supabase) fulfils, and what they share."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from agent_retrieval.models import Chunk, Document, Hit, Level
+
+DOCUMENT_PREVIEW_CHARS = 1500  # document hits carry the opening of the text, not all of it
+MAX_KEYWORD_TERMS = 32
+
+# Words that carry no topic: dropping them keeps keyword search fast and its ranking on the content words.
+STOPWORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below between
+both but by can could did do does doing down during each few for from further had has have having he her
+here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
+now of off on once only or other our ours ourselves out over own same she should so some such than that the
+their theirs them themselves then there these they this those through to too under until up very was we were
+what when where which while who whom why will with would you your yours yourself yourselves
+""".split())
+
+
+def keyword_terms(query: str) -> list[str]:
+    """The words keyword search looks for: lower-cased, stopwords dropped (unless nothing else is left)."""
+    words = list(dict.fromkeys(re.findall(r"\w+", query.lower())))
+    content = [w for w in words if w not in STOPWORDS]
+    return (content or words)[:MAX_KEYWORD_TERMS]
+
+
+def filter_values(value: Any) -> list[Any]:
+    """The stored values a filter value matches: a number also matches its text form and vice versa,
+    so {"year": "2021"} finds year 2021 whichever way it was ingested."""
+    values = value if isinstance(value, list) else [value]
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, bool):
+            out.append(v)
+        elif isinstance(v, int | float):
+            out += [v, str(v)]
+        else:
+            out.append(v)
+            if re.fullmatch(r"-?\d{1,15}", v):
+                out.append(int(v))
+            elif re.fullmatch(r"-?\d{0,15}\.\d{1,15}", v):
+                out.append(float(v))
+    return list(dict.fromkeys(out))
+
+
+@dataclass
+class StoreStats:
+    """What `agent-retrieval stats` shows."""
+
+    backend: str
+    location: str
+    documents: int
+    chunks: int
+    embedding_model: str | None
+    dimension: int | None
+    documents_missing_embeddings: int
+    chunks_missing_embeddings: int
+    schema_version: int
+
+
+class Store(ABC):
+    """Documents and their chunks, with vector and keyword search over either level.
+
+    Filters and document-id scopes are applied inside each search, before the limit, so a filtered
+    search still fills `k`. Vectors are unit length; similarity is cosine. A store records the
+    embedding model and dimension of its vectors and refuses to mix in another's.
+    """
+
+    backend: str = "store"
+
+    # --- what the vectors are ------------------------------------------------------------------
+    @abstractmethod
+    def embedding_model(self) -> tuple[str, int] | None:
+        """(model id, dimension) of the stored vectors, or None while the store has none."""
+
+    @abstractmethod
+    def set_embedding_model(self, model_id: str, dimension: int) -> None:
+        """Declare the model searches use (after every row was re-embedded with it)."""
+
+    # --- writing -------------------------------------------------------------------------------
+    @abstractmethod
+    def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
+        """Write documents with their complete chunk lists in one transaction, replacing earlier
+        versions; rows with `embedding=None` are stored unembedded (for `reembed` to backfill)."""
+
+    @abstractmethod
+    def delete_documents(self, ids: Sequence[str]) -> int:
+        """Delete documents and their chunks; returns how many documents were deleted."""
+
+    @abstractmethod
+    def document_states(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
+        """For stored ids: (content hash, whether it and all its chunks are embedded with the store's model)."""
+
+    @abstractmethod
+    def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
+        """Stored vectors of `model_id` for these embedding-text hashes, so unchanged text is not re-embedded."""
+
+    @abstractmethod
+    def pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Document] | list[Chunk]:
+        """Rows with no vector or another model's vector, for backfill and re-embedding."""
+
+    @abstractmethod
+    def set_embeddings(self, level: Level, rows: Sequence[Document] | Sequence[Chunk], model_id: str) -> None:
+        """Store the `embedding` and `text_hash` of already stored rows, in one transaction."""
+
+    # --- reading -------------------------------------------------------------------------------
+    @abstractmethod
+    def vector_search(self, level: Level, vector: np.ndarray, k: int, *, filters: dict[str, Any] | None = None,
+                      document_ids: Sequence[str] | None = None, min_similarity: float = -1.0) -> list[Hit]:
+        """The k rows most similar to `vector` (cosine), best first, with `vector_similarity` set."""
+
+    @abstractmethod
+    def keyword_search(self, level: Level, query: str, k: int, *, filters: dict[str, Any] | None = None,
+                       document_ids: Sequence[str] | None = None) -> list[Hit]:
+        """The k best BM25 matches of the query's words, best first, with `keyword_score` set (higher is better).
+        The query is plain text: any search-syntax characters in it are treated as ordinary text."""
+
+    @abstractmethod
+    def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
+        """Chunks of these documents in reading order (documents in the order given)."""
+
+    @abstractmethod
+    def unknown_documents(self, ids: Sequence[str]) -> list[str]:
+        """Those of `ids` that are not stored."""
+
+    @abstractmethod
+    def stats(self) -> StoreStats:
+        """Counts, the embedding model and what still lacks a vector."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections; the store may not be used afterwards."""
+
+    # --- async: stores without native async run the sync call in a worker thread ---------------------
+    async def avector_search(self, level: Level, vector: np.ndarray, k: int, **kwargs: Any) -> list[Hit]:
+        return await asyncio.to_thread(self.vector_search, level, vector, k, **kwargs)
+
+    async def akeyword_search(self, level: Level, query: str, k: int, **kwargs: Any) -> list[Hit]:
+        return await asyncio.to_thread(self.keyword_search, level, query, k, **kwargs)
+
+    async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
+        return await asyncio.to_thread(self.document_chunks, document_ids, limit)
+
+    async def aunknown_documents(self, ids: Sequence[str]) -> list[str]:
+        return await asyncio.to_thread(self.unknown_documents, ids)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

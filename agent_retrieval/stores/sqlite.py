@@ -1,0 +1,475 @@
+"""The embedded default store: one SQLite file, FTS5 with bm25 for keywords, exact numpy search for vectors.
+
+Vectors are stored as float32 blobs. Searches read them into one matrix per level, kept in memory
+and reloaded only when a write bumps the store's generation; a matrix-vector product over 100K
+MiniLM vectors takes a few milliseconds and needs no SQLite extension, so it works on any CPython.
+WAL mode lets several readers work beside one writer; each thread has its own connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
+from agent_retrieval.models import Chunk, Document, Hit, Level
+from agent_retrieval.stores.base import (
+    DOCUMENT_PREVIEW_CHARS,
+    Store,
+    StoreStats,
+    filter_values,
+    keyword_terms,
+)
+
+TOKENIZER = "porter unicode61 remove_diacritics 2"
+NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+
+# Applied in order, each once; PRAGMA user_version records how many have run.
+MIGRATIONS: list[list[str]] = [
+    [
+        "CREATE TABLE store_info (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "INSERT INTO store_info VALUES ('generation', '0')",
+        f"""CREATE TABLE documents (
+            rowid INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            title TEXT NOT NULL,
+            content TEXT NOT NULL,
+            metadata TEXT NOT NULL DEFAULT '{{}}' CHECK (json_valid(metadata)),
+            source TEXT,
+            content_hash TEXT NOT NULL,
+            text_hash TEXT NOT NULL DEFAULT '',
+            embedding BLOB,
+            embedding_model TEXT,
+            created_at TEXT NOT NULL DEFAULT ({NOW}),
+            updated_at TEXT NOT NULL DEFAULT ({NOW}))""",
+        """CREATE TABLE chunks (
+            rowid INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            ordinal INTEGER NOT NULL,
+            heading_path TEXT NOT NULL,
+            content TEXT NOT NULL,
+            metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),
+            text_hash TEXT NOT NULL,
+            embedding BLOB,
+            embedding_model TEXT,
+            UNIQUE (document_id, ordinal))""",
+        "CREATE INDEX documents_text_hash ON documents (text_hash)",
+        "CREATE INDEX chunks_text_hash ON chunks (text_hash)",
+        f"""CREATE VIRTUAL TABLE documents_fts USING fts5(title, content, content='documents',
+            content_rowid='rowid', tokenize='{TOKENIZER}')""",
+        f"""CREATE VIRTUAL TABLE chunks_fts USING fts5(heading_path, content, content='chunks',
+            content_rowid='rowid', tokenize='{TOKENIZER}')""",
+        # External-content FTS tables are kept in step by triggers, inside the writing transaction.
+        """CREATE TRIGGER documents_ai AFTER INSERT ON documents BEGIN
+            INSERT INTO documents_fts (rowid, title, content) VALUES (new.rowid, new.title, new.content); END""",
+        """CREATE TRIGGER documents_ad AFTER DELETE ON documents BEGIN
+            INSERT INTO documents_fts (documents_fts, rowid, title, content)
+            VALUES ('delete', old.rowid, old.title, old.content); END""",
+        """CREATE TRIGGER documents_au AFTER UPDATE OF title, content ON documents BEGIN
+            INSERT INTO documents_fts (documents_fts, rowid, title, content)
+            VALUES ('delete', old.rowid, old.title, old.content);
+            INSERT INTO documents_fts (rowid, title, content) VALUES (new.rowid, new.title, new.content); END""",
+        """CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+            INSERT INTO chunks_fts (rowid, heading_path, content)
+            VALUES (new.rowid, new.heading_path, new.content); END""",
+        """CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+            INSERT INTO chunks_fts (chunks_fts, rowid, heading_path, content)
+            VALUES ('delete', old.rowid, old.heading_path, old.content); END""",
+        """CREATE TRIGGER chunks_au AFTER UPDATE OF heading_path, content ON chunks BEGIN
+            INSERT INTO chunks_fts (chunks_fts, rowid, heading_path, content)
+            VALUES ('delete', old.rowid, old.heading_path, old.content);
+            INSERT INTO chunks_fts (rowid, heading_path, content)
+            VALUES (new.rowid, new.heading_path, new.content); END""",
+    ],
+]
+
+_TABLE = {"documents": "documents", "chunks": "chunks"}
+_COLUMNS = {
+    "documents": f"d.rowid, d.id, d.id, d.title, substr(d.content, 1, {DOCUMENT_PREVIEW_CHARS}), d.metadata, "
+                 "NULL, NULL",
+    "chunks": "d.rowid, d.id, d.document_id, p.title, d.content, d.metadata, d.ordinal, d.heading_path",
+}
+_FROM = {"documents": "documents d", "chunks": "chunks d JOIN documents p ON p.id = d.document_id"}
+
+
+@dataclass
+class _Matrix:
+    """The stored vectors of one level, rows in rowid order."""
+
+    generation: int
+    model: str
+    rowids: np.ndarray
+    vectors: np.ndarray
+
+
+class SQLiteStore(Store):
+    """The embedded store in one SQLite file (created, and migrated, on open)."""
+
+    backend = "sqlite"
+
+    def __init__(self, path: str | Path, *, timeout: float = 10.0):
+        if str(path) in ("", ":memory:") or str(path).startswith("file:"):
+            raise InvalidRequest("the SQLite store needs a file path (each thread opens its own connection)")
+        self.path = Path(path).expanduser()
+        self.timeout = timeout
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._guard_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._matrices: dict[Level, _Matrix] = {}
+        self._closed = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreError(f"cannot create the folder of {self.path}: {error.strerror}") from None
+        self._migrate()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    # --- connections and transactions ------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StoreError("the store is closed")
+            with self._errors():
+                conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
+                                       check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = conn
+            with self._guard_lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Turn SQLite errors into StoreErrors that say what happened, never the SQL."""
+        try:
+            yield
+        except sqlite3.Error as error:
+            text = str(error).lower()
+            if "locked" in text or "busy" in text:
+                message = f"the store {self.path} is locked by another writer; try again shortly"
+            elif "readonly" in text or "read-only" in text:
+                message = f"the store {self.path} is read-only; check the file's permissions"
+            elif "disk" in text or "full" in text:
+                message = f"cannot write the store {self.path}: the disk is full or failing"
+            elif "not a database" in text or "malformed" in text:
+                message = f"{self.path} is not a valid agent-retrieval store (or is damaged)"
+            else:
+                message = f"the store {self.path} failed: {type(error).__name__}"
+            raise StoreError(message) from error
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: one writer per process at a time; BEGIN IMMEDIATE waits out others."""
+        conn = self._conn()
+        with self._write_lock, self._errors():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("UPDATE store_info SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every statement inside sees the same snapshot, even while a writer commits."""
+        conn = self._conn()
+        with self._errors():
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        conn = self._conn()
+        with self._write_lock, self._errors():
+            if conn.execute("PRAGMA user_version").fetchone()[0] >= len(MIGRATIONS):
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]  # another process may have won
+                for number, statements in enumerate(MIGRATIONS[version:], start=version + 1):
+                    for statement in statements:
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {number}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        self._closed = True
+        with self._guard_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._matrices.clear()
+
+    # --- what the vectors are --------------------------------------------------------------------
+    def _info(self, conn: sqlite3.Connection) -> dict[str, str]:
+        return dict(conn.execute("SELECT key, value FROM store_info").fetchall())
+
+    def embedding_model(self) -> tuple[str, int] | None:
+        with self._errors():
+            info = self._info(self._conn())
+        return (info["embedding_model"], int(info["dimension"])) if "embedding_model" in info else None
+
+    def set_embedding_model(self, model_id: str, dimension: int) -> None:
+        with self._write() as conn:
+            conn.executemany("INSERT OR REPLACE INTO store_info VALUES (?, ?)",
+                             [("embedding_model", model_id), ("dimension", str(dimension))])
+
+    def _claim_model(self, conn: sqlite3.Connection, model_id: str, vectors: list[Any]) -> None:
+        """Record the model on first write; refuse vectors of another model or dimension."""
+        dims = {len(v) for v in vectors}
+        if len(dims) > 1:
+            raise EmbeddingModelMismatch(model_id, min(dims), model_id, max(dims))
+        info = self._info(conn)
+        if "embedding_model" not in info:
+            if dims:
+                conn.executemany("INSERT INTO store_info VALUES (?, ?)",
+                                 [("embedding_model", model_id), ("dimension", str(dims.pop()))])
+            return
+        stored, stored_dim = info["embedding_model"], int(info["dimension"])
+        if stored != model_id or (dims and dims != {stored_dim}):
+            raise EmbeddingModelMismatch(stored, stored_dim, model_id, next(iter(dims), None))
+
+    # --- writing ---------------------------------------------------------------------------------
+    def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
+        doc_ids = {d.id for d in documents}
+        strays = {c.document_id for c in chunks} - doc_ids
+        if strays:
+            raise InvalidRequest(f"chunks refer to documents not in this batch: {sorted(strays)[:5]}")
+        vectors = [r.embedding for r in [*documents, *chunks] if r.embedding is not None]
+        with self._write() as conn:
+            self._claim_model(conn, model_id, vectors)
+            for doc in documents:
+                conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
+                conn.execute(
+                    f"""INSERT INTO documents (id, title, content, metadata, source, content_hash, text_hash,
+                                               embedding, embedding_model)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        ON CONFLICT (id) DO UPDATE SET title = excluded.title, content = excluded.content,
+                          metadata = excluded.metadata, source = excluded.source,
+                          content_hash = excluded.content_hash, text_hash = excluded.text_hash,
+                          embedding = excluded.embedding, embedding_model = excluded.embedding_model,
+                          updated_at = {NOW}""",
+                    (doc.id, doc.title, doc.content, _json(doc.metadata), doc.source, doc.content_hash,
+                     doc.text_hash, *_blob(doc.embedding, model_id)))
+            conn.executemany(
+                """INSERT INTO chunks (id, document_id, ordinal, heading_path, content, metadata, text_hash,
+                                       embedding, embedding_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                [(c.id, c.document_id, c.ordinal, c.heading_path, c.content, _json(c.metadata), c.text_hash,
+                  *_blob(c.embedding, model_id)) for c in chunks])
+
+    def delete_documents(self, ids: Sequence[str]) -> int:
+        with self._write() as conn:
+            deleted = 0
+            for doc_id in ids:
+                conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
+                deleted += conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount
+            return deleted
+
+    def document_states(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
+        states: dict[str, tuple[str, bool]] = {}
+        with self._read() as conn:
+            model = self._info(conn).get("embedding_model", "")
+            for batch in _batches(list(ids), 500):
+                marks = ",".join("?" * len(batch))
+                rows = conn.execute(
+                    f"""SELECT d.id, d.content_hash,
+                          d.embedding_model IS ? AND NOT EXISTS (
+                            SELECT 1 FROM chunks c WHERE c.document_id = d.id AND c.embedding_model IS NOT ?)
+                        FROM documents d WHERE d.id IN ({marks})""", (model, model, *batch))
+                states.update({doc_id: (content_hash, bool(done)) for doc_id, content_hash, done in rows})
+        return states
+
+    def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        with self._read() as conn:
+            for batch in _batches(list(set(text_hashes)), 500):
+                marks = ",".join("?" * len(batch))
+                for table in ("chunks", "documents"):
+                    rows = conn.execute(f"""SELECT text_hash, embedding FROM {table}
+                        WHERE text_hash IN ({marks}) AND embedding_model = ? GROUP BY text_hash""",
+                                        (*batch, model_id))
+                    found.update({h: np.frombuffer(blob, dtype=np.float32) for h, blob in rows})
+        return found
+
+    def pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
+        with self._read() as conn:
+            if level == "documents":
+                rows = conn.execute("""SELECT id, title, content, metadata, source, content_hash FROM documents
+                    WHERE embedding_model IS NOT ? ORDER BY rowid LIMIT ?""", (model_id, limit)).fetchall()
+                return [Document(id=r[0], title=r[1], content=r[2], metadata=json.loads(r[3]), source=r[4],
+                                 content_hash=r[5]) for r in rows]
+            rows = conn.execute("""SELECT c.id, c.document_id, c.ordinal, c.content, c.heading_path, c.metadata
+                FROM chunks c WHERE c.embedding_model IS NOT ? ORDER BY c.rowid LIMIT ?""",
+                                (model_id, limit)).fetchall()
+            return [Chunk(id=r[0], document_id=r[1], ordinal=r[2], content=r[3], heading_path=r[4],
+                          metadata=json.loads(r[5])) for r in rows]
+
+    def set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
+        with self._write() as conn:
+            conn.executemany(f"UPDATE {_TABLE[level]} SET text_hash = ?, embedding = ?, embedding_model = ? "
+                             "WHERE id = ?",
+                             [(r.text_hash, *_blob(r.embedding, model_id), r.id) for r in rows])
+
+    # --- reading ---------------------------------------------------------------------------------
+    def _matrix(self, conn: sqlite3.Connection, level: Level) -> _Matrix | None:
+        """The level's vectors of the store's model, reloaded only after a write."""
+        info = self._info(conn)
+        generation, model = int(info["generation"]), info.get("embedding_model")
+        if model is None:
+            return None
+        current = self._matrices.get(level)
+        if current is not None and current.generation == generation:
+            return current
+        with self._guard_lock:  # one thread reloads; the rest reuse its result
+            current = self._matrices.get(level)
+            if current is not None and current.generation == generation:
+                return current
+            rows = conn.execute(f"SELECT rowid, embedding FROM {_TABLE[level]} "
+                                "WHERE embedding_model = ? ORDER BY rowid", (model,)).fetchall()
+            dim = int(info["dimension"])
+            rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dim)
+            current = self._matrices[level] = _Matrix(generation, model, rowids, vectors)
+            return current
+
+    def vector_search(self, level: Level, vector: np.ndarray, k: int, *, filters: dict[str, Any] | None = None,
+                      document_ids: Sequence[str] | None = None, min_similarity: float = -1.0) -> list[Hit]:
+        with self._read() as conn:
+            matrix = self._matrix(conn, level)
+            if matrix is None or len(matrix.rowids) == 0:
+                return []
+            query = np.asarray(vector, dtype=np.float32)
+            if query.shape != (matrix.vectors.shape[1],):
+                raise EmbeddingModelMismatch(matrix.model, matrix.vectors.shape[1], "the query embedder",
+                                             query.shape[-1] if query.ndim else None)
+            where, params = _where(level, filters, document_ids)
+            vectors, rowids = matrix.vectors, matrix.rowids
+            if where:  # the scope is applied before ranking, so k results still come back
+                allowed = [r[0] for r in conn.execute(f"SELECT d.rowid FROM {_FROM[level]} WHERE {where}", params)]
+                keep = np.isin(rowids, np.asarray(allowed, dtype=np.int64))
+                vectors, rowids = vectors[keep], rowids[keep]
+            if len(rowids) == 0:
+                return []
+            scores = vectors @ query
+            top = np.argpartition(-scores, k - 1)[:k] if len(scores) > k else np.arange(len(scores))
+            top = top[np.argsort(-scores[top], kind="stable")]
+            top = top[scores[top] >= min_similarity]
+            return self._hits(conn, level, {int(rowids[i]): float(scores[i]) for i in top}, "vector_similarity")
+
+    def keyword_search(self, level: Level, query: str, k: int, *, filters: dict[str, Any] | None = None,
+                       document_ids: Sequence[str] | None = None) -> list[Hit]:
+        terms = keyword_terms(query)
+        if not terms:
+            return []
+        match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)  # every term quoted: no syntax
+        fts = f"{level}_fts"
+        where, params = _where(level, filters, document_ids)
+        with self._read() as conn:
+            ranked = conn.execute(
+                f"""SELECT d.rowid, -bm25({fts}) AS score FROM {fts} JOIN {_TABLE[level]} d ON d.rowid = {fts}.rowid
+                    WHERE {fts} MATCH ? {'AND ' + where if where else ''}
+                    ORDER BY bm25({fts}) LIMIT ?""", (match, *params, k)).fetchall()
+            return self._hits(conn, level, dict(ranked), "keyword_score")
+
+    def _hits(self, conn: sqlite3.Connection, level: Level, scores: dict[int, float], score_field: str) -> list[Hit]:
+        """The rows of `scores` (rowid -> score) as hits in that order, the score in `score_field`."""
+        if not scores:
+            return []
+        marks = ",".join("?" * len(scores))
+        rows = conn.execute(f"SELECT {_COLUMNS[level]} FROM {_FROM[level]} WHERE d.rowid IN ({marks})", list(scores))
+        by_rowid = {r[0]: r for r in rows}
+        return [_hit(level, by_rowid[i], **{score_field: score}) for i, score in scores.items() if i in by_rowid]
+
+    def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
+        order = {doc_id: i for i, doc_id in enumerate(document_ids)}
+        marks = ",".join("?" * len(order))
+        with self._read() as conn:
+            rows = conn.execute(f"""SELECT {_COLUMNS['chunks']} FROM {_FROM['chunks']}
+                WHERE d.document_id IN ({marks}) ORDER BY d.document_id, d.ordinal""", list(order)).fetchall()
+        rows.sort(key=lambda r: (order[r[2]], r[6]))
+        return [_hit("chunks", r) for r in rows[:limit]]
+
+    def unknown_documents(self, ids: Sequence[str]) -> list[str]:
+        known: set[str] = set()
+        with self._read() as conn:
+            for batch in _batches(list(ids), 500):
+                marks = ",".join("?" * len(batch))
+                known.update(r[0] for r in conn.execute(f"SELECT id FROM documents WHERE id IN ({marks})", batch))
+        return [i for i in ids if i not in known]
+
+    def stats(self) -> StoreStats:
+        with self._read() as conn:
+            info = self._info(conn)
+            model = info.get("embedding_model")
+
+            def count(sql: str, *params: Any) -> int:
+                return conn.execute(sql, params).fetchone()[0]
+
+            return StoreStats(
+                backend=self.backend, location=str(self.path.resolve()),
+                documents=count("SELECT count(*) FROM documents"), chunks=count("SELECT count(*) FROM chunks"),
+                embedding_model=model, dimension=int(info["dimension"]) if model else None,
+                documents_missing_embeddings=count(
+                    "SELECT count(*) FROM documents WHERE embedding IS NULL OR embedding_model IS NOT ?", model),
+                chunks_missing_embeddings=count(
+                    "SELECT count(*) FROM chunks WHERE embedding IS NULL OR embedding_model IS NOT ?", model),
+                schema_version=count("PRAGMA user_version"))
+
+
+def _hit(level: Level, row: Any, **scores: float) -> Hit:
+    """A hit from a row selected with _COLUMNS."""
+    return Hit(id=row[1], level=level, document_id=row[2], title=row[3], content=row[4],
+               metadata=json.loads(row[5]), ordinal=row[6], heading_path=row[7], **scores)
+
+
+def _json(metadata: dict[str, Any]) -> str:
+    return json.dumps(metadata, ensure_ascii=False, default=str, sort_keys=True)
+
+
+def _blob(vector: Any, model_id: str) -> tuple[bytes | None, str | None]:
+    if vector is None:
+        return None, None
+    return np.asarray(vector, dtype=np.float32).tobytes(), model_id
+
+
+def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _where(level: Level, filters: dict[str, Any] | None, document_ids: Sequence[str] | None
+           ) -> tuple[str, list[Any]]:
+    """SQL conditions on alias d for metadata filters and a document scope; values are bound, never inlined."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for key, value in (filters or {}).items():
+        values = filter_values(value)
+        clauses.append(f"json_extract(d.metadata, ?) IN ({','.join('?' * len(values))})")
+        params += [f'$."{key}"', *values]
+    if document_ids is not None:
+        column = "d.id" if level == "documents" else "d.document_id"
+        clauses.append(f"{column} IN ({','.join('?' * len(document_ids))})" if document_ids else "0")
+        params += list(document_ids)
+    return " AND ".join(clauses), params
