@@ -1,0 +1,203 @@
+"""The `agent-retrieval` command: ingest, query, stats, reembed, config and an offline demo."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from agent_retrieval.context import Context
+from agent_retrieval.errors import AgentRetrievalError
+from agent_retrieval.models import ChunkSearchRequest, SearchRequest, parse_request
+
+log = logging.getLogger("agent_retrieval")
+
+DEMO_DB = "agent_retrieval_demo.db"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 failure, 2 bad input)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        overrides = {"db_path": args.db} if getattr(args, "db", None) else {}
+        return args.run(args, Context(**overrides))
+    except AgentRetrievalError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-retrieval",
+        description="Hybrid (vector + keyword) retrieval with HyDE for LangGraph agents. Settings come from "
+                    "environment variables (see `agent-retrieval config`).")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens (never HyDE text or keys)")
+    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+
+    def command(name: str, run: Any, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("--db", metavar="PATH", help="SQLite store file (default: $AGENT_RETRIEVAL_DB or "
+                                                      "agent_retrieval.db)")
+        sub.set_defaults(run=run)
+        return sub
+
+    ingest = command("ingest", _ingest, "Load .md, .txt, .html and .jsonl files (or folders) into the store, "
+                                        "embedding only what changed.")
+    ingest.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
+    ingest.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    query = command("query", _query, "Search the store the way the tools do and print the hits.")
+    query.add_argument("query", help="what to look for")
+    query.add_argument("--level", choices=["documents", "chunks"], default="chunks",
+                       help="documents (document_retriever) or chunks (chunk_retriever); default chunks")
+    query.add_argument("-k", "--top-k", type=int, default=5, help="how many hits, 1 to 50 (default 5)")
+    query.add_argument("-t", "--query-type", default="general",
+                       help="general, exact, conceptual, or summarize (chunks with --document-id)")
+    query.add_argument("-f", "--filter", action="append", default=[], metavar="KEY=VALUE",
+                       help="metadata filter; repeat a key for one-of (e.g. -f year=2023 -f year=2024)")
+    query.add_argument("-d", "--document-id", action="append", default=None, metavar="ID",
+                       help="search only inside this document (repeatable; chunks only)")
+    query.add_argument("--hyde", choices=["auto", "passages", "schema", "off"], default="auto",
+                       help="how the query vector is made (default: as configured)")
+    query.add_argument("--json", action="store_true", help="print the full result as JSON")
+
+    stats = command("stats", _stats, "Show counts, the embedding model and dimension, and missing embeddings.")
+    stats.add_argument("--json", action="store_true", help="print as JSON")
+
+    reembed = command("reembed", _reembed, "Embed rows that lack a vector of the configured model "
+                                           "(after a failed ingest or a model change).")
+    reembed.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    command("config", _config, "Show every setting, its environment variable and current value.")
+
+    command("demo", _demo, f"Ingest the bundled demo corpus (into {DEMO_DB} unless --db is given) and answer "
+                           "its questions offline with document_retriever and chunk_retriever.")
+    return parser
+
+
+def _retrieval(context: Context) -> Any:
+    from agent_retrieval.retrieval import Retrieval  # the heavy imports wait until a command needs them
+
+    return Retrieval(context)
+
+
+def _ingest(args: argparse.Namespace, context: Context) -> int:
+    from agent_retrieval.ingest import ingest, load_documents
+
+    with _retrieval(context) as retrieval:
+        report = ingest(load_documents(args.paths), retrieval.store, retrieval.embedder, context,
+                        progress=not args.no_progress)
+    print(report.summary())
+    return 1 if report.unembedded else 0
+
+
+def _query(args: argparse.Namespace, context: Context) -> int:
+    from agent_retrieval.tools import format_result
+
+    data: dict[str, Any] = {"query": args.query, "top_k": args.top_k, "query_type": args.query_type,
+                            "filters": _filters(args.filter), "hyde": args.hyde}
+    if args.level == "chunks":
+        request = parse_request(ChunkSearchRequest, {**data, "document_ids": args.document_id})
+    elif args.document_id:
+        raise _bad("--document-id works with --level chunks only")
+    else:
+        request = parse_request(SearchRequest, data)
+    with _retrieval(context) as retrieval:
+        result = retrieval.search(request, args.level)
+    print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) if args.json else format_result(result))
+    return 0
+
+
+def _filters(pairs: list[str]) -> dict[str, Any] | None:
+    """-f key=value pairs as a filter; a repeated key becomes a one-of list."""
+    values: dict[str, list[str]] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise _bad(f"--filter {pair!r}: expected KEY=VALUE, e.g. category=policy")
+        values.setdefault(key, []).append(value)
+    return {key: found[0] if len(found) == 1 else found for key, found in values.items()} or None
+
+
+def _stats(args: argparse.Namespace, context: Context) -> int:
+    from dataclasses import asdict
+
+    from agent_retrieval.stores import open_store
+
+    with open_store(context) as store:
+        stats = asdict(store.stats())
+    if args.json:
+        print(json.dumps(stats, indent=2))
+    else:
+        width = max(len(k) for k in stats)
+        print("\n".join(f"{k.replace('_', ' '):<{width}}  {v if v is not None else '-'}" for k, v in stats.items()))
+    return 0
+
+
+def _reembed(args: argparse.Namespace, context: Context) -> int:
+    from agent_retrieval.ingest import reembed
+
+    with _retrieval(context) as retrieval:
+        report = reembed(retrieval.store, retrieval.embedder, progress=not args.no_progress)
+        model = retrieval.embedder.model_id
+    print(f"{report.embedded} texts embedded, {report.reused} vectors reused; the store now uses {model}")
+    return 0
+
+
+def _config(args: argparse.Namespace, context: Context) -> int:
+    for name, env, value, description in context.describe():
+        print(f"{name} = {value!r}\n    ${env}: {description}")
+    return 0
+
+
+def _demo(args: argparse.Namespace, context: Context) -> int:
+    from agent_retrieval import demo
+    from agent_retrieval.ingest import ingest, load_documents
+    from agent_retrieval.tools import make_retrieval_tools
+
+    if not args.db:
+        context = dataclasses.replace(context, db_path=DEMO_DB)
+    print(f"Ingesting the demo corpus into {context.db_path} ...")
+    if not context.use_hyde:
+        print("HyDE is off: set USE_HYDE=true with OPENAI_API_KEY or OPENAI_BASE_URL to turn it on.")
+    with _retrieval(context) as retrieval:
+        print(ingest(load_documents([demo.corpus_dir()]), retrieval.store, retrieval.embedder, context).summary())
+        document_retriever, chunk_retriever = make_retrieval_tools(retrieval=retrieval)
+        questions, found = demo.questions(), 0
+        for item in questions:
+            question = item["question"]
+            print("\n" + "=" * 100 + f"\nQ: {question}\n")
+            documents = _call(document_retriever, {"query": question, "top_k": 3})
+            print(documents.content)
+            ids = [hit["id"] for hit in documents.artifact["hits"]]
+            print("\n" + _call(chunk_retriever, {"query": question, "document_ids": ids, "top_k": 2}).content)
+            found += item["expected_document"] in ids
+            verdict = "FOUND" if item["expected_document"] in ids else "MISSED"
+            print(f"\n{verdict}: the answer is in {item['expected_document']!r}")
+    print(f"\nThe answering document was among the top 3 for {found} of {len(questions)} questions.")
+    return 0
+
+
+def _call(tool: Any, args: dict[str, Any]) -> Any:
+    """Invoke a tool as an agent does (a tool call), getting a ToolMessage with content and artifact."""
+    return tool.invoke({"type": "tool_call", "id": "demo", "name": tool.name, "args": args})
+
+
+def _bad(message: str) -> AgentRetrievalError:
+    from agent_retrieval.errors import InvalidRequest
+
+    return InvalidRequest(message)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
