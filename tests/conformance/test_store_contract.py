@@ -1,0 +1,253 @@
+"""The Store contract: every backend passes the same suite (the embedded store now; Postgres and Supabase next)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
+from agent_retrieval.models import Chunk, Document
+from agent_retrieval.stores import SQLiteStore, Store
+
+MODEL = "test/axes"
+DIM = 4
+
+BACKENDS: dict[str, Callable[[Path], Store]] = {
+    "sqlite": lambda folder: SQLiteStore(folder / "contract.db"),
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
+    """Opens the backend's store on the same location (call twice to test reopening)."""
+    opened: list[Store] = []
+
+    def make() -> Store:
+        opened.append(BACKENDS[request.param](tmp_path))
+        return opened[-1]
+
+    yield make
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(make_store: Callable[[], Store]) -> Store:
+    store = make_store()
+    store.upsert(*corpus(), MODEL)
+    return store
+
+
+def axis(*weights: float) -> np.ndarray:
+    v = np.asarray(weights + (0.0,) * (DIM - len(weights)), dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def corpus() -> tuple[list[Document], list[Chunk]]:
+    """Three documents whose vectors point along known axes, so the expected ranking is exact."""
+    docs = [
+        Document("fees", "Fee Schedule", "Commission and referral fees are disclosed in writing.",
+                 {"category": "policy", "year": 2023}, content_hash="h1", text_hash="t-fees", embedding=axis(1)),
+        Document("banda", "14 Banda Lane", "The tenancy deposit of £2,100 is protected.",
+                 {"category": "property", "year": 2024}, content_hash="h2", text_hash="t-banda", embedding=axis(0, 1)),
+        Document("gifts", "Gifts and Hospitality", "Staff may accept gifts worth up to £50.",
+                 {"category": "policy", "year": "2021"}, content_hash="h3", text_hash="t-gifts",
+                 embedding=axis(0, 0, 1)),
+    ]
+    chunks = [
+        Chunk("fees#0", "fees", 0, "Commission must be disclosed to the vendor in writing.", "Fee Schedule > Lettings",
+              {"category": "policy", "year": 2023}, "c-fees0", axis(1, 0.1)),
+        Chunk("fees#1", "fees", 1, "Sales commission is 1.2% of the price.", "Fee Schedule > Sales",
+              {"category": "policy", "year": 2023}, "c-fees1", axis(1, 0, 0.3)),
+        Chunk("banda#0", "banda", 0, "The deposit of £2,100 for Banda Lane is protected.", "14 Banda Lane",
+              {"category": "property", "year": 2024}, "c-banda0", axis(0.2, 1)),
+        Chunk("gifts#0", "gifts", 0, "Gifts above £50 must be declined and recorded.", "Gifts and Hospitality",
+              {"category": "policy", "year": "2021"}, "c-gifts0", axis(0, 0, 1)),
+    ]
+    return docs, chunks
+
+
+def ids(hits: list) -> list[str]:
+    return [h.id for h in hits]
+
+
+def test_counts_and_model(store: Store):
+    stats = store.stats()
+    assert (stats.documents, stats.chunks) == (3, 4)
+    assert (stats.embedding_model, stats.dimension) == (MODEL, DIM)
+    assert (stats.documents_missing_embeddings, stats.chunks_missing_embeddings) == (0, 0)
+    assert store.embedding_model() == (MODEL, DIM)
+
+
+def test_vector_search_ranks_by_cosine_with_similarities(store: Store):
+    hits = store.vector_search("chunks", axis(1), 3)
+    assert ids(hits) == ["fees#0", "fees#1", "banda#0"]
+    assert hits[0].vector_similarity == pytest.approx(float(axis(1, 0.1) @ axis(1)), abs=1e-6)
+    assert hits[0].heading_path == "Fee Schedule > Lettings" and hits[0].title == "Fee Schedule"
+    assert hits[0].document_id == "fees" and hits[0].ordinal == 0
+    assert ids(store.vector_search("documents", axis(0, 1), 1)) == ["banda"]
+    assert ids(store.vector_search("chunks", axis(1), 10, min_similarity=0.5)) == ["fees#0", "fees#1"]
+
+
+def test_filters_apply_inside_the_search_before_the_limit(store: Store):
+    # the best vector match is a policy; filtered to property, k=1 must still return the property chunk
+    assert ids(store.vector_search("chunks", axis(1), 1, filters={"category": "property"})) == ["banda#0"]
+    assert ids(store.vector_search("chunks", axis(1), 5, filters={"category": ["property", "nothing"]})) == ["banda#0"]
+    assert ids(store.keyword_search("chunks", "deposit commission", 1, filters={"category": "property"})) == ["banda#0"]
+
+
+def test_numbers_and_their_text_match_each_other_in_filters(store: Store):
+    assert set(ids(store.vector_search("documents", axis(1), 5, filters={"year": "2023"}))) == {"fees"}
+    assert set(ids(store.vector_search("documents", axis(1), 5, filters={"year": 2021}))) == {"gifts"}
+    assert set(ids(store.vector_search("documents", axis(1), 5, filters={"year": [2021, "2024"]}))) == {"gifts", "banda"}
+    assert store.vector_search("documents", axis(1), 5, filters={"missing_key": "x"}) == []
+
+
+def test_document_scope_applies_to_both_paths(store: Store):
+    assert ids(store.vector_search("chunks", axis(1), 1, document_ids=["banda"])) == ["banda#0"]
+    assert ids(store.keyword_search("chunks", "commission deposit", 5, document_ids=["banda"])) == ["banda#0"]
+    assert store.vector_search("chunks", axis(1), 5, document_ids=[]) == []
+
+
+def test_keyword_search_ranks_by_bm25_on_content_words(store: Store):
+    hits = store.keyword_search("chunks", "What is the commission?", 5)
+    assert set(ids(hits)) == {"fees#0", "fees#1"}
+    assert all(h.keyword_score is not None for h in hits)
+    assert hits[0].keyword_score >= hits[1].keyword_score
+    assert ids(store.keyword_search("documents", "banda lane", 5)) == ["banda"]
+    assert ids(store.keyword_search("chunks", "gift", 5)) == ["gifts#0"]  # stemming: gift ~ gifts
+    assert len(store.keyword_search("chunks", "the and of", 5)) == 4  # only stopwords: search them after all
+
+
+SYNTAX = ['"unbalanced', "NEAR(commission deposit", "commission AND OR NOT", "(((", "*", "comm*", "'; DROP TABLE chunks; --",
+          "title:commission", "^commission", "commission -deposit", "a\u0000b", "💥 ünïcödé", "", "   "]
+
+
+@pytest.mark.parametrize("query", SYNTAX)
+def test_search_syntax_in_keyword_queries_is_plain_text(store: Store, query: str):
+    store.keyword_search("chunks", query, 5)
+    store.keyword_search("documents", query, 5)
+    assert (store.stats().documents, store.stats().chunks) == (3, 4)
+
+
+def test_keyword_operators_are_words_not_syntax(store: Store):
+    assert "fees#0" in ids(store.keyword_search("chunks", "commission NOT vendor", 5))
+
+
+def test_upsert_replaces_a_document_and_all_its_chunks(store: Store):
+    docs, chunks = corpus()
+    fees = docs[0]
+    fees.content = "Rewritten."
+    store.upsert([fees], [chunks[0]], MODEL)
+    assert (store.stats().documents, store.stats().chunks) == (3, 3)
+    assert ids(store.document_chunks(["fees"], 10)) == ["fees#0"]
+    assert store.keyword_search("chunks", "sales price", 5) == []  # the old chunk left the keyword index too
+
+
+def test_upsert_refuses_chunks_without_their_document(make_store: Callable[[], Store]):
+    store = make_store()
+    docs, chunks = corpus()
+    with pytest.raises(InvalidRequest, match="not in this batch"):
+        store.upsert(docs[:1], chunks, MODEL)
+    assert store.stats().documents == 0
+
+
+def test_another_model_or_dimension_is_refused_with_a_pointer_to_reembed(store: Store):
+    docs, _ = corpus()
+    with pytest.raises(EmbeddingModelMismatch, match="agent-retrieval reembed"):
+        store.upsert(docs[:1], [], "other/model")
+    docs[0].embedding = np.ones(DIM + 1, dtype=np.float32)
+    with pytest.raises(EmbeddingModelMismatch, match="dimension"):
+        store.upsert(docs[:1], [], MODEL)
+    with pytest.raises(EmbeddingModelMismatch, match="reembed"):
+        store.vector_search("chunks", np.ones(DIM + 2, dtype=np.float32), 3)
+    assert store.stats().documents == 3
+
+
+def test_document_chunks_in_reading_order_and_unknown_ids(store: Store):
+    assert ids(store.document_chunks(["gifts", "fees"], 10)) == ["gifts#0", "fees#0", "fees#1"]
+    assert ids(store.document_chunks(["gifts", "fees"], 2)) == ["gifts#0", "fees#0"]
+    assert store.unknown_documents(["fees", "nope", "x"]) == ["nope", "x"]
+
+
+def test_delete_removes_documents_with_their_chunks(store: Store):
+    assert store.delete_documents(["fees", "never"]) == 1
+    assert (store.stats().documents, store.stats().chunks) == (2, 2)
+    assert store.keyword_search("chunks", "commission", 5) == []
+    assert "fees#0" not in ids(store.vector_search("chunks", axis(1), 5))
+
+
+def test_states_hashes_and_backfill(store: Store):
+    states = store.document_states(["fees", "banda", "nope"])
+    assert states == {"fees": ("h1", True), "banda": ("h2", True)}
+    found = store.vectors_by_hash(["c-fees0", "t-banda", "unknown"], MODEL)
+    assert set(found) == {"c-fees0", "t-banda"}
+    np.testing.assert_allclose(found["c-fees0"], axis(1, 0.1), rtol=1e-6)
+    assert store.vectors_by_hash(["c-fees0"], "other/model") == {}
+
+    docs, chunks = corpus()
+    chunks[1].embedding = None
+    store.upsert([docs[0]], chunks[:2], MODEL)
+    assert store.document_states(["fees"])["fees"] == ("h1", False)
+    assert store.stats().chunks_missing_embeddings == 1
+    assert "fees#1" not in ids(store.vector_search("chunks", axis(1), 5))  # unembedded rows stay out of vector search
+    assert "fees#1" in ids(store.keyword_search("chunks", "sales", 5))  # ... but keyword search finds them
+    pending = store.pending_embeddings("chunks", MODEL, 10)
+    assert ids(pending) == ["fees#1"] and pending[0].heading_path == "Fee Schedule > Sales"
+    pending[0].embedding, pending[0].text_hash = axis(1, 0, 0.3), "c-fees1"
+    store.set_embeddings("chunks", pending, MODEL)
+    assert store.pending_embeddings("chunks", MODEL, 10) == []
+    assert "fees#1" in ids(store.vector_search("chunks", axis(1), 5))
+    assert store.document_states(["fees"])["fees"] == ("h1", True)
+
+
+def test_switching_models_after_a_full_reembed(store: Store):
+    assert len(store.pending_embeddings("documents", "new/model", 10)) == 3
+    docs = store.pending_embeddings("documents", "new/model", 10)
+    for doc in docs:
+        doc.embedding = np.ones(2, dtype=np.float32) / np.sqrt(2)
+    store.set_embeddings("documents", docs, "new/model")
+    # mid-way, searches use only rows still holding the declared model's vectors, never mixing the two
+    assert store.vector_search("documents", axis(1), 5) == []
+    assert ids(store.keyword_search("documents", "banda", 5)) == ["banda"]
+    store.set_embedding_model("new/model", 2)
+    assert store.embedding_model() == ("new/model", 2)
+    assert len(store.vector_search("documents", np.ones(2, dtype=np.float32) / np.sqrt(2), 5)) == 3
+
+
+def test_data_survives_reopening(store: Store, make_store: Callable[[], Store]):
+    again = make_store()
+    assert (again.stats().documents, again.stats().chunks, again.stats().schema_version) == (3, 4, 1)
+    assert ids(again.vector_search("chunks", axis(0, 0, 1), 1)) == ["gifts#0"]
+
+
+def test_readers_work_beside_a_writer(store: Store):
+    errors: list[BaseException] = []
+    docs, chunks = corpus()
+
+    def read() -> None:
+        try:
+            for _ in range(30):
+                assert len(store.vector_search("chunks", axis(1), 2)) == 2
+                assert store.keyword_search("chunks", "deposit", 2)
+        except BaseException as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(error)
+
+    def write() -> None:
+        try:
+            for _ in range(15):
+                store.upsert([docs[1]], [chunks[2]], MODEL)
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    threads = [threading.Thread(target=read) for _ in range(4)] + [threading.Thread(target=write)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert (store.stats().documents, store.stats().chunks) == (3, 4)

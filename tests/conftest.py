@@ -1,0 +1,122 @@
+"""Shared test parts: an isolated environment, langchain-core fakes that count their calls, a demo store."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import zlib
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from pydantic import Field
+
+from agent_retrieval import hyde
+from agent_retrieval.context import Context
+from agent_retrieval.embeddings import Embedder
+from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.retrieval import Retrieval
+
+_lock = threading.Lock()
+
+
+class CountingChatModel(FakeListChatModel):
+    """langchain-core's FakeListChatModel, counting calls and keeping the messages it was sent."""
+
+    calls: int = 0
+    messages: list[Any] = Field(default_factory=list)
+    fail: bool = False
+    model_name: str = "fake-chat"
+
+    def _call(self, messages: Any, *args: Any, **kwargs: Any) -> str:
+        with _lock:
+            self.calls += 1
+            self.messages.append(messages)
+        if self.fail:
+            raise ConnectionError("provider down")
+        return super()._call(messages, *args, **kwargs)
+
+
+class WordHashEmbeddings(Embeddings):
+    """A deterministic bag-of-words embedding (texts sharing words are similar), counting its calls."""
+
+    def __init__(self, size: int = 256, fail: bool = False):
+        self.size = size
+        self.fail = fail
+        self.query_calls = 0
+        self.document_calls = 0
+        self.documents_embedded = 0
+
+    def vector(self, text: str) -> list[float]:
+        out = np.zeros(self.size)
+        out[0] = 0.01  # never all-zero
+        for word in re.findall(r"\w+", text.lower()):
+            if len(word) > 2:
+                out[zlib.crc32(word.encode()) % self.size] += 1.0
+        return out.tolist()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        with _lock:
+            self.document_calls += 1
+            self.documents_embedded += len(texts)
+        if self.fail:
+            raise ConnectionError("embedding provider down")
+        return [self.vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        with _lock:
+            self.query_calls += 1
+        if self.fail:
+            raise ConnectionError("embedding provider down")
+        return self.vector(text)
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No setting leaks in from the machine's environment, and every test starts with an empty HyDE cache."""
+    for f in fields(Context):
+        monkeypatch.delenv(f.metadata.get("env") or f.name.upper(), raising=False)
+    hyde.clear_cache()
+
+
+@pytest.fixture
+def embeddings() -> WordHashEmbeddings:
+    return WordHashEmbeddings()
+
+
+@pytest.fixture
+def embedder(embeddings: WordHashEmbeddings) -> Embedder:
+    return Embedder(embeddings, "test/word-hash")
+
+
+@pytest.fixture
+def chat() -> CountingChatModel:
+    return CountingChatModel(responses=[
+        "Negotiators must give written disclosure of any commission or referral fee received.\n\n"
+        "A referral fee from a third party is remuneration that must be disclosed to the vendor in writing."])
+
+
+@pytest.fixture
+def context(tmp_path: Any) -> Context:
+    return Context(db_path=str(tmp_path / "store.db"))
+
+
+@pytest.fixture
+def retrieval(context: Context, embedder: Embedder) -> Any:
+    """A Retrieval over the demo corpus, ingested with the word-hash embedder."""
+    from agent_retrieval import demo
+
+    with Retrieval(context, embedder=embedder) as retrieval:
+        ingest(load_documents([demo.corpus_dir()]), retrieval.store, embedder, context, progress=False)
+        yield retrieval
+
+
+def chat_text(messages: Any) -> str:
+    return "\n".join(str(m.content) for m in messages)
+
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,0 +1,73 @@
+"""Fusion as pure functions: reciprocal rank, convex, entity terms and boost."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_retrieval.fusion import PROFILES, convex, entity_matches, entity_terms, fuse, min_max, rrf
+from agent_retrieval.models import Hit
+
+
+def hit(id_: str, content: str = "", **scores: float) -> Hit:
+    return Hit(id=id_, level="chunks", document_id=id_.split("#")[0], title=id_, content=content, **scores)
+
+
+def test_rrf_sums_weighted_reciprocal_ranks():
+    fused = rrf({"vector": ["a", "b"], "keyword": ["b", "c"]}, {"vector": 1.0, "keyword": 2.0}, k=10)
+    assert fused["a"] == pytest.approx(1 / 11)
+    assert fused["b"] == pytest.approx(1 / 12 + 2 / 11)
+    assert fused["c"] == pytest.approx(2 / 12)
+
+
+def test_min_max_and_convex():
+    assert min_max({"a": 2.0, "b": 4.0, "c": 3.0}) == {"a": 0.0, "b": 1.0, "c": 0.5}
+    assert min_max({"a": 5.0}) == {"a": 1.0}
+    assert min_max({}) == {}
+    fused = convex({"vector": {"a": 0.9, "b": 0.1}, "keyword": {"b": 10.0, "c": 5.0}}, {"vector": 3, "keyword": 1})
+    assert fused == pytest.approx({"a": 0.75, "b": 0.25, "c": 0.0})
+
+
+def test_fuse_keeps_both_paths_ranks_and_orders_by_score():
+    vector = [hit("a", vector_similarity=0.9), hit("b", vector_similarity=0.5)]
+    keyword = [hit("b", keyword_score=7.0), hit("c", keyword_score=3.0)]
+    fused = fuse(vector, keyword)
+    assert [h.id for h in fused] == ["b", "a", "c"]
+    b = fused[0]
+    assert (b.vector_rank, b.keyword_rank, b.keyword_score, b.vector_similarity) == (2, 1, 7.0, 0.5)
+    assert b.found_by == ["vector", "keyword"] and fused[1].found_by == ["vector"] and fused[2].found_by == ["keyword"]
+    assert fused[0].score > fused[1].score > fused[2].score
+
+
+def test_weights_move_the_order():
+    vector, keyword = [hit("v")], [hit("k")]
+    assert fuse(vector, keyword, vector_weight=2, keyword_weight=1)[0].id == "v"
+    assert fuse(vector, keyword, vector_weight=1, keyword_weight=2)[0].id == "k"
+    assert fuse(vector, keyword, mode="convex", vector_weight=1, keyword_weight=3)[0].id == "k"
+
+
+def test_unknown_mode_is_rejected():
+    with pytest.raises(ValueError, match="rrf or convex"):
+        fuse([], [], mode="max")
+
+
+def test_entity_terms_find_names_quotes_and_numbers():
+    terms = entity_terms('What was the deposit at 14 Banda Lane paid to Halden & Rowe Estates in 2023 for "Form D7"?')
+    assert "Banda Lane" in terms and "Halden & Rowe Estates" in terms
+    assert "14" in terms and "2023" in terms and "Form D7" in terms
+    assert "What" not in terms
+    assert entity_terms("how do refunds work") == []
+
+
+def test_entity_boost_lifts_hits_that_contain_the_names():
+    plain, named = hit("plain", "a deposit was paid"), hit("named", "the deposit at 14 Banda Lane was paid")
+    unboosted = fuse([plain, named], [])
+    assert unboosted[0].id == "plain"
+    boosted = fuse([plain, named], [], entities=["Banda Lane", "14"], boost=0.15)
+    assert boosted[0].id == "named"
+    assert entity_matches("At 14  BANDA lane", ["Banda Lane", "14", "Rowe"]) == 2
+
+
+def test_profiles_lean_the_way_their_names_say():
+    assert PROFILES["exact"].keyword_weight > PROFILES["exact"].vector_weight
+    assert PROFILES["conceptual"].vector_weight > PROFILES["conceptual"].keyword_weight
+    assert PROFILES["exact"].min_similarity > PROFILES["general"].min_similarity > PROFILES["conceptual"].min_similarity

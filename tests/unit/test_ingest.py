@@ -1,0 +1,166 @@
+"""Ingestion: loaders, chunking, embedding only what changed, failures that lose nothing, re-embedding."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent_retrieval.embeddings import Embedder
+from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
+from agent_retrieval.ingest import chunk_document, chunk_text, document_text, ingest, load_documents, reembed
+from agent_retrieval.models import Document
+from agent_retrieval.stores import SQLiteStore
+from tests.conftest import WordHashEmbeddings
+
+POLICY = """---
+title: "Commission Disclosure Policy"
+category: policy
+year: 2023
+---
+# Commission Disclosure Policy
+
+## Scope
+This policy applies to every negotiator of Halden & Rowe Estates.
+
+## Disclosure
+### Third-party payments
+Negotiators must provide the vendor with written disclosure of any commission, referral fee or other
+remuneration received from a third party.
+"""
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "corpus"
+    (root / "policies").mkdir(parents=True)
+    (root / "policies" / "commission.md").write_text(POLICY, encoding="utf-8")
+    (root / "notes.txt").write_text("Keys for 14 Banda Lane are kept in the front office safe.", encoding="utf-8")
+    (root / "page.html").write_text(
+        "<html><head><title>Repairs</title><style>p{}</style></head><body><h1>Repairs</h1>"
+        "<p>Report a leak within 24 hours.</p><script>alert(1)</script><h2>Emergencies</h2>"
+        "<p>Call the out-of-hours line.</p></body></html>", encoding="utf-8")
+    (root / "records.jsonl").write_text(
+        json.dumps({"id": "r1", "title": "Record one", "text": "Gas safety certificate renewed.",
+                    "metadata": {"year": 2022}}) + "\n\n" +
+        json.dumps({"_id": 7, "text": "Smoke alarms tested."}) + "\n", encoding="utf-8")
+    (root / "ignored.bin").write_bytes(b"\x00\x01")
+    return root
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SQLiteStore:
+    with SQLiteStore(tmp_path / "ingest.db") as store:
+        yield store
+
+
+def test_loaders_read_every_supported_format(folder: Path):
+    docs = {d.id: d for d in load_documents([folder])}
+    assert set(docs) == {"policies/commission", "notes", "page", "r1", "7"}
+    policy = docs["policies/commission"]
+    assert policy.title == "Commission Disclosure Policy"
+    assert policy.metadata == {"category": "policy", "year": 2023}
+    assert not policy.content.startswith("---")
+    page = docs["page"]
+    assert page.title == "Repairs" and "alert" not in page.content and "p{}" not in page.content
+    assert "## Emergencies" in page.content
+    assert docs["r1"].metadata == {"year": 2022} and docs["7"].title == "7"
+    assert docs["notes"].title == "notes"
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("{not json", "records.jsonl:2: not valid JSON"),
+    ('{"id": "x"}', "records.jsonl:2: needs a non-empty 'id' and a string 'text'"),
+    ('["a"]', "records.jsonl:2: each line must be a JSON object"),
+])
+def test_bad_jsonl_names_the_file_and_line(tmp_path: Path, line: str, message: str):
+    path = tmp_path / "records.jsonl"
+    path.write_text('{"id": "ok", "text": "fine"}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(InvalidRequest, match=message):
+        list(load_documents([path]))
+
+
+def test_missing_paths_and_unsupported_files_are_clear_errors(tmp_path: Path):
+    with pytest.raises(InvalidRequest, match="no such file or folder"):
+        list(load_documents([tmp_path / "absent"]))
+    (tmp_path / "x.pdfx").write_text("x")
+    with pytest.raises(InvalidRequest, match="unsupported file type .pdfx"):
+        list(load_documents([tmp_path / "x.pdfx"]))
+    (tmp_path / "bad.md").write_text("---\ntitle: [unclosed\n---\nbody")
+    with pytest.raises(InvalidRequest, match="front matter is not valid YAML"):
+        list(load_documents([tmp_path / "bad.md"]))
+
+
+def test_chunks_carry_their_heading_path_and_the_documents_metadata(folder: Path):
+    policy = next(d for d in load_documents([folder]) if d.id == "policies/commission")
+    chunks = chunk_document(policy, chunk_size=200, chunk_overlap=20)
+    paths = [c.heading_path for c in chunks]
+    assert paths[0] == "Commission Disclosure Policy > Scope"
+    assert "Commission Disclosure Policy > Disclosure > Third-party payments" in paths
+    assert [c.ordinal for c in chunks] == list(range(len(chunks)))
+    assert all(len(c.content) <= 200 and c.metadata == policy.metadata for c in chunks)
+    assert chunk_text(chunks[0]).startswith("Commission Disclosure Policy > Scope\n\n")
+    assert document_text(policy).startswith("Commission Disclosure Policy\n\n")
+
+
+def test_rerunning_on_unchanged_input_embeds_nothing(folder: Path, store: SQLiteStore):
+    embeddings = WordHashEmbeddings()
+    embedder = Embedder(embeddings, "test/word-hash")
+    first = ingest(load_documents([folder]), store, embedder, progress=False)
+    assert (first.written, first.unchanged) == (5, 0) and first.embedded > 0
+    calls = embeddings.documents_embedded
+    second = ingest(load_documents([folder]), store, embedder, progress=False)
+    assert (second.written, second.unchanged, second.embedded) == (0, 5, 0)
+    assert embeddings.documents_embedded == calls
+
+
+def test_a_changed_document_re_embeds_only_its_changed_texts(folder: Path, store: SQLiteStore):
+    embeddings = WordHashEmbeddings()
+    embedder = Embedder(embeddings, "test/word-hash")
+    ingest(load_documents([folder]), store, embedder, progress=False)
+    before = embeddings.documents_embedded
+    (folder / "policies" / "commission.md").write_text(POLICY.replace("every negotiator", "each negotiator"))
+    report = ingest(load_documents([folder]), store, embedder, progress=False)
+    assert (report.written, report.unchanged) == (1, 4)
+    # the document's lead and the Scope chunk changed; the Disclosure chunk's vector is reused
+    assert embeddings.documents_embedded - before == report.embedded == 2
+    assert report.reused >= 1
+    hits = store.keyword_search("chunks", "each negotiator", 5)
+    assert hits and "each negotiator" in hits[0].content
+
+
+def test_a_failing_embedder_stores_rows_unembedded_and_reembed_fills_them(folder: Path, store: SQLiteStore):
+    broken = WordHashEmbeddings(fail=True)
+    embedder = Embedder(broken, "test/word-hash")
+    report = ingest(load_documents([folder]), store, embedder, progress=False)
+    assert report.written == 5 and report.unembedded > 0 and report.errors
+    stats = store.stats()
+    assert stats.documents == 5 and stats.documents_missing_embeddings == 5
+    assert store.keyword_search("chunks", "leak", 5)  # nothing is lost: keyword search finds them already
+    broken.fail = False
+    again = reembed(store, embedder, progress=False)
+    assert again.embedded > 0
+    stats = store.stats()
+    assert (stats.documents_missing_embeddings, stats.chunks_missing_embeddings) == (0, 0)
+    assert stats.embedding_model == "test/word-hash"
+    assert ingest(load_documents([folder]), store, embedder, progress=False).embedded == 0
+
+
+def test_a_new_model_is_refused_until_reembed_switches_the_store(folder: Path, store: SQLiteStore):
+    ingest(load_documents([folder]), store, Embedder(WordHashEmbeddings(), "test/word-hash"), progress=False)
+    bigger = Embedder(WordHashEmbeddings(size=64), "test/word-hash-64")
+    with pytest.raises(EmbeddingModelMismatch, match="agent-retrieval reembed"):
+        ingest(load_documents([folder]), store, bigger, progress=False)
+    report = reembed(store, bigger, progress=False)
+    assert report.embedded > 0
+    assert store.embedding_model() == ("test/word-hash-64", 64)
+    assert ingest(load_documents([folder]), store, bigger, progress=False).embedded == 0
+
+
+def test_duplicate_ids_keep_the_last_version(store: SQLiteStore):
+    embedder = Embedder(WordHashEmbeddings(), "test/word-hash")
+    docs = [Document("a", "A", "first text"), Document("a", "A", "second text")]
+    report = ingest(docs, store, embedder, progress=False)
+    assert report.documents == 1
+    assert store.document_chunks(["a"], 5)[0].content == "second text"

@@ -1,0 +1,38 @@
+"""The wheel: a real `pip install` of it carries the prompts inside the package and loads them from there."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_installed_wheel_loads_its_packaged_prompts(tmp_path: Path):
+    dist, site = tmp_path / "dist", tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "-w", str(dist), str(ROOT)], check=True, timeout=300)
+    wheel = next(dist.glob("agent_retrieval-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    prompts = sorted(p.name for p in (ROOT / "prompts").glob("*.md"))
+    assert prompts and all(f"agent_retrieval/prompts/{name}" in names for name in prompts)
+    assert any(n.endswith("demo/questions.json") for n in names)
+    assert any(n.endswith("entry_points.txt") for n in names)
+
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
+                    str(wheel)], check=True, timeout=300)
+    probe = ("import agent_retrieval.prompts as p\n"
+             "print(p.__file__)\n"
+             "print((p._SOURCE / 'hyde.md').exists())\n"
+             "print(p.load_prompt('hyde') == open(p._PACKAGED / 'hyde.md', encoding='utf-8').read().strip())\n"
+             "from agent_retrieval import demo; print(len(demo.questions()))\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         check=True, timeout=120).stdout.split("\n")
+    assert out[0].startswith(str(site))  # the installed copy, not the source checkout
+    assert out[1] == "False"  # no repository prompts/ beside it: the packaged ones were read
+    assert out[2] == "True"
+    assert int(out[3]) >= 8
