@@ -1,0 +1,135 @@
+"""Latency of chunk_retriever (hybrid, HyDE off, local embedder) on the embedded store at 10K and 100K chunks.
+
+SciFact's corpus is ingested once with the real all-MiniLM-L6-v2 (about 9K chunks; cached in
+benchmarks/results/, so a rerun embeds nothing). Larger stores replicate those chunks, each copy's
+vector jittered and re-normalised, so the vector and keyword indexes hold N distinct rows of real
+text. Queries are SciFact test queries, each a full tool call: query embedding, keyword and vector
+search, fusion, formatting.
+
+    python benchmarks/latency.py                 # 10K and 100K
+    python benchmarks/latency.py --sizes 10000   # one size
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from agent_retrieval.context import Context
+from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.models import Chunk, Document
+from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.stores import SQLiteStore
+from agent_retrieval.tools import ChunkRetrieverTool
+
+ROOT = Path(__file__).resolve().parent
+DATASET = ROOT.parent.parent / "shared" / "datasets" / "scifact"
+RESULTS = ROOT / "results"
+
+
+def base_store() -> Retrieval:
+    """SciFact ingested with the local embedder (cached between runs)."""
+    context = Context(db_path=str(RESULTS / "scifact-base.db"))
+    retrieval = Retrieval(context)
+    report = ingest(load_documents([DATASET / "corpus.jsonl"]), retrieval.store, retrieval.embedder, context)
+    print(report.summary(), file=sys.stderr)
+    return retrieval
+
+
+def replicated_store(base: Retrieval, size: int) -> Path:
+    """A store of `size` chunks made of jittered copies of the base store's rows (built once)."""
+    path = RESULTS / f"scifact-{size}.db"
+    if path.exists():
+        with SQLiteStore(path) as store:
+            if store.stats().chunks >= size:
+                return path
+        path.unlink()
+    source = base.store
+    model, _ = source.embedding_model()
+    conn = source._conn()
+    docs = {r[0]: r for r in conn.execute("SELECT id, title, content, metadata, embedding FROM documents")}
+    chunks = conn.execute("SELECT id, document_id, ordinal, heading_path, content, embedding FROM chunks "
+                          "ORDER BY document_id, ordinal").fetchall()
+    rng = np.random.default_rng(7)
+    copies = math.ceil(size / len(chunks))
+    with SQLiteStore(path) as store, tqdm(total=size, unit="chunk", desc=f"build {size}") as bar:
+        written = 0
+        for copy in range(copies):
+            by_doc: dict[str, list[Chunk]] = {}
+            for chunk_id, doc_id, ordinal, heading, content, blob in chunks:
+                if written >= size:
+                    break
+                by_doc.setdefault(doc_id, []).append(Chunk(
+                    f"{chunk_id}~{copy}", f"{doc_id}~{copy}", ordinal, content, heading, {"copy": copy},
+                    f"{chunk_id}~{copy}", _jitter(blob, rng, copy)))
+                written += 1
+            batch_docs = [Document(f"{d}~{copy}", docs[d][1], docs[d][2], {"copy": copy}, content_hash=str(copy),
+                                   text_hash=f"{d}~{copy}", embedding=_jitter(docs[d][4], rng, copy)) for d in by_doc]
+            for start in range(0, len(batch_docs), 500):
+                part = batch_docs[start:start + 500]
+                store.upsert(part, [c for d in part for c in by_doc[d.id]], model)
+                bar.update(sum(len(by_doc[d.id]) for d in part))
+    return path
+
+
+def _jitter(blob: bytes, rng: np.random.Generator, copy: int) -> np.ndarray:
+    vector = np.frombuffer(blob, dtype=np.float32)
+    if copy == 0:
+        return vector
+    noisy = vector + rng.normal(0, 0.02, vector.shape).astype(np.float32)
+    return noisy / np.linalg.norm(noisy)
+
+
+def queries(limit: int) -> list[str]:
+    wanted = {line.split("\t")[0] for line in (DATASET / "qrels" / "test.tsv").read_text().splitlines()[1:]}
+    rows = [json.loads(line) for line in (DATASET / "queries.jsonl").read_text().splitlines()]
+    return [r["text"] for r in rows if r["_id"] in wanted][:limit]
+
+
+def measure(path: Path, base: Retrieval, texts: list[str]) -> dict[str, float]:
+    retrieval = Retrieval(Context(db_path=str(path)), embedder=base.embedder)
+    tool = ChunkRetrieverTool(retrieval=retrieval)
+    for text in texts[:10]:  # warm-up: load the vector matrix and the model
+        tool.invoke({"query": text, "top_k": 10})
+    times = []
+    for text in texts:
+        started = time.perf_counter()
+        tool.invoke({"query": text, "top_k": 10})
+        times.append((time.perf_counter() - started) * 1000)
+    retrieval.close()
+    times.sort()
+    return {"queries": len(times), "p50_ms": round(statistics.median(times), 2), "p95_ms": round(times[int(0.95 * len(times)) - 1], 2),
+            "mean_ms": round(statistics.fmean(times), 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=300)
+    args = parser.parse_args()
+    RESULTS.mkdir(exist_ok=True)
+    base = base_store()
+    texts = queries(args.queries)
+    results = {}
+    for size in args.sizes:
+        path = replicated_store(base, size)
+        with SQLiteStore(path) as store:
+            chunks = store.stats().chunks
+        row = measure(path, base, texts)
+        row["chunks"] = chunks
+        results[size] = row
+        print(f"{chunks:>7} chunks: p50 {row['p50_ms']:.1f} ms, p95 {row['p95_ms']:.1f} ms, "
+              f"mean {row['mean_ms']:.1f} ms over {row['queries']} queries")
+    (RESULTS / "latency.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
