@@ -203,6 +203,17 @@ def _plan(query: str, context: Context, embedder: Embedder, llm: BaseChatModel |
     return _Plan(key, mode, "used", "")
 
 
+def _prepare(query: str, context: Context | None, embedder: Embedder | None, llm: BaseChatModel | None,
+             mode: HydeMode, input_schema: Any, output_schema: Any
+             ) -> tuple[Context, Embedder, BaseChatModel | None, _Plan]:
+    """Fill in what the caller left out (from the Context) and plan the computation."""
+    context = context or Context()
+    embedder = embedder or make_embedder(context)
+    if llm is None and (context.use_hyde or mode in ("passages", "schema") or input_schema or output_schema):
+        llm = hyde_chat_model(context)
+    return context, embedder, llm, _plan(query, context, embedder, llm, mode, input_schema, output_schema)
+
+
 def _begin(plan: _Plan) -> tuple[QueryEmbedding | None, Future, bool]:
     """A cached result, or the in-flight future to wait on, or a new future this caller must fulfil."""
     with _lock:
@@ -263,11 +274,7 @@ def get_query_embedding_for_retrieval(
     document side, averaged and re-normalised. HyDE empty or failed -> the raw query. Embedding
     failure -> `vector=None`, and the caller returns no vector results.
     """
-    context = context or Context()
-    embedder = embedder or make_embedder(context)
-    if llm is None and (context.use_hyde or mode in ("passages", "schema") or input_schema or output_schema):
-        llm = hyde_chat_model(context)
-    plan = _plan(query, context, embedder, llm, mode, input_schema, output_schema)
+    context, embedder, llm, plan = _prepare(query, context, embedder, llm, mode, input_schema, output_schema)
     cached, future, owner = _begin(plan)
     if cached is not None:
         return cached
@@ -305,11 +312,7 @@ async def aget_query_embedding_for_retrieval(
     output_schema: Any = None,
 ) -> QueryEmbedding:
     """Async `get_query_embedding_for_retrieval`, sharing its cache and in-flight calls."""
-    context = context or Context()
-    embedder = embedder or make_embedder(context)
-    if llm is None and (context.use_hyde or mode in ("passages", "schema") or input_schema or output_schema):
-        llm = hyde_chat_model(context)
-    plan = _plan(query, context, embedder, llm, mode, input_schema, output_schema)
+    context, embedder, llm, plan = _prepare(query, context, embedder, llm, mode, input_schema, output_schema)
     cached, future, owner = _begin(plan)
     if cached is not None:
         return cached

@@ -35,7 +35,6 @@ class _RetrieverTool(BaseTool):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     level: ClassVar[Level]
-    request_model: ClassVar[type[SearchRequest]]
     retrieval: Retrieval = Field(default_factory=Retrieval, exclude=True)
     response_format: str = "content_and_artifact"
     handle_tool_error: bool = True
@@ -62,7 +61,7 @@ class _RetrieverTool(BaseTool):
 
     def _request(self, arguments: dict[str, Any]) -> SearchRequest:
         try:
-            return parse_request(self.request_model, arguments)
+            return parse_request(self.args_schema, arguments)
         except AgentRetrievalError as error:
             raise ToolException(str(error)) from None
 
@@ -77,7 +76,6 @@ class DocumentRetrieverTool(_RetrieverTool):
         "chunk_retriever for the exact passages. Hybrid search: meaning (vector) and exact words (keyword).")
     args_schema: type[SearchRequest] = SearchRequest
     level: ClassVar[Level] = "documents"
-    request_model: ClassVar[type[SearchRequest]] = SearchRequest
 
 
 class ChunkRetrieverTool(_RetrieverTool):
@@ -90,7 +88,6 @@ class ChunkRetrieverTool(_RetrieverTool):
         "query_type='summarize' with document_ids to read those documents' chunks in order.")
     args_schema: type[SearchRequest] = ChunkSearchRequest
     level: ClassVar[Level] = "chunks"
-    request_model: ClassVar[type[SearchRequest]] = ChunkSearchRequest
 
 
 def make_retrieval_tools(context: Context | None = None, *, retrieval: Retrieval | None = None) -> list[BaseTool]:
