@@ -67,12 +67,13 @@ def replicated_store(base: Retrieval, size: int) -> Path:
             for chunk_id, doc_id, ordinal, heading, content, blob in chunks:
                 if written >= size:
                     break
-                by_doc.setdefault(doc_id, []).append(Chunk(
+                by_doc.setdefault(f"{doc_id}~{copy}", []).append(Chunk(
                     f"{chunk_id}~{copy}", f"{doc_id}~{copy}", ordinal, content, heading, {"copy": copy},
                     f"{chunk_id}~{copy}", _jitter(blob, rng, copy)))
                 written += 1
-            batch_docs = [Document(f"{d}~{copy}", docs[d][1], docs[d][2], {"copy": copy}, content_hash=str(copy),
-                                   text_hash=f"{d}~{copy}", embedding=_jitter(docs[d][4], rng, copy)) for d in by_doc]
+            batch_docs = [Document(d, docs[source][1], docs[source][2], {"copy": copy}, content_hash=d, text_hash=d,
+                                   embedding=_jitter(docs[source][4], rng, copy))
+                          for d in by_doc for source in [d.rsplit("~", 1)[0]]]
             for start in range(0, len(batch_docs), 500):
                 part = batch_docs[start:start + 500]
                 store.upsert(part, [c for d in part for c in by_doc[d.id]], model)
