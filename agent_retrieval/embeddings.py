@@ -156,9 +156,19 @@ class LocalEmbeddings(Embeddings):
         return (await asyncio.to_thread(self._encode, [text]))[0]
 
     def _encode(self, texts: list[str]) -> Any:
+        import torch
+
         model, lock = _load_sentence_transformer(self.model)
         with lock:  # one encode at a time: torch already uses every core
-            return model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+            # A single query gains little from a second core but, with torch's threads spinning on it, it
+            # would stall the keyword search that runs beside it; batches (ingestion) use every core.
+            threads = torch.get_num_threads()
+            if len(texts) == 1:
+                torch.set_num_threads(1)
+            try:
+                return model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+            finally:
+                torch.set_num_threads(threads)
 
 
 @functools.lru_cache(maxsize=4)

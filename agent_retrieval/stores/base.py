@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import Chunk, Document, Hit, Level
 
 DOCUMENT_PREVIEW_CHARS = 1500  # document hits carry the opening of the text, not all of it
@@ -51,6 +52,13 @@ def filter_values(value: Any) -> list[Any]:
             elif re.fullmatch(r"-?\d{0,15}\.\d{1,15}", v):
                 out.append(float(v))
     return list(dict.fromkeys(out))
+
+
+def check_batch(documents: Sequence[Document], chunks: Sequence[Chunk]) -> None:
+    """An upsert carries each document with its complete chunk list, so every chunk's document is in it."""
+    strays = {c.document_id for c in chunks} - {d.id for d in documents}
+    if strays:
+        raise InvalidRequest(f"chunks refer to documents not in this batch: {sorted(strays)[:5]}")
 
 
 @dataclass

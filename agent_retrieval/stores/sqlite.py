@@ -9,7 +9,9 @@ WAL mode lets several readers work beside one writer; each thread has its own co
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import math
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -25,12 +27,43 @@ from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     Store,
     StoreStats,
+    check_batch,
     filter_values,
     keyword_terms,
 )
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
+_BM25_K1_PLUS_1 = 2.2  # FTS5's bm25 uses k1 = 1.2: one term adds less than 2.2 times its idf to a score
 NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+
+# Every row's FTS entry also holds this token, in a column of its own: "(rare) AND (common OR EVERY_ROW)"
+# then matches the rows holding a rare term and scores them with every term (see keyword_search).
+EVERY_ROW = "zzagentretrievaleveryrow"
+
+
+def _every_row_column(level: str, heading: str) -> list[str]:
+    """Migration 2 for one level: rebuild its FTS index with the every-row column beside the text."""
+    text = f"{heading}, content"
+    values = ", ".join(f"new.{c}" for c in (heading, "content", "every_row"))
+    old_values = ", ".join(f"old.{c}" for c in (heading, "content", "every_row"))
+    return [
+        f"ALTER TABLE {level} ADD COLUMN every_row TEXT GENERATED ALWAYS AS ('{EVERY_ROW}') VIRTUAL",
+        f"DROP TRIGGER {level}_ai", f"DROP TRIGGER {level}_ad", f"DROP TRIGGER {level}_au",
+        f"DROP TABLE {level}_fts",
+        f"""CREATE VIRTUAL TABLE {level}_fts USING fts5({text}, every_row, content='{level}',
+            content_rowid='rowid', tokenize='{TOKENIZER}')""",
+        f"INSERT INTO {level}_fts ({level}_fts) VALUES ('rebuild')",
+        f"""CREATE TRIGGER {level}_ai AFTER INSERT ON {level} BEGIN
+            INSERT INTO {level}_fts (rowid, {text}, every_row) VALUES (new.rowid, {values}); END""",
+        f"""CREATE TRIGGER {level}_ad AFTER DELETE ON {level} BEGIN
+            INSERT INTO {level}_fts ({level}_fts, rowid, {text}, every_row)
+            VALUES ('delete', old.rowid, {old_values}); END""",
+        f"""CREATE TRIGGER {level}_au AFTER UPDATE OF {text} ON {level} BEGIN
+            INSERT INTO {level}_fts ({level}_fts, rowid, {text}, every_row)
+            VALUES ('delete', old.rowid, {old_values});
+            INSERT INTO {level}_fts (rowid, {text}, every_row) VALUES (new.rowid, {values}); END""",
+    ]
+
 
 # Applied in order, each once; PRAGMA user_version records how many have run.
 MIGRATIONS: list[list[str]] = [
@@ -90,6 +123,7 @@ MIGRATIONS: list[list[str]] = [
             INSERT INTO chunks_fts (rowid, heading_path, content)
             VALUES (new.rowid, new.heading_path, new.content); END""",
     ],
+    _every_row_column("documents", "title") + _every_row_column("chunks", "heading_path"),
 ]
 
 _TABLE = {"documents": "documents", "chunks": "chunks"}
@@ -126,6 +160,7 @@ class SQLiteStore(Store):
         self._guard_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._matrices: dict[Level, _Matrix] = {}
+        self._frequencies: dict[Level, tuple[int, int, dict[str, int]]] = {}  # (generation, rows, term counts)
         self._closed = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -221,6 +256,7 @@ class SQLiteStore(Store):
                 conn.close()
             self._connections.clear()
         self._matrices.clear()
+        self._frequencies.clear()
 
     # --- what the vectors are --------------------------------------------------------------------
     def _info(self, conn: sqlite3.Connection) -> dict[str, str]:
@@ -253,10 +289,7 @@ class SQLiteStore(Store):
 
     # --- writing ---------------------------------------------------------------------------------
     def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
-        doc_ids = {d.id for d in documents}
-        strays = {c.document_id for c in chunks} - doc_ids
-        if strays:
-            raise InvalidRequest(f"chunks refer to documents not in this batch: {sorted(strays)[:5]}")
+        check_batch(documents, chunks)
         vectors = [r.embedding for r in [*documents, *chunks] if r.embedding is not None]
         with self._write() as conn:
             self._claim_model(conn, model_id, vectors)
@@ -372,7 +405,8 @@ class SQLiteStore(Store):
                 vectors, rowids = vectors[keep], rowids[keep]
             if len(rowids) == 0:
                 return []
-            scores = vectors @ query
+            with _one_blas_thread():  # BLAS threads spinning on both cores would stall the keyword search
+                scores = vectors @ query
             top = np.argpartition(-scores, k - 1)[:k] if len(scores) > k else np.arange(len(scores))
             top = top[np.argsort(-scores[top], kind="stable")]
             top = top[scores[top] >= min_similarity]
@@ -380,20 +414,60 @@ class SQLiteStore(Store):
 
     def keyword_search(self, level: Level, query: str, k: int, *, filters: dict[str, Any] | None = None,
                        document_ids: Sequence[str] | None = None) -> list[Hit]:
+        """BM25 over the query's words (FTS5), computed exactly but, for long queries, only over the rows
+        that can reach the top k (MaxScore): a row holding none of the rarer terms scores at most the sum
+        of the common terms' upper bounds, so once k rows beat that sum, rows with only common terms are
+        never scored. On 100K chunks this halves the time of a SciFact query."""
         terms = keyword_terms(query)
         if not terms:
             return []
-        match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)  # every term quoted: no syntax
         fts = f"{level}_fts"
         where, params = _where(level, filters, document_ids)
         # Unscoped, the FTS index answers alone: joining the table for every match would double the time.
-        sql = (f"SELECT rowid, -bm25({fts}) AS score FROM {fts} WHERE {fts} MATCH ? ORDER BY score DESC LIMIT ?"
+        score = f"-bm25({fts}, 1.0, 1.0, 0.0)"  # the every-row column weighs nothing
+        sql = (f"SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ? ORDER BY score DESC LIMIT ?"
                if not where else
-               f"""SELECT d.rowid, f.score FROM (SELECT rowid, -bm25({fts}) AS score FROM {fts} WHERE {fts} MATCH ?) f
+               f"""SELECT d.rowid, f.score FROM (SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ?) f
                    JOIN {_TABLE[level]} d ON d.rowid = f.rowid WHERE {where} ORDER BY f.score DESC LIMIT ?""")
         with self._read() as conn:
-            ranked = conn.execute(sql, (match, *params, k)).fetchall()
-            return self._hits(conn, level, dict(ranked), "keyword_score")
+            def ranked(essential: list[str]) -> list[tuple[int, float]]:
+                rest = [t for t in terms if t not in essential]
+                match = f"({_fts_any(essential)})" + (f" AND ({_fts_any(rest)} OR {EVERY_ROW})" if rest else "")
+                return conn.execute(sql, (match, *params, k)).fetchall()
+
+            if len(terms) < 3:
+                return self._hits(conn, level, dict(ranked(terms)), "keyword_score")
+            weights = self._idf(conn, level, terms)
+            by_rarity = sorted((t for t in terms if weights[t] > 0), key=lambda t: -weights[t])
+            if not by_rarity:
+                return []
+            first = by_rarity[:(len(by_rarity) + 1) // 2]
+            rows = ranked(first)
+            threshold = rows[-1][1] if len(rows) == k else 0.0
+            bound, essential = 0.0, list(by_rarity)
+            while essential and bound + _BM25_K1_PLUS_1 * weights[essential[-1]] < threshold:
+                bound += _BM25_K1_PLUS_1 * weights[essential.pop()]
+            if not set(essential) <= set(first):
+                rows = ranked(essential)
+            return self._hits(conn, level, dict(rows), "keyword_score")
+
+    def _idf(self, conn: sqlite3.Connection, level: Level, terms: list[str]) -> dict[str, float]:
+        """FTS5's bm25 idf of each term (0 for a term in no row); document frequencies are cached per write."""
+        generation = int(self._info(conn)["generation"])
+        cache = self._frequencies.get(level)
+        if cache is None or cache[0] != generation:
+            rows = conn.execute(f"SELECT count(*) FROM {_TABLE[level]}").fetchone()[0]
+            cache = self._frequencies[level] = (generation, rows, {})
+        _, rows, frequencies = cache
+        if len(frequencies) > 50_000:  # a long-lived reader sees many words between writes
+            frequencies.clear()
+        for term in terms:
+            if term not in frequencies:
+                frequencies[term] = conn.execute(f"SELECT count(*) FROM {level}_fts WHERE {level}_fts MATCH ?",
+                                                 (_fts_any([term]),)).fetchone()[0]
+        # As FTS5: idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6, for a term in n of N rows.
+        return {t: max(1e-6, math.log((rows - frequencies[t] + 0.5) / (frequencies[t] + 0.5)))
+                if frequencies[t] else 0.0 for t in terms}
 
     def _hits(self, conn: sqlite3.Connection, level: Level, scores: dict[int, float], score_field: str) -> list[Hit]:
         """The rows of `scores` (rowid -> score) as hits in that order, the score in `score_field`."""
@@ -438,6 +512,24 @@ class SQLiteStore(Store):
                 chunks_missing_embeddings=count(
                     "SELECT count(*) FROM chunks WHERE embedding IS NULL OR embedding_model IS NOT ?", model),
                 schema_version=count("PRAGMA user_version"))
+
+
+@functools.cache
+def _blas() -> Any:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _one_blas_thread() -> Any:
+    """Run numpy's BLAS on one thread: a matrix-vector product is memory-bound, and the search beside it
+    (keyword search runs concurrently) needs the other core more than the product does."""
+    return _blas().limit(limits=1, user_api="blas")
+
+
+def _fts_any(terms: Sequence[str]) -> str:
+    """An FTS5 expression matching any of the terms, each quoted so nothing in them is syntax."""
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
 
 def _hit(level: Level, row: Any, **scores: float) -> Hit:

@@ -206,22 +206,24 @@ def test_states_hashes_and_backfill(store: Store):
 
 
 def test_switching_models_after_a_full_reembed(store: Store):
+    # Another model of the same dimension; a new dimension is backend-specific (a new schema on Postgres).
     assert len(store.pending_embeddings("documents", "new/model", 10)) == 3
     docs = store.pending_embeddings("documents", "new/model", 10)
     for doc in docs:
-        doc.embedding = np.ones(2, dtype=np.float32) / np.sqrt(2)
+        doc.embedding = axis(0, 0, 0, 1)
     store.set_embeddings("documents", docs, "new/model")
     # mid-way, searches use only rows still holding the declared model's vectors, never mixing the two
-    assert store.vector_search("documents", axis(1), 5) == []
+    assert store.vector_search("documents", axis(1), 5, min_similarity=0.5) == []
     assert ids(store.keyword_search("documents", "banda", 5)) == ["banda"]
-    store.set_embedding_model("new/model", 2)
-    assert store.embedding_model() == ("new/model", 2)
-    assert len(store.vector_search("documents", np.ones(2, dtype=np.float32) / np.sqrt(2), 5)) == 3
+    store.set_embedding_model("new/model", DIM)
+    assert store.embedding_model() == ("new/model", DIM)
+    assert len(store.vector_search("documents", axis(0, 0, 0, 1), 5, min_similarity=0.5)) == 3
 
 
 def test_data_survives_reopening(store: Store, make_store: Callable[[], Store]):
     again = make_store()
-    assert (again.stats().documents, again.stats().chunks, again.stats().schema_version) == (3, 4, 1)
+    assert (again.stats().documents, again.stats().chunks) == (3, 4)
+    assert again.stats().schema_version == store.stats().schema_version >= 1
     assert ids(again.vector_search("chunks", axis(0, 0, 1), 1)) == ["gifts#0"]
 
 

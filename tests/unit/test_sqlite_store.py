@@ -1,0 +1,109 @@
+"""What only the embedded store does: exact MaxScore pruning of keyword search, migrations, any dimension."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+
+import numpy as np
+import pytest
+
+from agent_retrieval.models import Chunk, Document
+from agent_retrieval.stores import SQLiteStore
+from agent_retrieval.stores.base import keyword_terms
+from agent_retrieval.stores.sqlite import MIGRATIONS
+
+
+def zipf_corpus(rows: int, seed: int = 3) -> tuple[list[Document], list[Chunk]]:
+    """Chunks of words drawn with Zipf-like frequencies, so queries mix rare and very common terms."""
+    rng = random.Random(seed)
+    vocabulary = [f"w{i}x" for i in range(400)]
+    weights = [1 / (i + 1) for i in range(len(vocabulary))]
+    docs, chunks = [], []
+    for n in range(rows):
+        words = rng.choices(vocabulary, weights, k=rng.randint(5, 60))
+        docs.append(Document(f"d{n}", f"doc {n}", " ".join(words), content_hash=str(n)))
+        chunks.append(Chunk(f"d{n}#0", f"d{n}", 0, " ".join(words), f"doc {n}", text_hash=str(n)))
+    return docs, chunks
+
+
+def full_bm25(path: str, level: str, query: str, k: int) -> list[tuple[str, float]]:
+    """The reference: FTS5's bm25 over every row holding any query term, no pruning."""
+    match = " OR ".join(f'"{t}"' for t in keyword_terms(query))
+    table = "chunks" if level == "chunks" else "documents"
+    with sqlite3.connect(path) as conn:
+        return conn.execute(f"""SELECT d.id, -bm25({level}_fts, 1.0, 1.0, 0.0) AS s FROM {level}_fts
+            JOIN {table} d ON d.rowid = {level}_fts.rowid WHERE {level}_fts MATCH ? ORDER BY s DESC, d.id LIMIT ?""",
+                            (match, k)).fetchall()
+
+
+def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatch):
+    path = str(tmp_path / "zipf.db")
+    store = SQLiteStore(path)
+    store.upsert(*zipf_corpus(600), "test/none")
+    rng = random.Random(11)
+    passes: list[str] = []
+    original = store._conn
+
+    def counting_conn():
+        conn = original()
+        return _Recorder(conn, passes)
+
+    monkeypatch.setattr(store, "_conn", counting_conn)
+    for _ in range(40):
+        query = " ".join(f"w{rng.choice([0, 1, 2, 3, rng.randint(4, 399), rng.randint(50, 399)])}x"
+                         for _ in range(rng.randint(3, 8)))
+        for level in ("chunks", "documents"):
+            for k in (1, 5, 20):
+                got = [(h.id, h.keyword_score) for h in store.keyword_search(level, query, k)]
+                want = full_bm25(path, level, query, k)
+                assert [i for i, _ in got] == [i for i, _ in want] or _ties_only(got, want), query
+                assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
+    # pruning really happened: some searches scored only rows holding a rarer term
+    assert any(" AND (" in match for match in passes)
+
+
+def _ties_only(got: list[tuple[str, float]], want: list[tuple[str, float]]) -> bool:
+    """Rows with equal scores may come in another order; the scores must still agree one for one."""
+    return sorted(s for _, s in got) == pytest.approx(sorted(s for _, s in want), rel=1e-9)
+
+
+class _Recorder:
+    """Wraps a connection to record the FTS5 expressions keyword search sends."""
+
+    def __init__(self, conn: sqlite3.Connection, matches: list[str]):
+        self._conn, self._matches = conn, matches
+
+    def execute(self, sql: str, params=()):  # noqa: ANN001 - mirrors sqlite3's signature
+        if "bm25(" in sql and params:
+            self._matches.append(params[0])
+        return self._conn.execute(sql, params)
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    for statement in MIGRATIONS[0]:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("INSERT INTO documents (id, title, content, content_hash) VALUES ('a', 'Fees', 'commission', 'h')")
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(path)
+    assert store.stats().schema_version == len(MIGRATIONS)
+    assert [h.id for h in store.keyword_search("documents", "commission", 5)] == ["a"]
+
+
+def test_the_embedded_store_switches_to_a_model_of_another_dimension_after_reembed(tmp_path):
+    store = SQLiteStore(tmp_path / "dims.db")
+    doc = Document("a", "A", "text", content_hash="h", embedding=np.ones(4, dtype=np.float32) / 2)
+    store.upsert([doc], [], "old/model")
+    pending = store.pending_embeddings("documents", "new/model", 10)
+    pending[0].embedding = np.ones(2, dtype=np.float32) / np.sqrt(2)
+    store.set_embeddings("documents", pending, "new/model")
+    store.set_embedding_model("new/model", 2)
+    assert store.embedding_model() == ("new/model", 2)
+    assert [h.id for h in store.vector_search("documents", np.ones(2, dtype=np.float32) / np.sqrt(2), 5)] == ["a"]
