@@ -1,4 +1,4 @@
-"""The `agent-retrieval` command: ingest, query, stats, reembed, config and an offline demo."""
+"""The `agent-retrieval` command: ingest, query, stats, reembed, config, db init and an offline demo."""
 
 from __future__ import annotations
 
@@ -80,6 +80,21 @@ def _parser() -> argparse.ArgumentParser:
 
     command("config", _config, "Show every setting, its environment variable and current value.")
 
+    db = commands.add_parser("db", help="Set up the Postgres or Supabase store.",
+                             description="Set up the Postgres or Supabase store.")
+    db_commands = db.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    init = db_commands.add_parser(
+        "init", help="Create the schema, tables, indexes and SQL functions (safe to run again).",
+        description="Create the schema, tables, indexes and SQL functions in the database of "
+                    "$AGENT_RETRIEVAL_DSN (safe to run again), or print them for the Supabase SQL editor.")
+    init.add_argument("--dimension", type=int, metavar="N",
+                      help="embedding dimension (default: the configured embedder's)")
+    init.add_argument("--schema", metavar="NAME", help="Postgres schema (default: $AGENT_RETRIEVAL_SCHEMA "
+                                                       "or agent_retrieval)")
+    init.add_argument("--print", action="store_true", dest="print_sql",
+                      help="print the SQL instead of running it (paste it into the Supabase SQL editor)")
+    init.set_defaults(run=_db_init)
+
     command("demo", _demo, f"Ingest the bundled demo corpus (into {DEMO_DB} unless --db is given) and answer "
                            "its questions offline with document_retriever and chunk_retriever.")
     return parser
@@ -157,6 +172,32 @@ def _reembed(args: argparse.Namespace, context: Context) -> int:
 def _config(args: argparse.Namespace, context: Context) -> int:
     for name, env, value, description in context.describe():
         print(f"{name} = {value!r}\n    ${env}: {description}")
+    return 0
+
+
+def _db_init(args: argparse.Namespace, context: Context) -> int:
+    from agent_retrieval.stores.rpc import render_sql
+
+    schema = args.schema or context.db_schema
+    if args.dimension is None:
+        from agent_retrieval.embeddings import make_embedder
+
+        embedder = make_embedder(context)
+        args.dimension = len(embedder.embed_query("dimension probe"))
+        print(f"embedding dimension {args.dimension} (from {embedder.model_id})", file=sys.stderr)
+    if args.print_sql:
+        print(render_sql(schema, args.dimension))
+        return 0
+    if not context.postgres_dsn:
+        where = ("Supabase's API cannot create tables: " if context.supabase_url else
+                 "No database is configured (the embedded SQLite store needs no setup): ")
+        raise _bad(where + "set AGENT_RETRIEVAL_DSN to the database's connection string, or run "
+                           "`agent-retrieval db init --print` and paste the SQL into the Supabase SQL editor")
+    from agent_retrieval.stores.postgres import PostgresStore
+
+    with PostgresStore(context.postgres_dsn, schema=schema) as store:
+        store.init(args.dimension)
+        print(f"schema {schema} is ready for {args.dimension}-dimensional vectors at {store.location}")
     return 0
 
 

@@ -33,9 +33,22 @@ class Context:
     overrides it.
     """
 
-    # --- store -------------------------------------------------------------------------------
+    # --- store: Postgres by DSN, else Supabase by URL and key, else the embedded SQLite file ---------
     db_path: str = setting("agent_retrieval.db", "Embedded SQLite store file (relative paths are "
                            "under the working directory).", env="AGENT_RETRIEVAL_DB")
+    postgres_dsn: str = setting("", "Postgres connection string (postgresql://user:password@host:5432/db); "
+                                "when set, the store is Postgres + pgvector.", env="AGENT_RETRIEVAL_DSN",
+                                secret=True)
+    supabase_url: str = setting("", "Supabase project URL (https://<project>.supabase.co); with a key, the "
+                                "store is Supabase, searched by RPC.")
+    supabase_key: str = setting("", "Supabase API key: the service role key to ingest, or the anon key "
+                                "(with a user token) to search as a user.", secret=True)
+    supabase_user_token: str = setting("", "A signed-in user's access token (JWT): searches see only what "
+                                       "row-level security lets this user read.", secret=True)
+    db_schema: str = setting("agent_retrieval", "Postgres schema holding the store's tables and functions.",
+                             env="AGENT_RETRIEVAL_SCHEMA")
+    tenant_id: str = setting("", "Tenant whose rows ingestion writes and searches read (besides public rows); "
+                             "blank: the user token's tenant, or the whole store.", env="AGENT_RETRIEVAL_TENANT")
 
     # --- embeddings --------------------------------------------------------------------------
     embedding_provider: EmbeddingProvider = setting(
@@ -54,10 +67,10 @@ class Context:
     openai_chat_model: str = setting("gpt-4o-mini", "Chat model for HyDE and planning.")
     openai_embedding_model: str = setting("text-embedding-3-small", "OpenAI embedding model.")
     embedding_batch_size: int = setting(64, "Texts per embedding request.", bounds=(1, 2048))
-    request_timeout_seconds: float = setting(30.0, "Timeout of one provider request, in seconds.",
-                                             bounds=(0.1, 600))
-    max_retries: int = setting(3, "Retries, with exponential backoff, of provider requests that fail "
-                               "transiently (rate limits, server errors the SDK deems retryable).",
+    request_timeout_seconds: float = setting(30.0, "Timeout of one provider request or store call, in "
+                                             "seconds (Postgres: the statement timeout).", bounds=(0.1, 600))
+    max_retries: int = setting(3, "Retries, with exponential backoff, of provider requests and store calls "
+                               "that fail transiently (rate limits, server errors, lost connections).",
                                bounds=(0, 10))
 
     # --- HyDE --------------------------------------------------------------------------------
@@ -104,9 +117,17 @@ class Context:
             setattr(self, f.name, _check(f.name, value, hints[f.name], f.metadata.get("bounds")))
         if self.use_voyage_embeddings:
             self.embedding_provider = "voyage"
+        if bool(self.supabase_url) != bool(self.supabase_key) and not self.postgres_dsn:
+            missing = "SUPABASE_KEY" if self.supabase_url else "SUPABASE_URL"
+            raise ConfigError(f"Supabase needs both SUPABASE_URL and SUPABASE_KEY; {missing} is not set")
         if self.chunk_overlap >= self.chunk_size:
             raise ConfigError(f"chunk_overlap must be smaller than chunk_size "
                               f"(got {self.chunk_overlap} >= {self.chunk_size})")
+
+    @property
+    def store_backend(self) -> str:
+        """Which store the settings select: postgres, supabase or sqlite."""
+        return "postgres" if self.postgres_dsn else "supabase" if self.supabase_url else "sqlite"
 
     @property
     def hyde_chat_model(self) -> str:

@@ -30,5 +30,13 @@ class EmbeddingModelMismatch(AgentRetrievalError):
         self.stored, self.current = stored, current
 
 
+class DimensionMismatch(EmbeddingModelMismatch):
+    """The store's SQL was made for vectors of another dimension (fixed per schema on Postgres and Supabase)."""
+
+    def __init__(self, message: str):
+        AgentRetrievalError.__init__(self, message)
+        self.stored = self.current = ""
+
+
 class StoreError(AgentRetrievalError):
     """The store could not be read or written."""

@@ -1,7 +1,8 @@
-"""The Store contract: every backend passes the same suite (the embedded store now; Postgres and Supabase next)."""
+"""The Store contract: every backend passes the same suite (embedded SQLite, Postgres by DSN, Supabase by RPC)."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,13 +13,50 @@ import pytest
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore, Store
+from agent_retrieval.stores.postgres import PostgresStore
+from agent_retrieval.stores.supabase import SupabaseStore
 
 MODEL = "test/axes"
 DIM = 4
 
-BACKENDS: dict[str, Callable[[Path], Store]] = {
-    "sqlite": lambda folder: SQLiteStore(folder / "contract.db"),
-}
+def sqlite_store(request: pytest.FixtureRequest, folder: Path) -> Store:
+    return SQLiteStore(folder / "contract.db")
+
+
+def postgres_store(request: pytest.FixtureRequest, folder: Path) -> Store:
+    """A schema of its own per test (named after the test's folder, so reopening finds it)."""
+    pg = request.getfixturevalue("postgres")
+    store = PostgresStore(pg.dsn, schema="c_" + hashlib.sha1(str(folder).encode()).hexdigest()[:16])
+    store.init(DIM)
+    return store
+
+
+def supabase_store(request: pytest.FixtureRequest, folder: Path) -> Store:
+    """The service role through the gateway and PostgREST, on a schema emptied before each test."""
+    stack = request.getfixturevalue("supabase_contract")
+    return SupabaseStore(stack.url, stack.service_key, schema=CONTRACT_SCHEMA)
+
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Store]] = {
+    "sqlite": sqlite_store, "postgres": postgres_store, "supabase": supabase_store}
+CONTRACT_SCHEMA = "ar_contract"
+
+
+@pytest.fixture(scope="session")
+def supabase_contract_schema(supabase_stack):
+    PostgresStore(supabase_stack.postgres.dsn, schema=CONTRACT_SCHEMA).init(DIM)
+    supabase_stack.postgrest.reload_schema()
+    return supabase_stack
+
+
+@pytest.fixture
+def supabase_contract(supabase_contract_schema):
+    """The stack, with the contract schema emptied (rows, statistics and the recorded model)."""
+    supabase_contract_schema.postgres.execute(
+        f"truncate {CONTRACT_SCHEMA}.documents, {CONTRACT_SCHEMA}.chunks, {CONTRACT_SCHEMA}.documents_terms, "
+        f"{CONTRACT_SCHEMA}.chunks_terms, {CONTRACT_SCHEMA}.corpus_stats; "
+        f"delete from {CONTRACT_SCHEMA}.store_info where key = 'embedding_model'")
+    return supabase_contract_schema
 
 
 @pytest.fixture(params=sorted(BACKENDS))
@@ -27,7 +65,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
     opened: list[Store] = []
 
     def make() -> Store:
-        opened.append(BACKENDS[request.param](tmp_path))
+        opened.append(BACKENDS[request.param](request, tmp_path))
         return opened[-1]
 
     yield make

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,11 @@ def test_secrets_are_masked_in_describe_and_repr():
     text = repr(context) + str(context.describe())
     assert "sk-very-secret" not in text and "pa-secret" not in text
     assert context.has_chat_model
+
+
+def test_the_readme_table_lists_every_setting_as_the_context_describes_it():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    for f in fields(Context):
+        env = f.metadata.get("env") or f.name.upper()
+        default = f"`{f.default}`" if f.default != "" else "(unset)"
+        assert f"| `{f.name}` | `{env}` | {default} | {f.metadata['description']} |" in readme, f.name

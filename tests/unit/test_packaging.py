@@ -1,4 +1,5 @@
-"""The wheel: a real `pip install` of it carries the prompts inside the package and loads them from there."""
+"""The wheel: a real `pip install` of it carries the prompts and the store's SQL inside the package and loads
+them from there."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def test_installed_wheel_loads_its_packaged_prompts(tmp_path: Path):
     prompts = sorted(p.name for p in (ROOT / "prompts").glob("*.md"))
     assert prompts and all(f"agent_retrieval/prompts/{name}" in names for name in prompts)
     assert any(n.endswith("demo/questions.json") for n in names)
+    sql = sorted(p.name for p in (ROOT / "agent_retrieval" / "stores" / "sql").glob("*.sql"))
+    assert sql and all(f"agent_retrieval/stores/sql/{name}" in names for name in sql)
     assert any(n.endswith("entry_points.txt") for n in names)
 
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
@@ -28,7 +31,8 @@ def test_installed_wheel_loads_its_packaged_prompts(tmp_path: Path):
              "print(p.__file__)\n"
              "print((p._SOURCE / 'hyde.md').exists())\n"
              "print(p.load_prompt('hyde') == open(p._PACKAGED / 'hyde.md', encoding='utf-8').read().strip())\n"
-             "from agent_retrieval import demo; print(len(demo.questions()))\n")
+             "from agent_retrieval import demo; print(len(demo.questions()))\n"
+             "from agent_retrieval.stores.rpc import render_sql; print('match_chunks' in render_sql('s', 8))\n")
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
                          check=True, timeout=120).stdout.split("\n")
@@ -36,3 +40,4 @@ def test_installed_wheel_loads_its_packaged_prompts(tmp_path: Path):
     assert out[1] == "False"  # no repository prompts/ beside it: the packaged ones were read
     assert out[2] == "True"
     assert int(out[3]) >= 8
+    assert out[4] == "True"  # the SQL renders from the installed files

@@ -74,7 +74,7 @@ class _Recorder:
     def __init__(self, conn: sqlite3.Connection, matches: list[str]):
         self._conn, self._matches = conn, matches
 
-    def execute(self, sql: str, params=()):  # noqa: ANN001 - mirrors sqlite3's signature
+    def execute(self, sql: str, params=()):
         if "bm25(" in sql and params:
             self._matches.append(params[0])
         return self._conn.execute(sql, params)

@@ -1,0 +1,137 @@
+"""The Postgres store by DSN: psycopg 3 with a connection pool and the pgvector adapter, calling the SQL
+functions of stores/sql/ (the same ones Supabase serves by RPC)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from agent_retrieval.errors import ConfigError
+from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore, render_sql, returns_rows
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool  # noqa: F401 - checked here so the message below covers both
+    except ImportError:
+        raise ConfigError("the Postgres store needs the 'postgres' extra: pip install 'agent-retrieval[postgres]'") \
+            from None
+    return psycopg
+
+
+class PostgresStore(RPCStore):
+    """Documents and chunks in Postgres + pgvector, reached by DSN.
+
+    Run `init(dimension)` (or `agent-retrieval db init`) once to create the schema. Connections come
+    from a pool opened on first use; async calls run the same pool in worker threads, so they never
+    block the event loop and work from any loop.
+    """
+
+    backend = "postgres"
+
+    def __init__(self, dsn: str, *, schema: str = DEFAULT_SCHEMA, tenant: str | None = None,
+                 timeout: float = 30.0, pool_size: int = 8, max_retries: int = 3):
+        super().__init__(schema=schema, tenant=tenant, max_retries=max_retries)
+        psycopg = _psycopg()
+        try:
+            self._conninfo = psycopg.conninfo.conninfo_to_dict(dsn)
+        except psycopg.ProgrammingError:
+            raise ConfigError("the Postgres DSN is not valid: expected e.g. "
+                              "postgresql://user:password@host:5432/dbname") from None
+        self.dsn = dsn
+        self.timeout = timeout
+        self.pool_size = pool_size
+        self._pool: Any = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.location!r}, schema={self.schema!r})"
+
+    @property
+    def location(self) -> str:
+        info = self._conninfo
+        host = info.get("host") or "localhost"
+        port = f":{info['port']}" if info.get("port") else ""
+        return f"postgresql://{info.get('user') or ''}@{host}{port}/{info.get('dbname') or ''}#{self.schema}"
+
+    # --- connections -------------------------------------------------------------------------------
+    def _connect_options(self) -> dict[str, Any]:
+        # The statement timeout bounds every call on the server side; the pool bounds waiting for a slot.
+        return {"options": f"-c statement_timeout={int(self.timeout * 1000)}", "connect_timeout": 10}
+
+    def _open_pool(self) -> Any:
+        with self._lock:
+            if self._pool is None:
+                from psycopg.rows import dict_row
+                from psycopg_pool import ConnectionPool
+
+                # One direct connection first: an unreachable server fails now, with its own reason,
+                # instead of after the pool has waited out its timeout.
+                _psycopg().connect(self.dsn, **self._connect_options()).close()
+                self._pool = ConnectionPool(self.dsn, min_size=1, max_size=self.pool_size, open=True,
+                                            kwargs={**self._connect_options(), "row_factory": dict_row},
+                                            configure=_register_vector, timeout=self.timeout,
+                                            name=f"agent-retrieval-{self.schema}")
+            return self._pool
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+    # --- calls ---------------------------------------------------------------------------------------
+    def _send(self, function: str, params: dict[str, Any]) -> Any:
+        psycopg = _psycopg()
+        from psycopg import sql
+        from psycopg.types.json import Jsonb
+        from psycopg_pool import PoolTimeout
+
+        arguments = sql.SQL(", ").join(sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name))
+                                       for name in params)
+        target = sql.SQL("{}.{}({})").format(sql.Identifier(self.schema), sql.Identifier(function), arguments)
+        query = sql.SQL("select * from {}" if returns_rows(function) else "select {} as value").format(target)
+        values = {name: Jsonb(v.value) if isinstance(v, Json) else v for name, v in params.items()}
+        try:
+            with self._open_pool().connection() as conn:
+                rows = conn.execute(query, values).fetchall()
+        except PoolTimeout:
+            raise CallError("pool", f"no connection to {self.location} within {self.timeout:g} s",
+                            transient=True) from None
+        except psycopg.Error as error:
+            raise _call_error(psycopg, error) from None
+        return rows if returns_rows(function) else rows[0]["value"]
+
+    # --- schema --------------------------------------------------------------------------------------
+    def init(self, dimension: int) -> None:
+        """Create (or bring up to date) the schema, tables, indexes and functions for this dimension."""
+        psycopg = _psycopg()
+        script = render_sql(self.schema, dimension)
+        try:
+            with psycopg.connect(self.dsn, **self._connect_options()) as conn:
+                conn.execute(script)
+        except psycopg.Error as error:
+            raise self._readable(_call_error(psycopg, error)) from None
+        self.close()  # pooled connections cached type information from before the schema existed
+
+
+def _register_vector(conn: Any) -> None:
+    """Vectors cross as numpy arrays (the pgvector adapter), once the extension exists."""
+    from pgvector.psycopg import register_vector
+
+    try:
+        register_vector(conn)
+    except Exception:  # noqa: BLE001 - before `db init` there is no vector type; calls then say so
+        conn.rollback()
+    else:
+        conn.commit()
+
+
+def _call_error(psycopg: Any, error: Any) -> CallError:
+    diag = error.diag
+    code = error.sqlstate or ("connection" if isinstance(error, psycopg.OperationalError) else "unknown")
+    transient = code == "connection" or code.startswith("08") or code in ("57P01", "57P02", "57P03", "40001")
+    message = (diag.message_primary or str(error).strip().splitlines()[0]) if diag else str(error)
+    return CallError(code, message, diag.message_detail, diag.message_hint, transient)
+

@@ -1,0 +1,326 @@
+"""Stores whose logic lives in the SQL functions of stores/sql/: Postgres by DSN and Supabase by RPC.
+
+Both call the same functions with the same arguments; they differ only in how a call travels
+(psycopg, or supabase-py through PostgREST). The SQL is rendered for one schema and one embedding
+dimension, and can be printed for the Supabase SQL editor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent_retrieval.errors import DimensionMismatch, EmbeddingModelMismatch, InvalidRequest, StoreError
+from agent_retrieval.models import Chunk, Document, Hit, Level
+from agent_retrieval.stores.base import DOCUMENT_PREVIEW_CHARS, Store, StoreStats, check_batch, filter_values
+
+log = logging.getLogger(__name__)
+
+SQL_DIR = Path(__file__).parent / "sql"
+DEFAULT_SCHEMA = "agent_retrieval"
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+MODEL_CACHE_SECONDS = 5.0
+_Plan = tuple[str, dict[str, Any]]  # a SQL function and its named arguments
+
+# What differs between the two levels in the per-level SQL: the hit columns, their source, the document id.
+_LEVEL_SQL = {
+    "documents": {
+        "columns": f"d.id, d.id, d.title, left(d.content, {DOCUMENT_PREVIEW_CHARS}), d.metadata, "
+                   "null::int, null::text",
+        "from": "{{schema}}.documents d",
+        "document_id": "d.id",
+    },
+    "chunks": {
+        "columns": "d.id, d.document_id, p.title, d.content, d.metadata, d.ordinal, d.heading_path",
+        "from": "({{schema}}.chunks d join {{schema}}.documents p "
+                "on p.tenant_id = d.tenant_id and p.id = d.document_id)",
+        "document_id": "d.document_id",
+    },
+}
+
+
+def check_schema_name(schema: str) -> str:
+    """Schema names go into SQL text, so only plain lower-case identifiers are allowed."""
+    if not SCHEMA_NAME.match(schema):
+        raise InvalidRequest(f"schema {schema!r} is not allowed: use lower-case letters, digits and '_', "
+                             "starting with a letter or '_', at most 63 characters")
+    return schema
+
+
+def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384) -> str:
+    """All of the store's SQL for one schema and embedding dimension: run it with psql, or paste it into
+    the Supabase SQL editor. Running it again changes nothing."""
+    check_schema_name(schema)
+    if not isinstance(dimension, int) or not 1 <= dimension <= 16000:
+        raise InvalidRequest(f"dimension must be an integer between 1 and 16000 (got {dimension!r})")
+    parts = []
+    for path in sorted(SQL_DIR.glob("*.sql")):
+        text = path.read_text(encoding="utf-8")
+        if path.name.endswith(".per-level.sql"):
+            parts += [_fill(text, _LEVEL_SQL[level] | {"level": level}) for level in ("documents", "chunks")]
+        else:
+            parts.append(text)
+    return "\n\n".join(_fill(part, {"schema": schema, "dimension": str(dimension)}) for part in parts)
+
+
+def _fill(text: str, values: dict[str, str]) -> str:
+    """Replace {{name}} placeholders; unknown names are left for a later pass."""
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+_SET_RETURNING = ("match_", "keyword_search_", "hybrid_search_", "document_states", "vectors_by_hash",
+                  "pending_embeddings", "document_chunks", "unknown_documents")
+
+
+def returns_rows(function: str) -> bool:
+    """Whether a SQL function returns rows (a list of dicts) rather than one value."""
+    return function.startswith(_SET_RETURNING)
+
+
+@dataclass(frozen=True)
+class Json:
+    """An argument the SQL function takes as jsonb."""
+
+    value: Any
+
+
+@dataclass
+class CallError(Exception):
+    """A failed call, reduced to what both transports report: SQLSTATE (or PostgREST code) and messages."""
+
+    code: str
+    message: str
+    detail: str | None = None
+    hint: str | None = None
+    transient: bool = False
+
+
+class RPCStore(Store):
+    """The Store contract over the SQL functions; subclasses say how a call reaches the database.
+
+    `tenant` scopes every call (None: the caller's own scope, which on Supabase is the JWT's tenant
+    and on a plain DSN is the whole store).
+    """
+
+    def __init__(self, *, schema: str = DEFAULT_SCHEMA, tenant: str | None = None, max_retries: int = 3):
+        self.schema = check_schema_name(schema)
+        self.tenant = tenant or None
+        self.max_retries = max_retries
+        self._model_cache: tuple[float, tuple[str, int] | None] | None = None
+
+    # --- transport ----------------------------------------------------------------------------------
+    @abstractmethod
+    def _send(self, function: str, params: dict[str, Any]) -> Any:
+        """Call schema.function with named arguments: rows as dicts, or the scalar it returns.
+        Raises CallError."""
+
+    async def _asend(self, function: str, params: dict[str, Any]) -> Any:
+        return await asyncio.to_thread(self._send, function, params)
+
+    def _call(self, function: str, **params: Any) -> Any:
+        """One call, retried with backoff while the failure is transient, errors made readable."""
+        attempt = 0
+        while True:
+            try:
+                return self._send(function, params)
+            except CallError as error:
+                time.sleep(self._retry_delay(function, error, attempt))
+            attempt += 1
+
+    async def _acall(self, function: str, **params: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return await self._asend(function, params)
+            except CallError as error:
+                await asyncio.sleep(self._retry_delay(function, error, attempt))
+            attempt += 1
+
+    def _retry_delay(self, function: str, error: CallError, attempt: int) -> float:
+        """How long to wait before retrying a failed call; raises our error when it should not be retried.
+        Every function is safe to repeat: reads change nothing and each write replaces what it wrote."""
+        if not error.transient or attempt >= self.max_retries:
+            raise self._readable(error) from None
+        log.info("%s: transient failure (%s), retrying", function, error.code)
+        return min(4.0, 0.2 * 2 ** attempt) * (0.5 + random.random() / 2)  # jitter spreads retrying clients
+
+    def _readable(self, error: CallError) -> Exception:
+        """Our error for a failed call: it says what happened and what to do, never the SQL."""
+        if error.code == "AR001":
+            info = json.loads(error.detail or "{}")
+            return EmbeddingModelMismatch(info.get("stored") or "another model", info.get("dimension", 0),
+                                          info.get("current") or "the configured embedder", info.get("got"))
+        if error.code == "AR002":
+            return DimensionMismatch(f"{error.message}. {error.hint or ''}".strip())
+        if error.code in ("connection", "pool"):
+            return StoreError(f"cannot reach the {self.backend} store at {self.location}: {error.message}")
+        if error.code == "22023":
+            return InvalidRequest(error.message)
+        if error.code == "57014":
+            return StoreError(f"the {self.backend} store cancelled the query at its statement timeout; narrow the "
+                              "search (filters, fewer candidates) or raise the timeout")
+        if error.code in ("42883", "3F000", "42P01", "PGRST202", "PGRST205"):
+            return StoreError(f"the agent-retrieval SQL is not installed in schema {self.schema!r} (or is older "
+                              "than this version): run `agent-retrieval db init`")
+        if error.code == "42501":
+            return StoreError(f"permission denied by the {self.backend} store: writing needs the service role "
+                              "(or the table owner's DSN); users and anon may only search")
+        return StoreError(f"the {self.backend} store failed: {error.message} ({error.code})")
+
+    # --- what the vectors are ------------------------------------------------------------------------
+    def embedding_model(self) -> tuple[str, int] | None:
+        # Every search asks (to skip vector search on a mismatch): a remote round trip each time would
+        # cost more than the search, so the answer is reused for a few seconds.
+        cached = self._model_cache
+        if cached is None or time.monotonic() - cached[0] > MODEL_CACHE_SECONDS:
+            info = self._call("get_store_info")
+            model = (info["embedding_model"], int(info["dimension"])) if info.get("embedding_model") else None
+            self._model_cache = cached = (time.monotonic(), model)
+        return cached[1]
+
+    def set_embedding_model(self, model_id: str, dimension: int) -> None:
+        self._model_cache = None
+        self._call("set_embedding_model", model=model_id, dimension=dimension)
+
+    # --- writing -------------------------------------------------------------------------------------
+    def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
+        check_batch(documents, chunks)
+        self._model_cache = None  # the first write records the model
+        self._call("upsert_documents", model=model_id, tenant=self.tenant,
+                   documents=Json([_document_json(d) for d in documents]),
+                   chunks=Json([_chunk_json(c) for c in chunks]))
+
+    def delete_documents(self, ids: Sequence[str]) -> int:
+        return int(self._call("delete_documents", ids=list(ids), tenant=self.tenant) or 0)
+
+    def document_states(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
+        rows = self._call("document_states", ids=list(ids), tenant=self.tenant)
+        return {r["id"]: (r["content_hash"], bool(r["embedded"])) for r in rows}
+
+    def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
+        rows = self._call("vectors_by_hash", hashes=sorted(set(text_hashes)), model=model_id, tenant=self.tenant)
+        return {r["text_hash"]: _vector(r["embedding"]) for r in rows}
+
+    def pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
+        rows = self._call("pending_embeddings", level=level, model=model_id, max_rows=limit, tenant=self.tenant)
+        if level == "documents":
+            return [Document(id=r["id"], title=r["title"], content=r["content"], metadata=r["metadata"],
+                             source=r["source"], content_hash=r["content_hash"]) for r in rows]
+        return [Chunk(id=r["id"], document_id=r["document_id"], ordinal=r["ordinal"], content=r["content"],
+                      heading_path=r["heading_path"], metadata=r["metadata"]) for r in rows]
+
+    def set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
+        payload = [{"id": r.id, "text_hash": r.text_hash, "embedding": _vector_json(r.embedding)} for r in rows]
+        self._call("set_embeddings", level=level, rows=Json(payload), model=model_id, tenant=self.tenant)
+
+    # --- reading -------------------------------------------------------------------------------------
+    # A search is planned once (the function and its arguments, or None when the answer is empty
+    # anyway) and then sent by the sync or the async path.
+    def _scope(self, filters: dict[str, Any] | None, document_ids: Sequence[str] | None) -> dict[str, Any]:
+        # Numbers and their text forms match each other, as on every backend (the SQL does so too).
+        expanded = {key: filter_values(value) for key, value in (filters or {}).items()}
+        return {"filter": Json(expanded), "document_ids": None if document_ids is None else list(document_ids),
+                "tenant": self.tenant}
+
+    def _vector_plan(self, level: Level, vector: np.ndarray, k: int, filters: dict[str, Any] | None = None,
+                     document_ids: Sequence[str] | None = None, min_similarity: float = -1.0) -> _Plan | None:
+        if document_ids is not None and not document_ids:
+            return None
+        return f"match_{level}", {"query_embedding": np.asarray(vector, dtype=np.float32), "match_count": k,
+                                  "min_similarity": min_similarity, **self._scope(filters, document_ids)}
+
+    def _keyword_plan(self, level: Level, query: str, k: int, filters: dict[str, Any] | None = None,
+                      document_ids: Sequence[str] | None = None) -> _Plan | None:
+        if (document_ids is not None and not document_ids) or not query.strip():
+            return None
+        return f"keyword_search_{level}", {"query_text": query.replace("\x00", " "), "match_count": k,
+                                           **self._scope(filters, document_ids)}
+
+    def vector_search(self, level: Level, vector: np.ndarray, k: int, **kwargs: Any) -> list[Hit]:
+        plan = self._vector_plan(level, vector, k, **kwargs)
+        return [_hit(level, r) for r in self._call(plan[0], **plan[1])] if plan else []
+
+    def keyword_search(self, level: Level, query: str, k: int, **kwargs: Any) -> list[Hit]:
+        plan = self._keyword_plan(level, query, k, **kwargs)
+        return [_hit(level, r) for r in self._call(plan[0], **plan[1])] if plan else []
+
+    async def avector_search(self, level: Level, vector: np.ndarray, k: int, **kwargs: Any) -> list[Hit]:
+        plan = self._vector_plan(level, vector, k, **kwargs)
+        return [_hit(level, r) for r in await self._acall(plan[0], **plan[1])] if plan else []
+
+    async def akeyword_search(self, level: Level, query: str, k: int, **kwargs: Any) -> list[Hit]:
+        plan = self._keyword_plan(level, query, k, **kwargs)
+        return [_hit(level, r) for r in await self._acall(plan[0], **plan[1])] if plan else []
+
+    def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
+        rows = self._call("document_chunks", ids=list(document_ids), max_rows=limit, tenant=self.tenant)
+        return [_hit("chunks", r) for r in rows]
+
+    async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
+        rows = await self._acall("document_chunks", ids=list(document_ids), max_rows=limit, tenant=self.tenant)
+        return [_hit("chunks", r) for r in rows]
+
+    def unknown_documents(self, ids: Sequence[str]) -> list[str]:
+        return _texts(self._call("unknown_documents", ids=list(ids), tenant=self.tenant))
+
+    async def aunknown_documents(self, ids: Sequence[str]) -> list[str]:
+        return _texts(await self._acall("unknown_documents", ids=list(ids), tenant=self.tenant))
+
+    def stats(self) -> StoreStats:
+        data = self._call("store_stats", tenant=self.tenant)
+        return StoreStats(backend=self.backend, location=self.location, **data)
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where the store is, for `stats` (never with a password)."""
+
+
+def _texts(rows: list[Any]) -> list[str]:
+    """A `setof text` result: PostgREST sends plain strings, psycopg one-column rows."""
+    return [r if isinstance(r, str) else next(iter(r.values())) for r in rows]
+
+
+def _vector(value: Any) -> np.ndarray:
+    """A vector as either transport returns it: the pgvector adapter's Vector, or PostgREST's "[...]" text."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    elif hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
+def _vector_json(vector: Any) -> list[float] | None:
+    # Seven decimals keep float32 precision for unit vectors at half the text of a full repr.
+    return None if vector is None else np.round(np.asarray(vector, dtype=np.float64), 7).tolist()
+
+
+def _document_json(doc: Document) -> dict[str, Any]:
+    return {"id": doc.id, "title": doc.title, "content": doc.content, "metadata": doc.metadata,
+            "source": doc.source, "content_hash": doc.content_hash, "text_hash": doc.text_hash,
+            "embedding": _vector_json(doc.embedding)}
+
+
+def _chunk_json(chunk: Chunk) -> dict[str, Any]:
+    return {"id": chunk.id, "document_id": chunk.document_id, "ordinal": chunk.ordinal,
+            "heading_path": chunk.heading_path, "content": chunk.content, "metadata": chunk.metadata,
+            "text_hash": chunk.text_hash, "embedding": _vector_json(chunk.embedding)}
+
+
+def _hit(level: Level, row: dict[str, Any]) -> Hit:
+    return Hit(id=row["id"], level=level, document_id=row["document_id"], title=row["title"],
+               content=row["content"], metadata=row["metadata"] or {}, ordinal=row.get("ordinal"),
+               heading_path=row.get("heading_path"), vector_similarity=row.get("vector_similarity"),
+               keyword_score=row.get("keyword_score"))
+

@@ -1,0 +1,175 @@
+-- agent-retrieval: documents and chunks with their vectors, for Postgres + pgvector and Supabase.
+-- Rendered for one schema ({{schema}}) and one embedding dimension ({{dimension}}); safe to run again.
+
+-- Two installs at once would race on "if not exists": the second waits for the first instead.
+select pg_advisory_xact_lock(hashtext('agent_retrieval:{{schema}}'));
+
+do $$
+begin
+  if not exists (select 1 from pg_extension where extname = 'vector') then
+    -- Supabase keeps extensions in their own schema; plain Postgres puts them in the current one.
+    if exists (select 1 from pg_namespace where nspname = 'extensions') then
+      create extension vector with schema extensions;
+    else
+      create extension vector;
+    end if;
+  end if;
+end $$;
+
+create schema if not exists {{schema}};
+set search_path = {{schema}}, public, extensions;
+
+-- A store is made for one dimension: refuse to run over a store of another, rather than half-migrate it.
+do $$
+declare
+  existing int;
+begin
+  select a.atttypmod into existing from pg_attribute a
+  where a.attrelid = to_regclass('{{schema}}.chunks') and a.attname = 'embedding';
+  if existing is not null and existing <> {{dimension}} then
+    raise exception using errcode = 'AR002',
+      message = format('agent-retrieval: schema {{schema}} holds %s-dimensional vectors, not {{dimension}}', existing),
+      hint = 'Initialise another schema for the new embedder, or drop this one first.';
+  end if;
+end $$;
+
+-- Words are stemmed by the english snowball stemmer but, unlike the english configuration, stopwords are
+-- kept: as on the embedded store, a query of only stopwords ("to be or not to be") still finds its rows.
+do $$
+begin
+  if not exists (select 1 from pg_ts_dict
+                 where dictname = 'english_stem_all' and dictnamespace = '{{schema}}'::regnamespace) then
+    create text search dictionary {{schema}}.english_stem_all (template = snowball, language = english);
+  end if;
+  if not exists (select 1 from pg_ts_config
+                 where cfgname = 'english_all' and cfgnamespace = '{{schema}}'::regnamespace) then
+    create text search configuration {{schema}}.english_all (copy = english);
+    alter text search configuration {{schema}}.english_all
+      alter mapping for asciiword, asciihword, hword_asciipart, word, hword, hword_part
+      with {{schema}}.english_stem_all;
+  end if;
+end $$;
+
+create table if not exists {{schema}}.store_info (
+  key text primary key,
+  value text not null
+);
+insert into {{schema}}.store_info values ('schema_version', '1'), ('dimension', '{{dimension}}')
+  on conflict (key) do nothing;
+
+-- The caller's tenant, from the JWT PostgREST puts in request.jwt.claims (Supabase's auth.uid() reads
+-- the same setting): app_metadata.tenant_id when the project groups users into tenants, else the user id.
+create or replace function {{schema}}.current_tenant() returns text
+language sql stable
+set search_path = ''
+as $$
+  select coalesce(claims -> 'app_metadata' ->> 'tenant_id', claims ->> 'sub')
+  from (select nullif(current_setting('request.jwt.claims', true), '')::jsonb as claims) c
+$$;
+
+create table if not exists {{schema}}.documents (
+  rowid bigint generated always as identity primary key,
+  tenant_id text not null default '',
+  id text not null,
+  title text not null,
+  content text not null,
+  metadata jsonb not null default '{}',
+  source text,
+  is_public boolean not null default false,
+  content_hash text not null,
+  text_hash text not null default '',
+  embedding vector({{dimension}}),
+  embedding_model text,
+  -- keyword search reads the title and, for very long documents, the first 500K characters
+  tsv tsvector generated always as
+    (to_tsvector('{{schema}}.english_all'::regconfig, title || ' ' || left(content, 500000))) stored,
+  created_at timestamptz not null default now(),
+  updated_at timestamptz not null default now(),
+  unique (tenant_id, id)
+);
+
+create table if not exists {{schema}}.chunks (
+  rowid bigint generated always as identity primary key,
+  tenant_id text not null default '',
+  document_id text not null,
+  id text not null,
+  ordinal int not null,
+  heading_path text not null,
+  content text not null,
+  metadata jsonb not null default '{}',
+  is_public boolean not null default false,
+  text_hash text not null default '',
+  embedding vector({{dimension}}),
+  embedding_model text,
+  tsv tsvector generated always as
+    (to_tsvector('{{schema}}.english_all'::regconfig, heading_path || ' ' || content)) stored,
+  unique (tenant_id, id),
+  unique (tenant_id, document_id, ordinal),
+  foreign key (tenant_id, document_id) references {{schema}}.documents (tenant_id, id) on delete cascade
+);
+
+create index if not exists chunks_document_id on {{schema}}.chunks (document_id);
+create index if not exists documents_text_hash on {{schema}}.documents (text_hash);
+create index if not exists chunks_text_hash on {{schema}}.chunks (text_hash);
+create index if not exists documents_embedding on {{schema}}.documents using hnsw (embedding vector_cosine_ops);
+create index if not exists chunks_embedding on {{schema}}.chunks using hnsw (embedding vector_cosine_ops);
+create index if not exists documents_tsv on {{schema}}.documents using gin (tsv);
+create index if not exists chunks_tsv on {{schema}}.chunks using gin (tsv);
+create index if not exists documents_metadata on {{schema}}.documents using gin (metadata jsonb_path_ops);
+create index if not exists chunks_metadata on {{schema}}.chunks using gin (metadata jsonb_path_ops);
+
+-- BM25 needs per-term frequencies and per-row lengths, which a tsvector index does not expose:
+-- triggers keep one posting per (term, row) and the corpus totals, inside the writing transaction.
+create table if not exists {{schema}}.corpus_stats (
+  level text not null,
+  tenant_id text not null,
+  is_public boolean not null,
+  rows bigint not null,
+  total_length bigint not null,
+  primary key (level, tenant_id, is_public)
+);
+
+-- The length of a text in indexed terms (stopwords excluded), for BM25's length normalisation.
+create or replace function {{schema}}.term_count(v tsvector) returns int
+language sql immutable parallel safe
+set search_path = ''
+as $$
+  select coalesce(sum(coalesce(array_length(t.positions, 1), 1)), 0)::int from pg_catalog.unnest(v) t
+$$;
+
+-- Metadata filters, as the tools take them: {"key": value} equality or {"key": [v1, v2]} one-of.
+-- A number matches its text form and back ({"year": "2021"} finds 2021), as on the embedded store.
+create or replace function {{schema}}.metadata_matches(metadata jsonb, filter jsonb) returns boolean
+language sql immutable parallel safe
+set search_path = ''
+as $$
+  select coalesce(filter, '{}'::jsonb) = '{}'::jsonb or not exists (
+    select 1 from pg_catalog.jsonb_each(filter) f(key, allowed)
+    where not exists (
+      select 1
+      from pg_catalog.jsonb_array_elements(
+        case pg_catalog.jsonb_typeof(f.allowed) when 'array' then f.allowed
+             else pg_catalog.jsonb_build_array(f.allowed) end) v(value)
+      where metadata -> f.key = v.value
+         or (pg_catalog.jsonb_typeof(v.value) in ('string', 'number')
+             and pg_catalog.jsonb_typeof(metadata -> f.key) in ('string', 'number')
+             and (metadata ->> f.key) = (v.value #>> '{}'))))
+$$;
+
+-- Shared checks of every search: a sane match_count, and a query vector of the store's dimension.
+create or replace function {{schema}}.check_search(match_count int, query_embedding vector) returns void
+language plpgsql stable
+set search_path = {{schema}}, public, extensions
+as $$
+begin
+  if match_count is null or match_count < 1 or match_count > 1000 then
+    raise exception using errcode = '22023',
+      message = format('match_count must be between 1 and 1000 (got %s)', coalesce(match_count::text, 'null'));
+  end if;
+  if query_embedding is not null and vector_dims(query_embedding) <> {{dimension}} then
+    raise exception using errcode = 'AR001', message = 'embedding model mismatch',
+      detail = json_build_object(
+        'stored', (select value from {{schema}}.store_info where key = 'embedding_model'),
+        'dimension', {{dimension}}, 'got', vector_dims(query_embedding))::text;
+  end if;
+end $$;

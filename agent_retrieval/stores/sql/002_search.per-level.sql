@@ -1,0 +1,240 @@
+-- Search over {{level}}: postings kept by triggers, then vector (match_{{level}}), BM25 keyword
+-- (keyword_search_{{level}}) and fused hybrid search (hybrid_search_{{level}}). Written once, rendered per level.
+
+create table if not exists {{schema}}.{{level}}_terms (
+  term text not null,
+  row_id bigint not null,
+  tf int not null,
+  length int not null,       -- the row's length, stored here so scoring reads one index
+  tenant_id text not null,   -- and the row's scope, so row-level security holds here too
+  is_public boolean not null,
+  primary key (term, row_id) include (tf, length, tenant_id, is_public)
+);
+create index if not exists {{level}}_terms_row_id on {{schema}}.{{level}}_terms (row_id);
+
+create or replace function {{schema}}.index_{{level}}() returns trigger
+language plpgsql
+set search_path = ''
+as $$
+begin
+  if tg_op in ('DELETE', 'UPDATE') then
+    delete from {{schema}}.{{level}}_terms p using old_rows o where p.row_id = o.rowid;
+    insert into {{schema}}.corpus_stats as s (level, tenant_id, is_public, rows, total_length)
+      select '{{level}}', o.tenant_id, o.is_public, -count(*), -sum({{schema}}.term_count(o.tsv))
+      from old_rows o group by o.tenant_id, o.is_public
+      on conflict (level, tenant_id, is_public) do update
+        set rows = s.rows + excluded.rows, total_length = s.total_length + excluded.total_length;
+  end if;
+  if tg_op in ('INSERT', 'UPDATE') then
+    insert into {{schema}}.{{level}}_terms (term, row_id, tf, length, tenant_id, is_public)
+      select t.lexeme, n.rowid, coalesce(pg_catalog.array_length(t.positions, 1), 1),
+             {{schema}}.term_count(n.tsv), n.tenant_id, n.is_public
+      from new_rows n cross join lateral pg_catalog.unnest(n.tsv) t;
+    insert into {{schema}}.corpus_stats as s (level, tenant_id, is_public, rows, total_length)
+      select '{{level}}', n.tenant_id, n.is_public, count(*), sum({{schema}}.term_count(n.tsv))
+      from new_rows n group by n.tenant_id, n.is_public
+      on conflict (level, tenant_id, is_public) do update
+        set rows = s.rows + excluded.rows, total_length = s.total_length + excluded.total_length;
+  end if;
+  return null;
+end $$;
+
+-- One trigger per event: Postgres allows transition tables only on single-event triggers.
+create or replace trigger {{level}}_index_insert after insert on {{schema}}.{{level}}
+  referencing new table as new_rows for each statement execute function {{schema}}.index_{{level}}();
+create or replace trigger {{level}}_index_delete after delete on {{schema}}.{{level}}
+  referencing old table as old_rows for each statement execute function {{schema}}.index_{{level}}();
+create or replace trigger {{level}}_index_update after update on {{schema}}.{{level}}
+  referencing old table as old_rows new table as new_rows for each statement execute function {{schema}}.index_{{level}}();
+
+-- Vector search: the match_count rows nearest by cosine, filters and scope applied inside the search.
+-- HNSW answers first; when filters, the document scope or row-level security leave it fewer rows than
+-- asked for, an exact scan over the permitted rows answers instead, so a filtered search still fills k.
+create or replace function {{schema}}.match_{{level}}(
+  query_embedding vector,
+  match_count int default 10,
+  filter jsonb default '{}',
+  document_ids text[] default null,
+  min_similarity float8 default -1,
+  tenant text default null
+) returns table (
+  id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text,
+  vector_similarity float8
+)
+language plpgsql stable security invoker
+set search_path = {{schema}}, public, extensions
+set hnsw.ef_search = 100
+as $$
+#variable_conflict use_column
+declare
+  -- while reembed is switching models, only rows holding the declared model's vectors are comparable
+  stored_model text := (select value from {{schema}}.store_info where key = 'embedding_model');
+begin
+  perform {{schema}}.check_search(match_count, query_embedding);
+  if match_count > 100 then
+    perform pg_catalog.set_config('hnsw.ef_search', least(match_count, 1000)::text, true);
+  end if;
+  return query
+  with approx as materialized (
+    select d.rowid, d.embedding <=> query_embedding as distance
+    from {{schema}}.{{level}} d
+    where d.embedding is not null and d.embedding_model = stored_model
+      and {{schema}}.metadata_matches(d.metadata, filter)
+      and (document_ids is null or {{document_id}} = any (document_ids))
+      and (tenant is null or d.tenant_id = tenant or d.is_public)
+    order by d.embedding <=> query_embedding
+    limit match_count
+  ),
+  exact as materialized (
+    select d.rowid, d.embedding <=> query_embedding as distance
+    from {{schema}}.{{level}} d
+    where (select count(*) from approx) < match_count
+      and d.embedding is not null and d.embedding_model = stored_model
+      and {{schema}}.metadata_matches(d.metadata, filter)
+      and (document_ids is null or {{document_id}} = any (document_ids))
+      and (tenant is null or d.tenant_id = tenant or d.is_public)
+    order by (d.embedding <=> query_embedding) + 0  -- "+ 0": an expression the HNSW index cannot serve
+    limit match_count
+  ),
+  best as (
+    select * from exact
+    union all
+    select * from approx where (select count(*) from approx) >= match_count
+  )
+  select {{columns}}, 1 - b.distance
+  from best b join {{from}} on d.rowid = b.rowid
+  where 1 - b.distance >= min_similarity
+  order by b.distance, d.id;
+end $$;
+
+-- Keyword search: Okapi BM25 (k1 = 1.2, b = 0.75, as SQLite FTS5) over the query's own words, stemmed
+-- in english, stopwords dropped unless nothing else is left. The words are never parsed as query syntax.
+-- Term statistics cover the rows the caller may read, so they reveal nothing of other tenants.
+create or replace function {{schema}}.keyword_search_{{level}}(
+  query_text text,
+  match_count int default 10,
+  filter jsonb default '{}',
+  document_ids text[] default null,
+  tenant text default null
+) returns table (
+  id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text,
+  keyword_score float8
+)
+language plpgsql stable security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+#variable_conflict use_column
+begin
+  perform {{schema}}.check_search(match_count, null);
+  return query
+  with stemmed as (
+    select pg_catalog.to_tsvector('english'::regconfig, q.text) as content_words,
+           pg_catalog.to_tsvector('{{schema}}.english_all'::regconfig, q.text) as all_words
+    from (select left(coalesce(query_text, ''), 4000) as text) q
+  ),
+  words as (  -- the content words, or the stopwords when there is nothing else; 32 at most
+    select t.lexeme as term
+    from stemmed s,
+         pg_catalog.unnest(case when pg_catalog.length(s.content_words) > 0 then s.content_words
+                                else s.all_words end) t
+    order by t.positions[1]
+    limit 32
+  ),
+  corpus as (
+    select sum(s.rows)::float8 as n, sum(s.total_length)::float8 / greatest(sum(s.rows), 1) as average_length
+    from {{schema}}.corpus_stats s
+    where s.level = '{{level}}' and (tenant is null or s.tenant_id = tenant or s.is_public)
+  ),
+  postings as materialized (
+    select p.term, p.row_id, p.tf, p.length
+    from {{schema}}.{{level}}_terms p join words w on w.term = p.term
+    where tenant is null or p.tenant_id = tenant or p.is_public
+  ),
+  idf as (
+    select p.term, ln(1 + (c.n - count(*) + 0.5) / (count(*) + 0.5)) as weight
+    from postings p cross join corpus c group by p.term, c.n
+  ),
+  scored as (
+    select p.row_id,
+           sum(i.weight * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * p.length / greatest(c.average_length, 1))))
+             as score
+    from postings p join idf i on i.term = p.term cross join corpus c
+    group by p.row_id
+  )
+  select {{columns}}, s.score
+  from scored s join {{from}} on d.rowid = s.row_id
+  where {{schema}}.metadata_matches(d.metadata, filter)
+    and (document_ids is null or {{document_id}} = any (document_ids))
+  order by s.score desc, d.id
+  limit match_count;
+end $$;
+
+-- Hybrid search: both searches with the same filters and scope, fused in SQL by weighted reciprocal
+-- rank (fusion => 'rrf') or a convex mix of min-max normalised scores ('convex'), as the tools fuse.
+create or replace function {{schema}}.hybrid_search_{{level}}(
+  query_text text,
+  query_embedding vector,
+  match_count int default 10,
+  filter jsonb default '{}',
+  document_ids text[] default null,
+  min_similarity float8 default -1,
+  tenant text default null,
+  fusion text default 'rrf',
+  rrf_k int default 60,
+  vector_weight float8 default 1,
+  keyword_weight float8 default 1,
+  candidates int default 50
+) returns table (
+  id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text,
+  vector_similarity float8, vector_rank int, keyword_score float8, keyword_rank int, score float8
+)
+language plpgsql stable security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+#variable_conflict use_column
+begin
+  perform {{schema}}.check_search(match_count, null);
+  perform {{schema}}.check_search(candidates, null);
+  if fusion not in ('rrf', 'convex') then
+    raise exception using errcode = '22023', message = 'fusion must be rrf or convex';
+  end if;
+  if rrf_k < 1 or vector_weight < 0 or keyword_weight < 0 then
+    raise exception using errcode = '22023', message = 'rrf_k must be at least 1 and the weights at least 0';
+  end if;
+  return query
+  with v as (
+    select * from {{schema}}.match_{{level}}(query_embedding, candidates, filter, document_ids, min_similarity, tenant)
+      with ordinality r(id, document_id, title, content, metadata, ordinal, heading_path, vector_similarity, rank)
+  ),
+  k as (
+    select * from {{schema}}.keyword_search_{{level}}(query_text, candidates, filter, document_ids, tenant)
+      with ordinality r(id, document_id, title, content, metadata, ordinal, heading_path, keyword_score, rank)
+  ),
+  both_sides as (
+    select coalesce(v.id, k.id) as id, coalesce(v.document_id, k.document_id) as document_id,
+           coalesce(v.title, k.title) as title, coalesce(v.content, k.content) as content,
+           coalesce(v.metadata, k.metadata) as metadata, coalesce(v.ordinal, k.ordinal) as ordinal,
+           coalesce(v.heading_path, k.heading_path) as heading_path,
+           v.vector_similarity, v.rank::int as vector_rank, k.keyword_score, k.rank::int as keyword_rank
+    from v full join k on k.id = v.id
+  ),
+  ranges as (
+    select min(vector_similarity) as v_low, max(vector_similarity) as v_high,
+           min(keyword_score) as k_low, max(keyword_score) as k_high
+    from both_sides
+  ),
+  fused as (
+    select b.*,
+      case when fusion = 'rrf' then
+        coalesce(vector_weight / (rrf_k + b.vector_rank), 0) + coalesce(keyword_weight / (rrf_k + b.keyword_rank), 0)
+      else (
+        coalesce(vector_weight * case when r.v_high = r.v_low then 1
+                                      else (b.vector_similarity - r.v_low) / (r.v_high - r.v_low) end, 0)
+        + coalesce(keyword_weight * case when r.k_high = r.k_low then 1
+                                         else (b.keyword_score - r.k_low) / (r.k_high - r.k_low) end, 0)
+      ) / coalesce(nullif(vector_weight + keyword_weight, 0), 1)
+      end as score
+    from both_sides b cross join ranges r
+  )
+  select * from fused order by score desc, id limit match_count;
+end $$;

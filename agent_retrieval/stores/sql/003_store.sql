@@ -1,0 +1,233 @@
+-- Reading and writing the store by RPC, so Postgres (by DSN) and Supabase (through PostgREST) share
+-- one implementation. Each call is one transaction. Writes and ingestion bookkeeping act on one tenant:
+-- the `tenant` argument, else the caller's (current_tenant()), else '' (a single-tenant store).
+-- Reads see the `tenant` argument's rows and public rows, or every row they may read when it is null;
+-- row-level security narrows both further for anon and authenticated callers.
+
+create or replace function {{schema}}.get_store_info() returns jsonb
+language sql stable security invoker
+set search_path = ''
+as $$
+  select coalesce(jsonb_object_agg(key, value), '{}'::jsonb) from {{schema}}.store_info
+$$;
+
+-- Vectors of another dimension need a schema initialised for it: the column's type is fixed.
+create or replace function {{schema}}.require_dimension(model text, dimension int) returns void
+language plpgsql immutable
+set search_path = ''
+as $$
+begin
+  if dimension is distinct from {{dimension}} then
+    raise exception using errcode = 'AR002',
+      message = format('this store holds {{dimension}}-dimensional vectors but %s makes %s dimensions', model,
+                       coalesce(dimension::text, 'no')),
+      hint = 'Initialise a schema for the new dimension with `agent-retrieval db init`.';
+  end if;
+end $$;
+
+-- Record the embedding model on first write, and refuse vectors of another model or dimension.
+create or replace function {{schema}}.claim_embedding_model(model text, dimensions int[]) returns void
+language plpgsql
+set search_path = {{schema}}, public, extensions
+as $$
+declare
+  stored text := (select value from {{schema}}.store_info where key = 'embedding_model');
+begin
+  perform {{schema}}.require_dimension(model, d) from unnest(dimensions) d;
+  if stored is not null and stored <> model then
+    raise exception using errcode = 'AR001', message = 'embedding model mismatch',
+      detail = json_build_object('stored', stored, 'dimension', {{dimension}}, 'current', model)::text;
+  end if;
+  if stored is null and cardinality(dimensions) > 0 then
+    insert into {{schema}}.store_info values ('embedding_model', model) on conflict (key) do nothing;
+  end if;
+end $$;
+
+create or replace function {{schema}}.set_embedding_model(model text, dimension int) returns void
+language plpgsql
+set search_path = ''
+as $$
+begin
+  perform {{schema}}.require_dimension(model, dimension);
+  insert into {{schema}}.store_info values ('embedding_model', model)
+    on conflict (key) do update set value = excluded.value;
+end $$;
+
+-- Documents with their complete chunk lists, replacing earlier versions, in one transaction.
+-- Rows whose "embedding" is null are stored unembedded, for reembed to fill in later.
+create or replace function {{schema}}.upsert_documents(
+  documents jsonb, chunks jsonb, model text, tenant text default null
+) returns void
+language plpgsql security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+declare
+  scope text := coalesce(tenant, {{schema}}.current_tenant(), '');
+begin
+  perform {{schema}}.claim_embedding_model(model, array(
+    select distinct jsonb_array_length(r -> 'embedding')
+    from jsonb_array_elements(documents || chunks) r
+    where jsonb_typeof(r -> 'embedding') = 'array'));
+  delete from {{schema}}.documents d
+  where d.tenant_id = scope and d.id in (select r ->> 'id' from jsonb_array_elements(documents) r);
+  insert into {{schema}}.documents (tenant_id, id, title, content, metadata, source, is_public, content_hash,
+                                    text_hash, embedding, embedding_model)
+  select scope, r ->> 'id', r ->> 'title', r ->> 'content', coalesce(r -> 'metadata', '{}'), r ->> 'source',
+         coalesce(r -> 'metadata' -> 'public' = 'true'::jsonb, false), r ->> 'content_hash',
+         coalesce(r ->> 'text_hash', ''), (r ->> 'embedding')::vector,
+         case when jsonb_typeof(r -> 'embedding') = 'array' then model end
+  from jsonb_array_elements(documents) r;
+  insert into {{schema}}.chunks (tenant_id, document_id, id, ordinal, heading_path, content, metadata, is_public,
+                                 text_hash, embedding, embedding_model)
+  select scope, r ->> 'document_id', r ->> 'id', (r ->> 'ordinal')::int, r ->> 'heading_path', r ->> 'content',
+         coalesce(r -> 'metadata', '{}'), d.is_public, coalesce(r ->> 'text_hash', ''),
+         (r ->> 'embedding')::vector, case when jsonb_typeof(r -> 'embedding') = 'array' then model end
+  from jsonb_array_elements(chunks) r
+  join {{schema}}.documents d on d.tenant_id = scope and d.id = r ->> 'document_id';
+end $$;
+
+create or replace function {{schema}}.delete_documents(ids text[], tenant text default null) returns int
+language sql security invoker
+set search_path = ''
+as $$
+  with gone as (
+    delete from {{schema}}.documents d
+    where d.tenant_id = coalesce(tenant, {{schema}}.current_tenant(), '') and d.id = any (ids)
+    returning 1)
+  select count(*)::int from gone
+$$;
+
+-- For each stored id: its content hash, and whether it and all its chunks hold the store's model's vectors.
+create or replace function {{schema}}.document_states(ids text[], tenant text default null)
+returns table (id text, content_hash text, embedded boolean)
+language sql stable security invoker
+set search_path = ''
+as $$
+  select d.id, d.content_hash,
+         d.embedding_model is not distinct from m.model and not exists (
+           select 1 from {{schema}}.chunks c
+           where c.tenant_id = d.tenant_id and c.document_id = d.id
+             and c.embedding_model is distinct from m.model)
+  from {{schema}}.documents d
+  cross join (select (select value from {{schema}}.store_info where key = 'embedding_model') as model) m
+  where d.tenant_id = coalesce(tenant, {{schema}}.current_tenant(), '') and d.id = any (ids)
+$$;
+
+-- Stored vectors of a model for embedding-text hashes, so unchanged text is never embedded twice.
+create or replace function {{schema}}.vectors_by_hash(hashes text[], model text, tenant text default null)
+returns table (text_hash text, embedding vector)
+language sql stable security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+  select distinct on (r.text_hash) r.text_hash, r.embedding
+  from (
+    select d.text_hash, d.embedding, d.tenant_id, d.embedding_model from {{schema}}.documents d
+    where d.text_hash = any (hashes)
+    union all
+    select c.text_hash, c.embedding, c.tenant_id, c.embedding_model from {{schema}}.chunks c
+    where c.text_hash = any (hashes)
+  ) r
+  where r.embedding_model = model and r.embedding is not null
+    and r.tenant_id = coalesce(tenant, {{schema}}.current_tenant(), '')
+  order by r.text_hash
+$$;
+
+-- Rows without a vector of `model`, oldest first, for backfill and re-embedding.
+create or replace function {{schema}}.pending_embeddings(
+  level text, model text, max_rows int, tenant text default null
+) returns table (
+  id text, document_id text, title text, content text, metadata jsonb, source text, content_hash text,
+  ordinal int, heading_path text
+)
+language sql stable security invoker
+set search_path = ''
+as $$
+  (select d.id, d.id, d.title, d.content, d.metadata, d.source, d.content_hash, null::int, null::text
+   from {{schema}}.documents d
+   where level = 'documents' and d.tenant_id = coalesce(tenant, {{schema}}.current_tenant(), '')
+     and d.embedding_model is distinct from model
+   order by d.rowid limit max_rows)
+  union all
+  (select c.id, c.document_id, null, c.content, c.metadata, null, null, c.ordinal, c.heading_path
+   from {{schema}}.chunks c
+   where level = 'chunks' and c.tenant_id = coalesce(tenant, {{schema}}.current_tenant(), '')
+     and c.embedding_model is distinct from model
+   order by c.rowid limit max_rows)
+$$;
+
+-- Store the vectors (and embedding-text hashes) of rows already stored: [{id, text_hash, embedding}].
+create or replace function {{schema}}.set_embeddings(level text, rows jsonb, model text, tenant text default null)
+returns void
+language plpgsql security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+declare
+  scope text := coalesce(tenant, {{schema}}.current_tenant(), '');
+begin
+  perform {{schema}}.require_dimension(model, jsonb_array_length(r -> 'embedding'))
+  from jsonb_array_elements(rows) r;
+  if level = 'documents' then
+    update {{schema}}.documents d
+    set text_hash = r ->> 'text_hash', embedding = (r ->> 'embedding')::vector, embedding_model = model,
+        updated_at = now()
+    from jsonb_array_elements(rows) r
+    where d.tenant_id = scope and d.id = r ->> 'id';
+  elsif level = 'chunks' then
+    update {{schema}}.chunks c
+    set text_hash = r ->> 'text_hash', embedding = (r ->> 'embedding')::vector, embedding_model = model
+    from jsonb_array_elements(rows) r
+    where c.tenant_id = scope and c.id = r ->> 'id';
+  else
+    raise exception using errcode = '22023', message = 'level must be documents or chunks';
+  end if;
+end $$;
+
+-- The chunks of these documents in reading order, documents in the order given.
+create or replace function {{schema}}.document_chunks(ids text[], max_rows int, tenant text default null)
+returns table (id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text)
+language sql stable security invoker
+set search_path = ''
+as $$
+  select c.id, c.document_id, d.title, c.content, c.metadata, c.ordinal, c.heading_path
+  from unnest(ids) with ordinality wanted(id, position)
+  join {{schema}}.chunks c on c.document_id = wanted.id
+  join {{schema}}.documents d on d.tenant_id = c.tenant_id and d.id = c.document_id
+  where tenant is null or c.tenant_id = tenant or c.is_public
+  order by wanted.position, c.ordinal
+  limit max_rows
+$$;
+
+create or replace function {{schema}}.unknown_documents(ids text[], tenant text default null)
+returns setof text
+language sql stable security invoker
+set search_path = ''
+as $$
+  select wanted.id from unnest(ids) with ordinality wanted(id, position)
+  where not exists (
+    select 1 from {{schema}}.documents d
+    where d.id = wanted.id and (tenant is null or d.tenant_id = tenant or d.is_public))
+  order by wanted.position
+$$;
+
+create or replace function {{schema}}.store_stats(tenant text default null) returns jsonb
+language sql stable security invoker
+set search_path = ''
+as $$
+  with info as (select {{schema}}.get_store_info() as i)
+  select jsonb_build_object(
+    'documents', (select count(*) from {{schema}}.documents d
+                  where tenant is null or d.tenant_id = tenant or d.is_public),
+    'chunks', (select count(*) from {{schema}}.chunks c
+               where tenant is null or c.tenant_id = tenant or c.is_public),
+    'documents_missing_embeddings', (
+      select count(*) from {{schema}}.documents d
+      where (tenant is null or d.tenant_id = tenant or d.is_public)
+        and d.embedding_model is distinct from (select i ->> 'embedding_model' from info)),
+    'chunks_missing_embeddings', (
+      select count(*) from {{schema}}.chunks c
+      where (tenant is null or c.tenant_id = tenant or c.is_public)
+        and c.embedding_model is distinct from (select i ->> 'embedding_model' from info)),
+    'embedding_model', (select i ->> 'embedding_model' from info),
+    'dimension', (select (i ->> 'dimension')::int from info),
+    'schema_version', (select (i ->> 'schema_version')::int from info))
+$$;

@@ -1,0 +1,59 @@
+-- Row-level security, as on Supabase: an authenticated caller reads its tenant's rows and public ones,
+-- anon reads public rows only, and only service_role (which bypasses RLS) writes. Every function above
+-- is security invoker, so these policies hold inside them. On plain Postgres without Supabase's roles
+-- the policies are skipped; the table owner (the DSN's user) is not subject to RLS.
+
+alter table {{schema}}.store_info enable row level security;
+alter table {{schema}}.documents enable row level security;
+alter table {{schema}}.chunks enable row level security;
+alter table {{schema}}.documents_terms enable row level security;
+alter table {{schema}}.chunks_terms enable row level security;
+alter table {{schema}}.corpus_stats enable row level security;
+
+do $$
+declare
+  rel text;
+begin
+  if not exists (select 1 from pg_roles where rolname = 'authenticated')
+     or not exists (select 1 from pg_roles where rolname = 'anon') then
+    return;
+  end if;
+
+  grant usage on schema {{schema}} to anon, authenticated;
+  grant select on all tables in schema {{schema}} to anon, authenticated;
+  revoke insert, update, delete, truncate on all tables in schema {{schema}} from anon, authenticated;
+
+  drop policy if exists "everyone reads store info" on {{schema}}.store_info;
+  create policy "everyone reads store info" on {{schema}}.store_info for select to anon, authenticated using (true);
+
+  foreach rel in array array['documents', 'chunks', 'documents_terms', 'chunks_terms', 'corpus_stats'] loop
+    execute format('drop policy if exists "tenant and public rows" on {{schema}}.%I', rel);
+    execute format('create policy "tenant and public rows" on {{schema}}.%I for select to authenticated '
+                   'using (tenant_id = (select {{schema}}.current_tenant()) or is_public)', rel);
+    execute format('drop policy if exists "public rows" on {{schema}}.%I', rel);
+    execute format('create policy "public rows" on {{schema}}.%I for select to anon using (is_public)', rel);
+  end loop;
+
+  -- Writing functions are for the service role; reading ones for everyone (RLS decides what they see).
+  revoke execute on all functions in schema {{schema}} from public;
+  grant execute on all functions in schema {{schema}} to anon, authenticated;
+  revoke execute on function
+    {{schema}}.upsert_documents(jsonb, jsonb, text, text),
+    {{schema}}.delete_documents(text[], text),
+    {{schema}}.set_embeddings(text, jsonb, text, text),
+    {{schema}}.set_embedding_model(text, int),
+    {{schema}}.claim_embedding_model(text, int[])
+  from anon, authenticated;
+end $$;
+
+do $$
+begin
+  if exists (select 1 from pg_roles where rolname = 'service_role') then
+    grant usage on schema {{schema}} to service_role;
+    grant all on all tables in schema {{schema}} to service_role;
+    grant execute on all functions in schema {{schema}} to service_role;
+  end if;
+end $$;
+
+-- PostgREST (and so Supabase) caches the schema: tell it the functions changed.
+notify pgrst, 'reload schema';

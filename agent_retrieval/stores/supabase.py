@@ -1,0 +1,133 @@
+"""The Supabase store: the SQL functions of stores/sql/ called by RPC through supabase-py and PostgREST.
+
+With the service role key it reads and writes everything (ingestion); with the anon key and a user's
+access token it reads what row-level security lets that user see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import numpy as np
+
+from agent_retrieval.errors import ConfigError
+from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore
+
+# PostgREST's codes for "cannot reach the database", and gateway statuses worth a retry.
+_TRANSIENT = {"PGRST000", "PGRST001", "PGRST002", "PGRST003", "502", "503", "504"}
+
+
+class SupabaseStore(RPCStore):
+    """Documents and chunks in a Supabase project, searched by RPC.
+
+    Run the SQL of `agent-retrieval db init --print` once in the SQL editor (or `db init` with the
+    database DSN) and add the schema to the exposed schemas (Settings > API). Clients are made on
+    first use: one sync client, and one async client per event loop.
+    """
+
+    backend = "supabase"
+
+    def __init__(self, url: str, key: str, *, schema: str = DEFAULT_SCHEMA, tenant: str | None = None,
+                 user_token: str | None = None, timeout: float = 30.0, max_retries: int = 3):
+        super().__init__(schema=schema, tenant=tenant, max_retries=max_retries)
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"the Supabase URL must start with https:// (got {url[:40]!r})")
+        if not key:
+            raise ConfigError("the Supabase key is empty: set SUPABASE_KEY to the project's anon or service role key")
+        self.url, self._key, self._user_token, self.timeout = url.rstrip("/"), key, user_token, timeout
+        self._client: Any = None
+        self._async_clients: dict[asyncio.AbstractEventLoop, Any] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SupabaseStore({self.location!r})"
+
+    @property
+    def location(self) -> str:
+        return f"{self.url}#{self.schema}"
+
+    # --- clients -------------------------------------------------------------------------------------
+    def _options(self, options_type: Any, http_client: Any) -> Any:
+        # A user's token makes requests run as that user (row-level security); without one, as the key's role.
+        headers = {"Authorization": f"Bearer {self._user_token}"} if self._user_token else {}
+        return options_type(schema=self.schema, headers=headers, httpx_client=http_client)
+
+    def _sync_client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import httpx
+                from supabase import create_client
+                from supabase.lib.client_options import SyncClientOptions
+
+                self._client = create_client(self.url, self._key, self._options(
+                    SyncClientOptions, httpx.Client(timeout=self.timeout, limits=httpx.Limits(max_connections=32))))
+            return self._client
+
+    async def _async_client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.get(loop)
+        if client is None:
+            import httpx
+            from supabase import acreate_client
+            from supabase.lib.client_options import AsyncClientOptions
+
+            client = await acreate_client(self.url, self._key, self._options(
+                AsyncClientOptions, httpx.AsyncClient(timeout=self.timeout)))
+            # Clients of loops that have ended cannot be used again; keep only live ones.
+            self._async_clients = {lp: c for lp, c in self._async_clients.items() if not lp.is_closed()}
+            self._async_clients[loop] = client
+        return client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.postgrest.session.close()
+                self._client = None
+        self._async_clients.clear()
+
+    # --- calls ---------------------------------------------------------------------------------------
+    def _send(self, function: str, params: dict[str, Any]) -> Any:
+        try:
+            return self._sync_client().rpc(function, _payload(params)).execute().data
+        except Exception as error:  # noqa: BLE001 - every failure becomes a CallError below
+            raise _call_error(error) from None
+
+    async def _asend(self, function: str, params: dict[str, Any]) -> Any:
+        try:
+            client = await self._async_client()
+            return (await client.rpc(function, _payload(params)).execute()).data
+        except Exception as error:  # noqa: BLE001
+            raise _call_error(error) from None
+
+
+def _payload(params: dict[str, Any]) -> dict[str, Any]:
+    """Arguments as PostgREST takes them: JSON, with vectors in pgvector's text form."""
+    out = {}
+    for name, value in params.items():
+        if isinstance(value, Json):
+            value = value.value
+        elif isinstance(value, np.ndarray):
+            value = "[" + ",".join(f"{x:.7g}" for x in value.tolist()) + "]"
+        out[name] = value
+    return out
+
+
+def _call_error(error: Exception) -> CallError:
+    import httpx
+    from postgrest import APIError
+
+    if isinstance(error, APIError):
+        code = str(error.code or "unknown")
+        detail = error.details if isinstance(error.details, str) or error.details is None else str(error.details)
+        message = error.message or "request failed"
+        if code == "PGRST106":
+            message = (f"{message}. Add the schema to the exposed schemas of the Supabase project "
+                       "(Settings > API > Exposed schemas)")
+        elif code in ("PGRST301", "PGRST302", "PGRST303", "401"):
+            message = f"the Supabase key or user token was rejected ({message})"
+        return CallError(code, message, detail, error.hint, transient=code in _TRANSIENT)
+    if isinstance(error, httpx.TransportError):
+        return CallError("connection", f"{type(error).__name__}: {error}", transient=True)
+    return CallError("unknown", f"{type(error).__name__}: {error}")

@@ -1,0 +1,149 @@
+"""The Postgres store by DSN: `db init`, the CLI and the tools on it, tenants scoped inside the SQL, filtered
+vector search that still fills k, and clear errors for what goes wrong."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from agent_retrieval import cli
+from agent_retrieval.embeddings import Embedder
+from agent_retrieval.errors import DimensionMismatch, StoreError
+from agent_retrieval.models import Chunk, Document
+from agent_retrieval.stores.postgres import PostgresStore
+from tests.conftest import WordHashEmbeddings
+
+
+@pytest.fixture
+def schema(request, postgres) -> str:
+    """A fresh schema named after the test."""
+    name = "t_" + request.node.name.lower().replace("[", "_").replace("]", "")[:40]
+    postgres.execute(f"drop schema if exists {name} cascade")
+    return name
+
+
+@pytest.fixture(autouse=True)
+def word_hash_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands build their embedder from the Context; here they get the fast test one."""
+    make = lambda context: Embedder(WordHashEmbeddings(), "test/word-hash")
+    monkeypatch.setattr("agent_retrieval.retrieval.make_embedder", make)
+    monkeypatch.setattr("agent_retrieval.embeddings.make_embedder", make)
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_db_init_then_the_cli_ingests_queries_and_counts(capsys, monkeypatch, postgres, schema, tmp_path):
+    monkeypatch.setenv("AGENT_RETRIEVAL_DSN", postgres.dsn)
+    monkeypatch.setenv("AGENT_RETRIEVAL_SCHEMA", schema)
+    code, out, err = run(capsys, "db", "init")
+    assert code == 0 and f"schema {schema} is ready for 256-dimensional vectors" in out
+    assert "from test/word-hash" in err  # the dimension was read off the configured embedder
+    assert run(capsys, "db", "init")[0] == 0  # running it again changes nothing
+
+    (tmp_path / "fees.md").write_text("---\ncategory: policy\n---\n# Fees\n\nSales commission is 1.2% of the price.\n")
+    (tmp_path / "banda.md").write_text("# 14 Banda Lane\n\nThe tenancy deposit of £2,100 is protected.\n")
+    code, out, _ = run(capsys, "ingest", "--no-progress", str(tmp_path))
+    assert code == 0 and "2 documents: 2 written" in out
+    code, out, _ = run(capsys, "ingest", "--no-progress", str(tmp_path))
+    assert code == 0 and "2 unchanged" in out and "0 texts embedded" in out
+    code, out, _ = run(capsys, "query", "tenancy deposit", "--json")
+    hits = json.loads(out)["hits"]
+    assert code == 0 and hits[0]["id"] == "banda#0" and set(hits[0]["found_by"]) == {"vector", "keyword"}
+    code, out, _ = run(capsys, "stats", "--json")
+    stats = json.loads(out)
+    assert (stats["backend"], stats["documents"], stats["dimension"]) == ("postgres", 2, 256)
+    assert "password" not in stats["location"] and stats["location"].endswith(f"#{schema}")
+
+
+def test_db_init_refuses_another_dimension_and_prints_sql_for_supabase(capsys, monkeypatch, postgres, schema):
+    monkeypatch.setenv("AGENT_RETRIEVAL_DSN", postgres.dsn)
+    assert run(capsys, "db", "init", "--schema", schema, "--dimension", "8")[0] == 0
+    code, _, err = run(capsys, "db", "init", "--schema", schema, "--dimension", "16")
+    assert code == 2 and "8-dimensional vectors, not 16" in err and "Traceback" not in err
+    code, out, _ = run(capsys, "db", "init", "--print", "--schema", "other", "--dimension", "1536")
+    assert code == 0 and "create or replace function other.match_chunks" in out and "vector(1536)" in out
+    assert "{{" not in out  # every placeholder filled
+    monkeypatch.delenv("AGENT_RETRIEVAL_DSN")
+    code, _, err = run(capsys, "db", "init", "--dimension", "8")
+    assert code == 2 and "db init --print" in err
+
+
+def test_an_embedder_of_another_dimension_is_refused_pointing_to_db_init(stores):
+    store = stores()
+    doc = Document("a", "A", "text", content_hash="h", embedding=np.ones(8, dtype=np.float32) / np.sqrt(8))
+    with pytest.raises(DimensionMismatch, match="db init"):
+        store.upsert([doc], [], "big/model")
+    assert store.stats().documents == 0
+
+
+@pytest.fixture
+def stores(postgres, schema):
+    """Opens stores on the test's schema (the first one creates it, for 4 dimensions) and closes them all."""
+    opened: list[PostgresStore] = []
+
+    def open_store(**kwargs) -> PostgresStore:
+        opened.append(PostgresStore(postgres.dsn, schema=schema, **kwargs))
+        if len(opened) == 1:
+            opened[0].init(4)
+        return opened[-1]
+
+    yield open_store
+    for store in opened:
+        store.close()
+
+
+def test_tenants_are_scoped_inside_the_sql(stores):
+    owner = stores()
+    vector = np.asarray([1, 0, 0, 0], dtype=np.float32)
+    for tenant in ("acme", "globex"):
+        doc = Document("plan", f"{tenant} plan", f"secret plan of {tenant}", content_hash=tenant, embedding=vector)
+        chunk = Chunk("plan#0", "plan", 0, f"secret plan of {tenant}", "plan", embedding=vector)
+        stores(tenant=tenant).upsert([doc], [chunk], "m")
+    acme = stores(tenant="acme")
+    assert [h.content for h in acme.keyword_search("chunks", "secret plan", 5)] == ["secret plan of acme"]
+    assert [h.content for h in acme.vector_search("chunks", vector, 5)] == ["secret plan of acme"]
+    assert acme.document_states(["plan"]) == {"plan": ("acme", True)}
+    assert acme.stats().documents == 1
+    assert acme.delete_documents(["plan"]) == 1
+    assert stores(tenant="globex").stats().documents == 1
+    assert owner.stats().documents == 1  # the owner's view, with no tenant: every tenant's rows
+
+
+def test_filtered_vector_search_fills_k_where_the_index_alone_would_not(stores):
+    """3,000 rows near the query and 5 far from it: HNSW's candidates hold none of the 5, the answer all."""
+    store = stores()
+    rng = np.random.default_rng(1)
+    near = rng.normal([1, 0, 0, 0], 0.05, (3000, 4)).astype(np.float32)
+    docs = [Document(f"n{i}", "near", "near", {"kind": "near"}, content_hash=str(i), embedding=v / np.linalg.norm(v))
+            for i, v in enumerate(near)]
+    docs += [Document(f"f{i}", "far", "far", {"kind": "far"}, content_hash=f"f{i}",
+                      embedding=np.asarray([0, 1, 0.1 * i, 0], dtype=np.float32) / np.hypot(1, 0.1 * i))
+             for i in range(5)]
+    for start in range(0, len(docs), 500):
+        store.upsert(docs[start:start + 500], [], "m")
+    query = np.asarray([1, 0, 0, 0], dtype=np.float32)
+    assert {h.id for h in store.vector_search("documents", query, 5, filters={"kind": "far"})} == {
+        f"f{i}" for i in range(5)}
+    assert len(store.vector_search("documents", query, 50)) == 50
+    best = store.vector_search("documents", query, 10)
+    exact = np.argsort(-(np.stack([d.embedding for d in docs]) @ query))[:10]
+    assert len({h.id for h in best} & {docs[i].id for i in exact}) >= 9  # the index's recall
+
+
+def test_errors_say_what_to_do(postgres, schema, stores):
+    with PostgresStore(postgres.dsn, schema=schema) as missing, pytest.raises(StoreError, match="db init"):
+        missing.stats()
+    store = stores(timeout=0.2)
+    postgres.execute(f"create function {schema}.slow() returns int language sql as 'select 1 from pg_sleep(5)'")
+    with pytest.raises(StoreError, match="statement timeout"):
+        store._call("slow")
+    unreachable = PostgresStore("postgresql://user:hunter2@127.0.0.1:1/db", schema=schema, max_retries=0)
+    with pytest.raises(StoreError, match="cannot reach") as error:
+        unreachable.stats()
+    assert "hunter2" not in str(error.value)

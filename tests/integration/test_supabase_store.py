@@ -1,0 +1,218 @@
+"""The Supabase store through the real PostgREST: row-level security per tenant, hostile input, concurrency,
+the SQL hybrid function agreeing with the tools' fusion, and the tools end to end.
+
+Ingestion runs with the service role key; users search with the anon key and their own access token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from agent_retrieval import demo
+from agent_retrieval.context import Context
+from agent_retrieval.embeddings import Embedder
+from agent_retrieval.errors import StoreError
+from agent_retrieval.fusion import fuse
+from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.models import Chunk, ChunkSearchRequest, Document
+from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.stores import open_store
+from agent_retrieval.stores.postgres import PostgresStore
+from agent_retrieval.stores.supabase import SupabaseStore
+from agent_retrieval.tools import make_retrieval_tools
+from tests.conftest import WordHashEmbeddings
+
+SCHEMA = "agent_retrieval"
+DIM = 256  # the word-hash test embedder's
+TABLES = ("documents", "chunks", "documents_terms", "chunks_terms", "corpus_stats")
+
+
+def tenant_corpus(tenant: str, secret: str, public: bool = False) -> tuple[list[Document], list[Chunk]]:
+    """One document per tenant, each naming a secret only that tenant may find."""
+    embedder = WordHashEmbeddings()
+    doc_id = f"{tenant}-plan"
+    text = f"The {tenant} acquisition plan is codenamed {secret}. Closing is planned for the spring."
+    meta = {"category": "strategy", "owner": tenant, **({"public": True} if public else {})}
+    doc = Document(doc_id, f"{tenant} plan", text, meta, content_hash=tenant, text_hash=f"d-{tenant}",
+                   embedding=_unit(embedder.vector(text)))
+    chunk = Chunk(f"{doc_id}#0", doc_id, 0, text, f"{tenant} plan", meta, f"c-{tenant}", _unit(embedder.vector(text)))
+    return [doc], [chunk]
+
+
+def _unit(values: list[float]) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+@pytest.fixture(scope="module")
+def stack(supabase_stack):
+    """The default schema for 256-dimensional vectors, holding two tenants' secrets and one public document."""
+    supabase_stack.postgres.execute(f"drop schema if exists {SCHEMA} cascade")
+    PostgresStore(supabase_stack.postgres.dsn, schema=SCHEMA).init(DIM)
+    supabase_stack.postgrest.reload_schema()
+    model = "test/word-hash"
+    for tenant, secret, public in [("acme", "BLUEHERON", False), ("globex", "REDFALCON", False),
+                                   ("press", "OPENDOOR", True)]:
+        with SupabaseStore(supabase_stack.url, supabase_stack.service_key, schema=SCHEMA, tenant=tenant) as s:
+            s.upsert(*tenant_corpus(tenant, secret, public), model)
+    return supabase_stack
+
+
+def user_store(stack, sub: str | None, claim: str | None = None, **kwargs) -> SupabaseStore:
+    """A user signed in as `sub`, whose token's app_metadata names tenant `claim`; None: anon."""
+    token = stack.user_token(sub, tenant=claim) if sub else None
+    return SupabaseStore(stack.url, stack.anon_key, schema=SCHEMA, user_token=token, **kwargs)
+
+
+def visible_ids(store: SupabaseStore, **scope) -> set[str]:
+    """Every id this store can reach through every read function."""
+    query = "acquisition plan codenamed BLUEHERON REDFALCON OPENDOOR"
+    vector = _unit(WordHashEmbeddings().vector(query))
+    found = set()
+    for level in ("documents", "chunks"):
+        found |= {h.id for h in store.vector_search(level, vector, 20, **scope)}
+        found |= {h.id for h in store.keyword_search(level, query, 20, **scope)}
+        found |= {r["id"] for r in store._call(f"hybrid_search_{level}", query_text=query, query_embedding=vector,
+                                                match_count=20, tenant=store.tenant)}
+    everything = ["acme-plan", "globex-plan", "press-plan"]
+    found |= {h.id for h in store.document_chunks(everything, 20)}
+    found |= set(everything) - set(store.unknown_documents(everything))
+    return found
+
+
+def test_each_user_reads_only_their_tenant_and_public_rows_through_every_function(stack):
+    assert visible_ids(user_store(stack, "alice", "acme")) == {"acme-plan", "acme-plan#0", "press-plan",
+                                                                "press-plan#0"}
+    assert visible_ids(user_store(stack, "gina", "globex")) == {"globex-plan", "globex-plan#0", "press-plan",
+                                                                 "press-plan#0"}
+    assert visible_ids(user_store(stack, None)) == {"press-plan", "press-plan#0"}  # anon: public only
+    assert user_store(stack, "alice", "acme").stats().documents == 2
+
+
+def test_crafted_scopes_and_filters_never_widen_what_a_user_reads(stack):
+    # asking for another tenant by argument, filter or id narrows further or finds nothing
+    alice = user_store(stack, "alice", "acme", tenant="globex")
+    assert visible_ids(alice) == {"press-plan", "press-plan#0"}
+    alice = user_store(stack, "alice", "acme")
+    vector = _unit(WordHashEmbeddings().vector("REDFALCON"))
+    assert alice.vector_search("chunks", vector, 10, filters={"owner": "globex"}) == []
+    assert alice.keyword_search("chunks", "REDFALCON", 10, document_ids=["globex-plan"]) == []
+    assert alice.document_chunks(["globex-plan"], 10) == []
+    assert alice.unknown_documents(["globex-plan"]) == ["globex-plan"]
+    # without a tenant claim a user's tenant is their user id (per-user data): mallory owns nothing
+    assert visible_ids(user_store(stack, "mallory")) == {"press-plan", "press-plan#0"}
+
+
+def test_users_cannot_write_and_the_service_role_sees_everything(stack):
+    alice = user_store(stack, "alice", "acme")
+    with pytest.raises(StoreError, match="service role"):
+        alice.upsert(*tenant_corpus("acme", "OVERWRITE"), "test/word-hash")
+    with pytest.raises(StoreError, match="service role"):
+        alice.delete_documents(["acme-plan"])
+    service = SupabaseStore(stack.url, stack.service_key, schema=SCHEMA)
+    assert service.stats().documents == 3
+    assert {h.id for h in service.keyword_search("documents", "BLUEHERON REDFALCON", 5)} == {"acme-plan",
+                                                                                              "globex-plan"}
+
+
+HOSTILE = ["'; drop table agent_retrieval.documents; --", "\" or 1=1 --", "REDFALCON') or ('1'='1",
+           "$$; delete from agent_retrieval.chunks; $$", "a & b | !c <-> d:*", "\\x00\\'", "🔥" * 200]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_injection_through_text_filters_and_ids_changes_nothing(stack, text):
+    before = stack.postgres.execute(f"select count(*) from {SCHEMA}.documents")[0][0]
+    alice = user_store(stack, "alice", "acme")
+    vector = _unit(WordHashEmbeddings().vector("plan"))
+    assert {h.id for h in alice.keyword_search("chunks", text, 10)} <= {"acme-plan#0", "press-plan#0"}
+    assert alice.vector_search("chunks", vector, 10, filters={"owner": text}) == []
+    assert alice.vector_search("chunks", vector, 10, filters={text[:60].replace(" ", "_") or "k": "x"}) == []
+    assert alice.keyword_search("chunks", "plan", 10, document_ids=[text]) == []
+    assert alice.unknown_documents([text]) == [text]
+    assert stack.postgres.execute(f"select count(*) from {SCHEMA}.documents")[0][0] == before
+
+
+def test_32_concurrent_searches_through_postgrest(stack):
+    store = user_store(stack, "alice", "acme")
+    vector = _unit(WordHashEmbeddings().vector("acquisition plan"))
+
+    def search(n: int) -> set[str]:
+        if n % 2:
+            return {h.id for h in store.vector_search("chunks", vector, 5)}
+        return {h.id for h in store.keyword_search("chunks", "acquisition plan", 5)}
+
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(search, range(64)))
+    assert all(r == {"acme-plan#0", "press-plan#0"} for r in results)
+
+
+def test_async_searches_run_on_the_async_client(stack):
+    store = user_store(stack, "alice", "acme")
+    vector = _unit(WordHashEmbeddings().vector("acquisition plan"))
+
+    async def run() -> list[list]:
+        return await asyncio.gather(*[store.avector_search("chunks", vector, 5) for _ in range(16)],
+                                    *[store.akeyword_search("chunks", "BLUEHERON", 5) for _ in range(16)])
+
+    results = asyncio.run(run())
+    assert {h.id for r in results[:16] for h in r} == {"acme-plan#0", "press-plan#0"}
+    assert all([h.id for h in r] == ["acme-plan#0"] for r in results[16:])
+    assert store._client is None  # the async client did the work, not the sync one in threads
+
+
+@pytest.mark.parametrize("mode", ["rrf", "convex"])
+def test_the_sql_hybrid_function_fuses_as_the_tools_do(stack, mode):
+    service = SupabaseStore(stack.url, stack.service_key, schema=SCHEMA)
+    query = "acquisition plan codenamed BLUEHERON"
+    vector = _unit(WordHashEmbeddings().vector("spring closing plan"))
+    weights = {"vector_weight": 0.7, "keyword_weight": 1.3}
+    rows = service._call("hybrid_search_chunks", query_text=query, query_embedding=vector, match_count=10,
+                         fusion=mode, rrf_k=10, candidates=10, **weights)
+    expected = fuse(service.vector_search("chunks", vector, 10), service.keyword_search("chunks", query, 10),
+                    mode=mode, k=10, **weights)
+    assert [r["id"] for r in rows] == [h.id for h in expected]
+    assert [r["score"] for r in rows] == pytest.approx([h.score for h in expected], rel=1e-9)
+    assert [(r["vector_rank"], r["keyword_rank"]) for r in rows] == [(h.vector_rank, h.keyword_rank)
+                                                                     for h in expected]
+
+
+def test_the_tools_run_on_supabase_from_the_context(stack, tmp_path):
+    # ingest the demo corpus as the service role into tenant "demo", then search as a user of that tenant
+    embedder = Embedder(WordHashEmbeddings(), "test/word-hash")
+    writer = Context(supabase_url=stack.url, supabase_key=stack.service_key, tenant_id="demo")
+    with open_store(writer) as store:
+        report = ingest(load_documents([demo.corpus_dir()]), store, embedder, writer, progress=False)
+        assert report.written == report.documents > 10
+        again = ingest(load_documents([demo.corpus_dir()]), store, embedder, writer, progress=False)
+        assert (again.unchanged, again.embedded) == (report.documents, 0)  # nothing re-embedded
+    reader = Context(supabase_url=stack.url, supabase_key=stack.anon_key,
+                     supabase_user_token=stack.user_token("dora", tenant="demo"))
+    with Retrieval(reader, embedder=embedder) as retrieval:
+        document_retriever, chunk_retriever = make_retrieval_tools(retrieval=retrieval)
+        docs = document_retriever.invoke({"type": "tool_call", "id": "1", "name": "document_retriever",
+                                          "args": {"query": "Banda Lane deposit", "top_k": 3}})
+        ids = [h["id"] for h in docs.artifact["hits"]]
+        assert "banda-lane-property-file" in ids and "acme-plan" not in ids
+        chunks = chunk_retriever.invoke({"type": "tool_call", "id": "2", "name": "chunk_retriever",
+                                         "args": {"query": "Banda Lane deposit", "document_ids": ids, "top_k": 3}})
+        assert {h["document_id"] for h in chunks.artifact["hits"]} <= set(ids)
+        assert chunks.artifact["degraded"] == []
+        result = asyncio.run(retrieval.asearch(ChunkSearchRequest(query="deposit protection scheme"), "chunks"))
+        assert result.hits and {p for h in result.hits for p in h.found_by} == {"vector", "keyword"}
+
+
+def test_a_schema_supabase_does_not_expose_is_a_clear_error(stack):
+    store = SupabaseStore(stack.url, stack.service_key, schema="not_exposed")
+    with pytest.raises(StoreError, match="exposed schemas"):
+        store.stats()
+
+
+def test_a_wrong_key_is_a_clear_error(stack):
+    store = SupabaseStore(stack.url, "not-a-key", schema=SCHEMA)
+    with pytest.raises(StoreError) as error:
+        store.stats()
+    assert "not-a-key" not in str(error.value)
