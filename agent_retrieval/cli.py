@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    ingest = command("ingest", _ingest, "Load .md, .txt, .html and .jsonl files (or folders) into the store, "
+    ingest = command("ingest", _ingest, "Load .md, .txt, .html, .jsonl and .pdf files (or folders) into the store, "
                                         "embedding only what changed.")
     ingest.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
     ingest.add_argument("--no-progress", action="store_true", help="hide the progress bar")

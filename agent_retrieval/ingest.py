@@ -30,7 +30,7 @@ from agent_retrieval.stores.base import Store
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".jsonl")
+SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".jsonl", ".pdf")
 DOCUMENT_LEAD_CHARS = 1000  # a document is embedded by its title and opening; chunks carry the rest
 DOCUMENTS_PER_BATCH = 32
 _HEADINGS = [("#", "h1"), ("##", "h2"), ("###", "h3")]
@@ -64,6 +64,8 @@ def load_file(path: Path, doc_id: str) -> list[Document]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return list(_load_jsonl(path))
+    if suffix == ".pdf":
+        return [_load_pdf(path, doc_id)]
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -129,6 +131,27 @@ def _load_jsonl(path: Path) -> Iterator[Document]:
                 raise InvalidRequest(f"{where}: 'metadata' must be an object")
             yield Document(id=str(doc_id), title=str(record.get("title") or doc_id), content=text.strip(),
                            metadata=_plain(metadata), source=where)
+
+
+def _load_pdf(path: Path, doc_id: str) -> Document:
+    """A PDF's text layer, page after page (scanned pages without text yield nothing: no OCR here)."""
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import PdfReadError
+    except ImportError:
+        raise InvalidRequest(f"{path}: reading PDF needs the 'pdf' extra: pip install 'agent-retrieval[pdf]'") \
+            from None
+    try:
+        reader = PdfReader(path)
+        pages = [(page.extract_text() or "").strip() for page in reader.pages]
+        title = str((reader.metadata or {}).get("/Title") or "").strip()
+    except (PdfReadError, ValueError, OSError) as error:
+        raise InvalidRequest(f"{path}: not a readable PDF ({type(error).__name__})") from None
+    text = "\n\n".join(p for p in pages if p)
+    if not text:
+        raise InvalidRequest(f"{path}: the PDF has no text layer (scanned pages need OCR first)")
+    return Document(id=doc_id, title=title or path.stem.replace("-", " ").replace("_", " "), content=text,
+                    metadata={"pages": len(pages)}, source=str(path))
 
 
 class _HTMLText(HTMLParser):

@@ -164,3 +164,41 @@ def test_duplicate_ids_keep_the_last_version(store: SQLiteStore):
     report = ingest(docs, store, embedder, progress=False)
     assert report.documents == 1
     assert store.document_chunks(["a"], 5)[0].content == "second text"
+
+
+def write_pdf(path: Path, pages: list[str], title: str = "") -> None:
+    """A minimal PDF with one line of Helvetica text per page, offsets computed as the format requires."""
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
+    objects = ["<< /Type /Catalog /Pages 2 0 R >>",
+               f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>",
+               "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    for i, text in enumerate(pages):
+        stream = f"BT /F1 12 Tf 72 712 Td ({text}) Tj ET"
+        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {5 + 2 * i} 0 R "
+                       "/Resources << /Font << /F1 3 0 R >> >> >>")
+        objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream")
+    info = len(objects) + 1
+    objects.append(f"<< /Title ({title}) >>")
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n{body}\nendobj\n".encode()
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += "".join(f"{o:010d} 00000 n \n" for o in offsets).encode()
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R /Info {info} 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    path.write_bytes(out)
+
+
+def test_pdf_text_is_loaded_page_after_page(tmp_path: Path):
+    write_pdf(tmp_path / "survey-terms.pdf", ["Survey fees are due on instruction.", "Refunds within 14 days."],
+              title="Survey Terms")
+    (doc,) = load_documents([tmp_path / "survey-terms.pdf"])
+    assert (doc.id, doc.title, doc.metadata) == ("survey-terms", "Survey Terms", {"pages": 2})
+    assert doc.content.index("Survey fees") < doc.content.index("Refunds within 14 days")
+    write_pdf(tmp_path / "blank.pdf", [""])
+    with pytest.raises(InvalidRequest, match="no text layer"):
+        list(load_documents([tmp_path / "blank.pdf"]))
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+    with pytest.raises(InvalidRequest, match="not a readable PDF"):
+        list(load_documents([tmp_path / "broken.pdf"]))
