@@ -109,7 +109,8 @@ class PostgresStore(RPCStore):
         psycopg = _psycopg()
         script = render_sql(self.schema, dimension)
         try:
-            with psycopg.connect(self.dsn, **self._connect_options()) as conn:
+            # No statement timeout here: building an index over rows already stored may take minutes.
+            with psycopg.connect(self.dsn, connect_timeout=10, options="-c statement_timeout=0") as conn:
                 conn.execute(script)
         except psycopg.Error as error:
             raise self._readable(_call_error(psycopg, error)) from None
@@ -117,7 +118,7 @@ class PostgresStore(RPCStore):
 
 
 def _register_vector(conn: Any) -> None:
-    """Vectors cross as numpy arrays (the pgvector adapter), once the extension exists."""
+    """Vectors cross in pgvector's binary form (its psycopg adapter), once the extension exists."""
     from pgvector.psycopg import register_vector
 
     try:

@@ -108,6 +108,7 @@ create table if not exists {{schema}}.chunks (
   foreign key (tenant_id, document_id) references {{schema}}.documents (tenant_id, id) on delete cascade
 );
 
+create index if not exists documents_id on {{schema}}.documents (id);  -- scopes name ids, not tenants
 create index if not exists chunks_document_id on {{schema}}.chunks (document_id);
 create index if not exists documents_text_hash on {{schema}}.documents (text_hash);
 create index if not exists chunks_text_hash on {{schema}}.chunks (text_hash);

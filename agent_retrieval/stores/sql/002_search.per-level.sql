@@ -27,9 +27,10 @@ begin
   end if;
   if tg_op in ('INSERT', 'UPDATE') then
     insert into {{schema}}.{{level}}_terms (term, row_id, tf, length, tenant_id, is_public)
-      select t.lexeme, n.rowid, coalesce(pg_catalog.array_length(t.positions, 1), 1),
-             {{schema}}.term_count(n.tsv), n.tenant_id, n.is_public
-      from new_rows n cross join lateral pg_catalog.unnest(n.tsv) t;
+      select p.term, p.row_id, p.tf, sum(p.tf) over (partition by p.row_id), p.tenant_id, p.is_public
+      from (select t.lexeme as term, n.rowid as row_id, coalesce(pg_catalog.array_length(t.positions, 1), 1) as tf,
+                   n.tenant_id, n.is_public
+            from new_rows n cross join lateral pg_catalog.unnest(n.tsv) t) p;
     insert into {{schema}}.corpus_stats as s (level, tenant_id, is_public, rows, total_length)
       select '{{level}}', n.tenant_id, n.is_public, count(*), sum({{schema}}.term_count(n.tsv))
       from new_rows n group by n.tenant_id, n.is_public
@@ -63,7 +64,8 @@ create or replace function {{schema}}.match_{{level}}(
 )
 language plpgsql stable security invoker
 set search_path = {{schema}}, public, extensions
-set hnsw.ef_search = 100
+set plan_cache_mode = force_custom_plan  -- a plan for these arguments: generic ones scan everything
+set hnsw.ef_search = 400  -- recall@10 0.99 at 100K chunks (ef 100: 0.94, 200: 0.97); BENCHMARKS.md
 as $$
 #variable_conflict use_column
 declare
@@ -71,7 +73,7 @@ declare
   stored_model text := (select value from {{schema}}.store_info where key = 'embedding_model');
 begin
   perform {{schema}}.check_search(match_count, query_embedding);
-  if match_count > 100 then
+  if match_count > current_setting('hnsw.ef_search')::int then  -- the index yields at most ef_search rows
     perform pg_catalog.set_config('hnsw.ef_search', least(match_count, 1000)::text, true);
   end if;
   return query
@@ -122,6 +124,7 @@ create or replace function {{schema}}.keyword_search_{{level}}(
 )
 language plpgsql stable security invoker
 set search_path = {{schema}}, public, extensions
+set plan_cache_mode = force_custom_plan  -- a plan for these arguments: generic ones scan everything
 as $$
 #variable_conflict use_column
 begin
@@ -145,27 +148,31 @@ begin
     from {{schema}}.corpus_stats s
     where s.level = '{{level}}' and (tenant is null or s.tenant_id = tenant or s.is_public)
   ),
-  postings as materialized (
-    select p.term, p.row_id, p.tf, p.length
-    from {{schema}}.{{level}}_terms p join words w on w.term = p.term
+  weights as (  -- idf over every row the caller may read, whatever the filters
+    select p.term, ln(1 + (c.n - count(*)::float8 + 0.5) / (count(*)::float8 + 0.5)) as idf
+    from {{schema}}.{{level}}_terms p join words w on w.term = p.term cross join corpus c
     where tenant is null or p.tenant_id = tenant or p.is_public
-  ),
-  idf as (
-    select p.term, ln(1 + (c.n - count(*) + 0.5) / (count(*) + 0.5)) as weight
-    from postings p cross join corpus c group by p.term, c.n
+    group by p.term, c.n
   ),
   scored as (
     select p.row_id,
-           sum(i.weight * p.tf * 2.2 / (p.tf + 1.2 * (0.25 + 0.75 * p.length / greatest(c.average_length, 1))))
+           sum(w.idf * p.tf::float8 * 2.2
+               / (p.tf::float8 + 1.2 * (0.25 + 0.75 * p.length::float8 / greatest(c.average_length, 1))))
              as score
-    from postings p join idf i on i.term = p.term cross join corpus c
+    from {{schema}}.{{level}}_terms p join weights w on w.term = p.term cross join corpus c
+    where (tenant is null or p.tenant_id = tenant or p.is_public)
+      and (document_ids is null
+           or p.row_id in (select d.rowid from {{schema}}.{{level}} d where {{document_id}} = any (document_ids)))
     group by p.row_id
   )
+  -- Rows are joined best first and only until the limit is filled; without filters only the top
+  -- match_count are even sorted.
   select {{columns}}, s.score
-  from scored s join {{from}} on d.rowid = s.row_id
+  from (select sc.row_id, sc.score from scored sc order by sc.score desc, sc.row_id
+        limit case when coalesce(filter, '{}') = '{}' then match_count end) s
+  join {{from}} on d.rowid = s.row_id
   where {{schema}}.metadata_matches(d.metadata, filter)
-    and (document_ids is null or {{document_id}} = any (document_ids))
-  order by s.score desc, d.id
+  order by s.score desc, s.row_id
   limit match_count;
 end $$;
 
@@ -190,6 +197,7 @@ create or replace function {{schema}}.hybrid_search_{{level}}(
 )
 language plpgsql stable security invoker
 set search_path = {{schema}}, public, extensions
+set plan_cache_mode = force_custom_plan  -- a plan for these arguments: generic ones scan everything
 as $$
 #variable_conflict use_column
 begin

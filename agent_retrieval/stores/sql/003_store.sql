@@ -1,8 +1,16 @@
 -- Reading and writing the store by RPC, so Postgres (by DSN) and Supabase (through PostgREST) share
--- one implementation. Each call is one transaction. Writes and ingestion bookkeeping act on one tenant:
--- the `tenant` argument, else the caller's (current_tenant()), else '' (a single-tenant store).
+-- one implementation. Each call is one transaction. Writes and ingestion bookkeeping act on one tenant
+-- (writing_tenant below).
 -- Reads see the `tenant` argument's rows and public rows, or every row they may read when it is null;
 -- row-level security narrows both further for anon and authenticated callers.
+
+-- The tenant a write or its bookkeeping acts on: the argument, else the caller's, else '' (single tenant).
+create or replace function {{schema}}.writing_tenant(tenant text) returns text
+language sql stable
+set search_path = ''
+as $$
+  select coalesce(tenant, {{schema}}.current_tenant(), '')
+$$;
 
 create or replace function {{schema}}.get_store_info() returns jsonb
 language sql stable security invoker
@@ -62,7 +70,7 @@ language plpgsql security invoker
 set search_path = {{schema}}, public, extensions
 as $$
 declare
-  scope text := coalesce(tenant, {{schema}}.current_tenant(), '');
+  scope text := {{schema}}.writing_tenant(tenant);
 begin
   perform {{schema}}.claim_embedding_model(model, array(
     select distinct jsonb_array_length(r -> 'embedding')
@@ -92,7 +100,7 @@ set search_path = ''
 as $$
   with gone as (
     delete from {{schema}}.documents d
-    where d.tenant_id = coalesce(tenant, {{schema}}.current_tenant(), '') and d.id = any (ids)
+    where d.tenant_id = {{schema}}.writing_tenant(tenant) and d.id = any (ids)
     returning 1)
   select count(*)::int from gone
 $$;
@@ -110,7 +118,7 @@ as $$
              and c.embedding_model is distinct from m.model)
   from {{schema}}.documents d
   cross join (select (select value from {{schema}}.store_info where key = 'embedding_model') as model) m
-  where d.tenant_id = coalesce(tenant, {{schema}}.current_tenant(), '') and d.id = any (ids)
+  where d.tenant_id = {{schema}}.writing_tenant(tenant) and d.id = any (ids)
 $$;
 
 -- Stored vectors of a model for embedding-text hashes, so unchanged text is never embedded twice.
@@ -128,7 +136,7 @@ as $$
     where c.text_hash = any (hashes)
   ) r
   where r.embedding_model = model and r.embedding is not null
-    and r.tenant_id = coalesce(tenant, {{schema}}.current_tenant(), '')
+    and r.tenant_id = {{schema}}.writing_tenant(tenant)
   order by r.text_hash
 $$;
 
@@ -144,13 +152,13 @@ set search_path = ''
 as $$
   (select d.id, d.id, d.title, d.content, d.metadata, d.source, d.content_hash, null::int, null::text
    from {{schema}}.documents d
-   where level = 'documents' and d.tenant_id = coalesce(tenant, {{schema}}.current_tenant(), '')
+   where level = 'documents' and d.tenant_id = {{schema}}.writing_tenant(tenant)
      and d.embedding_model is distinct from model
    order by d.rowid limit max_rows)
   union all
   (select c.id, c.document_id, null, c.content, c.metadata, null, null, c.ordinal, c.heading_path
    from {{schema}}.chunks c
-   where level = 'chunks' and c.tenant_id = coalesce(tenant, {{schema}}.current_tenant(), '')
+   where level = 'chunks' and c.tenant_id = {{schema}}.writing_tenant(tenant)
      and c.embedding_model is distinct from model
    order by c.rowid limit max_rows)
 $$;
@@ -162,7 +170,7 @@ language plpgsql security invoker
 set search_path = {{schema}}, public, extensions
 as $$
 declare
-  scope text := coalesce(tenant, {{schema}}.current_tenant(), '');
+  scope text := {{schema}}.writing_tenant(tenant);
 begin
   perform {{schema}}.require_dimension(model, jsonb_array_length(r -> 'embedding'))
   from jsonb_array_elements(rows) r;

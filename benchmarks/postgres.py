@@ -1,0 +1,205 @@
+"""Postgres and Supabase stores at 100K chunks, and their keyword ranking against the embedded store's.
+
+Starts the same real stack the tests use (pgserver Postgres 16 + pgvector, PostgREST 12 behind a
+Supabase-style gateway), then measures:
+
+- ingestion: rows per second through `upsert_documents` (vectors precomputed, so the store alone);
+- hybrid search at 100K chunks: p50/p95 of `hybrid_search_chunks` by DSN (psycopg) and by RPC
+  (supabase-py through PostgREST), and of the whole `chunk_retriever` tool on the Postgres store;
+- HNSW recall@10 of `match_chunks` against exact search over the same vectors;
+- SciFact (BEIR test, 300 queries): nDCG@10 of keyword search and of the tools' hybrid search, Postgres
+  vs the embedded store, on the same ingested corpus.
+
+Needs the SQLite stores of benchmarks/latency.py (run it first; it builds them).
+
+    python benchmarks/postgres.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import statistics
+import sqlite3
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent))
+
+from agent_retrieval.context import Context  # noqa: E402
+from agent_retrieval.models import Chunk, ChunkSearchRequest, Document, SearchRequest  # noqa: E402
+from agent_retrieval.retrieval import Retrieval  # noqa: E402
+from agent_retrieval.stores import SQLiteStore  # noqa: E402
+from agent_retrieval.stores.postgres import PostgresStore  # noqa: E402
+from agent_retrieval.stores.supabase import SupabaseStore  # noqa: E402
+from agent_retrieval.tools import ChunkRetrieverTool  # noqa: E402
+from benchmarks.latency import DATASET, RESULTS, queries  # noqa: E402
+from tests.stack import start_stack  # noqa: E402
+
+SCHEMA_100K, SCHEMA_SCIFACT = "bench_100k", "bench_scifact"
+
+
+def copy_store(source: Path, target: PostgresStore, batch: int = 200) -> dict[str, float]:
+    """Every document with its chunks and vectors, from an embedded store into Postgres; rows per second."""
+    conn = sqlite3.connect(source)
+    model = conn.execute("SELECT value FROM store_info WHERE key = 'embedding_model'").fetchone()[0]
+    chunks: dict[str, list[Chunk]] = defaultdict(list)
+    for cid, did, ordinal, heading, content, meta, text_hash, blob in conn.execute(
+            "SELECT id, document_id, ordinal, heading_path, content, metadata, text_hash, embedding FROM chunks"):
+        chunks[did].append(Chunk(cid, did, ordinal, content, heading, json.loads(meta), text_hash,
+                                 np.frombuffer(blob, dtype=np.float32)))
+    docs = [Document(i, t, c, json.loads(m), content_hash=h, text_hash=th, embedding=np.frombuffer(b, np.float32))
+            for i, t, c, m, h, th, b in conn.execute(
+                "SELECT id, title, content, metadata, content_hash, text_hash, embedding FROM documents")]
+    rows = len(docs) + sum(len(c) for c in chunks.values())
+    started = time.perf_counter()
+    with tqdm(total=rows, unit="row", desc=f"copy {source.name}") as bar:
+        for start in range(0, len(docs), batch):
+            part = docs[start:start + batch]
+            part_chunks = [c for d in part for c in chunks[d.id]]
+            target.upsert(part, part_chunks, model)
+            bar.update(len(part) + len(part_chunks))
+    seconds = time.perf_counter() - started
+    return {"rows": rows, "seconds": round(seconds, 1), "rows_per_second": round(rows / seconds)}
+
+
+def percentiles(times: list[float]) -> dict[str, float]:
+    times = sorted(times)
+    return {"p50_ms": round(statistics.median(times), 2), "p95_ms": round(times[int(0.95 * len(times)) - 1], 2)}
+
+
+def timed(call, items) -> dict[str, float]:
+    for item in items[:20]:  # warm-up: connections, caches
+        call(item)
+    times = []
+    for item in items:
+        started = time.perf_counter()
+        call(item)
+        times.append((time.perf_counter() - started) * 1000)
+    return percentiles(times)
+
+
+def hnsw_recall(store: PostgresStore, source: Path, vectors: list[np.ndarray], k: int = 10) -> float:
+    """Mean overlap of match_chunks' top k with the exact top k over the same stored vectors."""
+    with SQLiteStore(source) as exact:
+        found = []
+        for vector in vectors:
+            truth = {h.id for h in exact.vector_search("chunks", vector, k)}
+            found.append(len(truth & {h.id for h in store.vector_search("chunks", vector, k)}) / k)
+    return round(statistics.fmean(found), 4)
+
+
+def ef_search_sweep(stack, store: PostgresStore, source: Path, vectors: list[np.ndarray]) -> dict[str, object]:
+    """Recall@10 and p50 of match_chunks for several hnsw.ef_search values (the function's own setting)."""
+    function = f"{SCHEMA_100K}.match_chunks(vector, int, jsonb, text[], float8, text)"
+    default = stack.postgres.execute(f"select unnest(proconfig) from pg_proc where oid = '{function}'::regprocedure")
+    sweep = {}
+    try:
+        for ef in (40, 100, 200, 400):
+            stack.postgres.execute(f"alter function {function} set hnsw.ef_search = {ef}")
+            store.close()  # new sessions see the altered function
+            sweep[ef] = {"recall_at_10": hnsw_recall(store, source, vectors),
+                         **timed(lambda v: store.vector_search("chunks", v, 10), vectors)}
+    finally:
+        setting = next(c for (c,) in default if c.startswith("hnsw.ef_search="))
+        stack.postgres.execute(f"alter function {function} set hnsw.ef_search = {setting.split('=')[1]}")
+    return sweep
+
+
+def qrels() -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = defaultdict(dict)
+    for line in (DATASET / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        query, doc, score = line.split("\t")
+        out[query][doc] = int(score)
+    return out
+
+
+def ndcg_at_10(ranked: list[str], relevant: dict[str, int]) -> float:
+    dcg = sum(relevant.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:10]))
+    ideal = sum(r / math.log2(i + 2) for i, r in enumerate(sorted(relevant.values(), reverse=True)[:10]))
+    return dcg / ideal
+
+
+def scifact_quality(retrievals: dict[str, Retrieval]) -> dict[str, dict[str, float]]:
+    """nDCG@10 on SciFact test (documents level, as BEIR judges), keyword-only and hybrid, per store."""
+    texts = {json.loads(line)["_id"]: json.loads(line)["text"]
+             for line in (DATASET / "queries.jsonl").read_text().splitlines()}
+    judged = qrels()
+    out: dict[str, dict[str, float]] = {}
+    for name, retrieval in retrievals.items():
+        keyword, hybrid = [], []
+        for qid, relevant in tqdm(judged.items(), desc=f"scifact {name}"):
+            hits = retrieval.store.keyword_search("documents", texts[qid], 10)
+            keyword.append(ndcg_at_10([h.id for h in hits], relevant))
+            result = retrieval.search(SearchRequest(query=texts[qid], top_k=10), "documents")
+            hybrid.append(ndcg_at_10([h.id for h in result.hits], relevant))
+        out[name] = {"keyword_ndcg10": round(100 * statistics.fmean(keyword), 2),
+                     "hybrid_ndcg10": round(100 * statistics.fmean(hybrid), 2)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--queries", type=int, default=300)
+    args = parser.parse_args()
+    base_db, big_db = RESULTS / "scifact-base.db", RESULTS / "scifact-100000.db"
+    if not big_db.exists():
+        sys.exit("run benchmarks/latency.py first: it builds the SQLite stores this benchmark copies")
+    base = Retrieval(Context(db_path=str(base_db)))
+    texts = queries(args.queries)
+    vectors = [base.embedder.embed_query(t) for t in tqdm(texts, desc="embed queries")]
+    output = RESULTS / "postgres.json"
+    results: dict[str, object] = json.loads(output.read_text()) if output.exists() else {}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the stack on the way out, not leave it behind
+    # The database is kept in results/ between runs: copying 150K rows takes ten minutes, so a rerun
+    # (after a change to the SQL functions, which `init` replaces) copies nothing.
+    stack = start_stack(RESULTS / "postgres-stack", [SCHEMA_100K, SCHEMA_SCIFACT])
+    try:
+        dsn = stack.postgres.dsn
+        big = PostgresStore(dsn, schema=SCHEMA_100K)
+        big.init(384)
+        if big.stats().chunks < 100_000:
+            stack.postgres.execute(f"drop schema {SCHEMA_100K} cascade")
+            big.init(384)
+            results["ingest_100k"] = copy_store(big_db, big)
+            stack.postgres.execute(f"vacuum analyze {SCHEMA_100K}.chunks, {SCHEMA_100K}.chunks_terms")
+        stack.postgrest.reload_schema()
+        rpc = SupabaseStore(stack.url, stack.service_key, schema=SCHEMA_100K)
+        pairs = list(zip(texts, vectors))
+
+        def hybrid(store):
+            return lambda pair: store._call("hybrid_search_chunks", query_text=pair[0], query_embedding=pair[1],
+                                            match_count=10, candidates=50)
+
+        results["hybrid_100k_dsn"] = timed(hybrid(big), pairs)
+        results["hybrid_100k_rpc"] = timed(hybrid(rpc), pairs)
+        tool = ChunkRetrieverTool(retrieval=Retrieval(Context(), store=big, embedder=base.embedder))
+        results["tool_100k_dsn"] = timed(lambda text: tool.invoke({"query": text, "top_k": 10}), texts)
+        results["hnsw_recall_at_10"] = hnsw_recall(big, big_db, vectors)
+        results["ef_search_sweep"] = ef_search_sweep(stack, big, big_db, vectors)
+
+        small = PostgresStore(dsn, schema=SCHEMA_SCIFACT)
+        small.init(384)
+        if small.stats().documents < 5183:
+            copy_store(base_db, small)
+            stack.postgres.execute(f"vacuum analyze {SCHEMA_SCIFACT}.documents, {SCHEMA_SCIFACT}.documents_terms")
+        results["scifact"] = scifact_quality({
+            "sqlite": base, "postgres": Retrieval(Context(), store=small, embedder=base.embedder)})
+        for store in (big, small, rpc):
+            store.close()
+    finally:
+        stack.stop()
+    print(json.dumps(results, indent=2))
+    output.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
