@@ -178,15 +178,15 @@ def _config(args: argparse.Namespace, context: Context) -> int:
 def _db_init(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval.stores.rpc import render_sql
 
-    schema = args.schema or context.db_schema
-    if args.dimension is None:
+    schema, dimension = args.schema or context.db_schema, args.dimension
+    if dimension is None:
         from agent_retrieval.embeddings import make_embedder
 
         embedder = make_embedder(context)
-        args.dimension = len(embedder.embed_query("dimension probe"))
-        print(f"embedding dimension {args.dimension} (from {embedder.model_id})", file=sys.stderr)
+        dimension = len(embedder.embed_query("dimension probe"))
+        print(f"embedding dimension {dimension} (from {embedder.model_id})", file=sys.stderr)
     if args.print_sql:
-        print(render_sql(schema, args.dimension))
+        print(render_sql(schema, dimension))
         return 0
     if not context.postgres_dsn:
         where = ("Supabase's API cannot create tables: " if context.supabase_url else
@@ -196,8 +196,8 @@ def _db_init(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval.stores.postgres import PostgresStore
 
     with PostgresStore(context.postgres_dsn, schema=schema) as store:
-        store.init(args.dimension)
-        print(f"schema {schema} is ready for {args.dimension}-dimensional vectors at {store.location}")
+        store.init(dimension)
+        print(f"schema {schema} is ready for {dimension}-dimensional vectors at {store.location}")
     return 0
 
 

@@ -76,7 +76,7 @@ def load_file(path: Path, doc_id: str) -> list[Document]:
     elif suffix in (".html", ".htm"):
         title, text = _html_to_markdown(text)
         metadata = {"title": title} if title else {}
-    title = str(metadata.pop("title", "") or _first_heading(text) or path.stem.replace("-", " ").replace("_", " "))
+    title = str(metadata.pop("title", "") or _first_heading(text) or _name_as_title(path))
     doc_id = str(metadata.pop("id", doc_id))
     return [Document(id=doc_id, title=title, content=text.strip(), metadata=metadata, source=str(path))]
 
@@ -103,6 +103,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     return str(value)
+
+
+def _name_as_title(path: Path) -> str:
+    """The title of a file that names none: its name, words apart."""
+    return path.stem.replace("-", " ").replace("_", " ")
 
 
 def _first_heading(text: str) -> str | None:
@@ -150,7 +155,7 @@ def _load_pdf(path: Path, doc_id: str) -> Document:
     text = "\n\n".join(p for p in pages if p)
     if not text:
         raise InvalidRequest(f"{path}: the PDF has no text layer (scanned pages need OCR first)")
-    return Document(id=doc_id, title=title or path.stem.replace("-", " ").replace("_", " "), content=text,
+    return Document(id=doc_id, title=title or _name_as_title(path), content=text,
                     metadata={"pages": len(pages)}, source=str(path))
 
 
