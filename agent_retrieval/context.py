@@ -103,6 +103,16 @@ class Context:
     summarize_max_chunks: int = setting(200, "Most chunks returned by chunk_retriever's summarize mode.",
                                         bounds=(1, 10000))
 
+    # --- query plans and answers (graphs/rag.py) ---------------------------------------------
+    max_plan_queries: int = setting(5, "Most queries one plan runs; a longer plan is cut, keeping the highest "
+                                    "priorities, and says so.", bounds=(1, 20))
+    max_hops: int = setting(2, "Most retrieval rounds of a multi-hop plan (a later round fills "
+                            "{{PLACEHOLDERS}} from what an earlier one found).", bounds=(1, 5))
+    answer_chunks: int = setting(6, "Passages the answer is written from (and cites).", bounds=(1, 50))
+    chat_timeout_seconds: float = setting(60.0, "Timeout of a planner, answer or code-generation LLM call; "
+                                          "on expiry the graph degrades (heuristic plan, extractive answer).",
+                                          bounds=(0.1, 600))
+
     # --- ingestion ---------------------------------------------------------------------------
     chunk_size: int = setting(1000, "Characters per chunk.", bounds=(100, 20000))
     chunk_overlap: int = setting(150, "Characters shared by neighbouring chunks.", bounds=(0, 5000))

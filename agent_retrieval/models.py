@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -97,6 +99,11 @@ class Hit:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "found_by": self.found_by}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Hit:
+        """The inverse of `to_dict` (graph state holds hits as plain dicts)."""
+        return cls(**{key: value for key, value in data.items() if key != "found_by"})
 
 
 HydeStatus = Literal["off", "skipped", "used", "failed"]
@@ -271,3 +278,150 @@ def parse_request(model: type[SearchRequest], data: dict[str, Any]) -> SearchReq
         return model.model_validate(data)
     except ValidationError as error:
         raise InvalidRequest(explain(error)) from None
+
+
+class SimilaritySearchRequest(BaseModel):
+    """Arguments of similarity_search: chunk_retriever's search with only a query, top_k and filters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(description=SearchRequest.model_fields["query"].description)
+    top_k: int = Field(5, description=SearchRequest.model_fields["top_k"].description)
+    filters: dict[str, Any] | None = Field(None, description=SearchRequest.model_fields["filters"].description)
+
+    @field_validator("query")
+    @classmethod
+    def _query(cls, value: str) -> str:
+        value = SearchRequest._query(value)
+        if not value:
+            raise ValueError("must not be empty: say what to look for")
+        return value
+
+    # The same checks, with the same messages, as the full request's.
+    _top_k = field_validator("top_k")(SearchRequest._top_k.__func__)
+    _filters = field_validator("filters")(SearchRequest._filters.__func__)
+
+
+MAX_TITLE_CHARS = 500
+MAX_CONTENT_CHARS = 1_000_000
+MAX_ID_CHARS = 512
+
+
+def title_document_id(title: str) -> str:
+    """A stable id for a titled document: a readable slug plus a short hash, so equal titles share it."""
+    ascii_title = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_title.lower()).strip("-")[:60].rstrip("-") or "document"
+    return f"{slug}-{hashlib.sha256(title.encode()).hexdigest()[:8]}"
+
+
+class IndexDocumentRequest(BaseModel):
+    """Arguments of index_document (and the indexer graph's pasted documents): one document to store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(description=f"The document's title, 1 to {MAX_TITLE_CHARS} characters. Indexing the "
+                       "same title again replaces the earlier version (unless an id is given).")
+    content: str = Field(description=f"The document's full text, 1 to {MAX_CONTENT_CHARS:,} characters; "
+                         "markdown headings (#, ##, ###) help split it into passages.")
+    metadata: dict[str, Any] | None = Field(
+        None, description='Facts to filter searches by later, e.g. {"category": "policy", "year": 2024}. '
+        "Keys are identifiers; values are strings, numbers or booleans, or lists of them.")
+    id: str | None = Field(None, description=f"The id to store the document under, 1 to {MAX_ID_CHARS} "
+                           "characters; an existing document with this id is replaced. Default: made from "
+                           "the title.")
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str) -> str:
+        value = " ".join(value.split())  # a title is one line
+        if not 1 <= len(value) <= MAX_TITLE_CHARS or "\x00" in value:
+            raise ValueError(f"must be 1 to {MAX_TITLE_CHARS} characters without NUL (got {len(value)})")
+        return value
+
+    @field_validator("content")
+    @classmethod
+    def _content(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("must not be empty: give the document's full text")
+        if len(value) > MAX_CONTENT_CHARS or "\x00" in value:
+            raise ValueError(f"must be at most {MAX_CONTENT_CHARS:,} characters without NUL (got "
+                             f"{len(value):,}); split a longer text into several documents")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return validate_filters(value)  # stored metadata is what filters match, so the same rules hold
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or len(value) > MAX_ID_CHARS or "\x00" in value):
+            raise ValueError(f"must be 1 to {MAX_ID_CHARS} characters without NUL (got {value[:40]!r})")
+        return value
+
+    def document(self, source: str) -> Document:
+        """The Document to ingest; without an id, it is named after its title."""
+        return Document(id=self.id or title_document_id(self.title), title=self.title, content=self.content,
+                        metadata=self.metadata or {}, source=source)
+
+
+# --- query plans (planning.py) ---------------------------------------------------------------------
+
+SearchStrategy = Literal["simple", "expanded", "decomposed", "multi_hop", "filtered"]
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z][A-Za-z0-9_]{0,39})\s*\}\}")
+
+
+class PlannedQuery(BaseModel):
+    """One search of a plan. `{{NAME}}` in `text` is filled from an earlier hop (multi-hop plans)."""
+
+    text: str = Field(description="The search text: a declarative statement or keywords, not a question. "
+                      "May hold a {{PLACEHOLDER}} that an earlier query's results resolve.")
+    target: Level = Field("chunks", description="'chunks' for passages that answer; 'documents' to find "
+                          "which whole documents are relevant.")
+    category: str | None = Field(None, description="A value of the documents' `category` metadata to "
+                                 "search within, or null for every category.")
+    purpose: str = Field("", description="What this query is meant to find.")
+    priority: int = Field(1, ge=1, le=5, description="1 (run first, most important) to 5.")
+    resolves: str | None = Field(None, description="For multi-hop: the PLACEHOLDER name (without braces) "
+                                 "that this query's results name, e.g. COMPANY.")
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        value = " ".join(value.split())
+        if not value:
+            raise ValueError("must not be empty")
+        return value[:MAX_QUERY_CHARS]
+
+    @field_validator("resolves")
+    @classmethod
+    def _resolves(cls, value: str | None) -> str | None:
+        value = (value or "").strip().strip("{}").strip() or None
+        if value is not None and not PLACEHOLDER.fullmatch("{{" + value + "}}"):
+            raise ValueError("must be a placeholder name: a letter, then letters, digits or '_'")
+        return value
+
+    @property
+    def placeholders(self) -> list[str]:
+        return list(dict.fromkeys(PLACEHOLDER.findall(self.text)))
+
+
+class QueryPlan(BaseModel):
+    """How to search for one request: the queries to run, shared filters, and the strategy."""
+
+    intent: str = Field(description="A short description of what the user is looking for.")
+    queries: list[PlannedQuery] = Field(min_length=1, description="The searches to run, most important "
+                                        "first.")
+    filters: dict[str, Any] = Field(default_factory=dict, description='Metadata filters every query applies, '
+                                    'e.g. {"year": 2024}; {} for none.')
+    search_strategy: SearchStrategy = Field("simple", description="simple: one direct query; expanded: "
+                                            "rephrasings; decomposed: one query per sub-question; multi_hop: "
+                                            "later queries need names found by earlier ones; filtered: "
+                                            "metadata filters narrow the search.")
+
+    @field_validator("filters", mode="before")
+    @classmethod
+    def _filters(cls, value: Any) -> dict[str, Any]:
+        return validate_filters(value or None) or {}

@@ -98,7 +98,9 @@ class Retrieval:
 
     async def asearch(self, request: SearchRequest, level: Level) -> RetrievalResult:
         """Async `search`: the event loop is never blocked (SQLite runs in worker threads)."""
-        store, scope = self.store, _scope(request)
+        # Opening the store and building the embedder or chat model read files: off the event loop.
+        store, hyde_arguments = await asyncio.to_thread(lambda: (self.store, self._hyde_arguments(request)))
+        scope = _scope(request)
         _check_scope(await store.aunknown_documents(scope) if scope else [])
         if request.query_type == "summarize":
             hits = await store.adocument_chunks(scope, self.context.summarize_max_chunks + 1)
@@ -108,7 +110,7 @@ class Retrieval:
         try:
             degraded = await asyncio.to_thread(self._model_mismatch)
             query_embedding = None if degraded else await hyde.aget_query_embedding_for_retrieval(
-                request.query, self.context, **self._hyde_arguments(request))
+                request.query, self.context, **hyde_arguments)
             vector_hits: list[Hit] = []
             if self._vector_ready(query_embedding, degraded):
                 try:

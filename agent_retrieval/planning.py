@@ -1,0 +1,326 @@
+"""Query plans: from a request, the searches to run (by an LLM's structured output, or heuristics offline),
+and running them: by priority, concurrently within a hop, multi-hop placeholders filled from earlier hops,
+results fused across queries with each hit remembering which queries found it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
+from pydantic import ValidationError
+
+from agent_retrieval.answer import format_passages
+from agent_retrieval.context import Context
+from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
+from agent_retrieval.fusion import rrf
+from agent_retrieval.models import (MAX_QUERY_CHARS, MAX_TOP_K, PLACEHOLDER, ChunkSearchRequest, Hit, Level,
+                                    PlannedQuery, QueryPlan, SearchRequest, parse_request, validate_filters)
+from agent_retrieval.prompts import load_prompt
+from agent_retrieval.retrieval import Retrieval
+
+log = logging.getLogger(__name__)
+
+MAX_ENTITY_CHARS = 80
+
+
+def check_request(request: str) -> str:
+    """The request, whitespace-normalised, or InvalidRequest saying what is allowed."""
+    text = " ".join(str(request).replace("\x00", " ").split())
+    if not text:
+        raise InvalidRequest("the question is empty: ask something about the documents")
+    if len(text) > MAX_QUERY_CHARS:
+        raise InvalidRequest(f"the question is {len(text):,} characters; at most {MAX_QUERY_CHARS:,} are "
+                             "searched. Ask the question itself, without pasting the material around it")
+    return text
+
+
+# --- planning -----------------------------------------------------------------------------------
+
+@dataclass
+class Planned:
+    """A plan and how it was made: by the LLM, by heuristics, or as the fallback of a failed LLM call."""
+
+    plan: QueryPlan
+    planner: Literal["llm", "heuristic", "fallback"]
+    notes: list[str] = field(default_factory=list)
+
+
+async def make_plan(request: str, context: Context, llm: BaseChatModel | None = None) -> Planned:
+    """Plan the searches for a request (already checked). Never raises for LLM failures: it falls back."""
+    if llm is None:
+        return _capped(Planned(heuristic_plan(request), "heuristic",
+                               ["no chat model configured: heuristic plan"]), context)
+    try:
+        plan = await asyncio.wait_for(_llm_plan(request, context, llm), context.chat_timeout_seconds)
+    except Exception as error:  # a timeout, a provider error, or output that is not a valid plan
+        log.warning("planner failed (%s); searching the request as written", type(error).__name__)
+        return Planned(simple_plan(request), "fallback",
+                       [f"planner failed ({_describe(error)}): searched the request as written"])
+    return _capped(Planned(plan, "llm"), context)
+
+
+async def _llm_plan(request: str, context: Context, llm: BaseChatModel) -> QueryPlan:
+    messages = [SystemMessage(load_prompt("planner").replace("{max_queries}", str(context.max_plan_queries))),
+                HumanMessage(f"<request>\n{request}\n</request>")]
+    try:
+        structured = llm.with_structured_output(QueryPlan, include_raw=True)
+    except NotImplementedError:  # a model without structured output: ask for JSON and parse it
+        return parse_plan((await llm.ainvoke(messages)).text)
+    out = await structured.ainvoke(messages)
+    if out.get("parsing_error") or out.get("parsed") is None:
+        raise ValueError(f"the plan did not validate: {out.get('parsing_error')}")
+    parsed = out["parsed"]
+    return parsed if isinstance(parsed, QueryPlan) else QueryPlan.model_validate(parsed)
+
+
+def parse_plan(text: str) -> QueryPlan:
+    """A plan from an LLM's JSON reply (a fenced block or the outermost object); ValueError if invalid."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise ValueError("the reply holds no JSON object")
+    try:
+        return QueryPlan.model_validate(json.loads(text[start:end + 1]))
+    except (json.JSONDecodeError, ValidationError) as error:
+        raise ValueError(f"the reply is not a valid plan: {error}") from None
+
+
+def simple_plan(request: str) -> QueryPlan:
+    """One query: the request as written."""
+    return QueryPlan(intent=request[:200], queries=[PlannedQuery(text=request, purpose="the request as written")])
+
+
+def _capped(planned: Planned, context: Context) -> Planned:
+    """At most `max_plan_queries` queries, the most important first; placeholders mark the plan multi-hop."""
+    plan = planned.plan
+    queries = sorted(plan.queries, key=lambda q: q.priority)  # stable: the planner's order within a priority
+    if len(queries) > context.max_plan_queries:
+        planned.notes.append(f"the plan had {len(queries)} queries; ran the {context.max_plan_queries} "
+                             "most important")
+        queries = queries[:context.max_plan_queries]
+    strategy = "multi_hop" if any(q.placeholders for q in queries) else plan.search_strategy
+    planned.plan = plan.model_copy(update={"queries": queries, "search_strategy": strategy})
+    return planned
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    return type(error).__name__
+
+
+# --- the heuristic planner (offline) -------------------------------------------------------------
+
+_OPERATOR = re.compile(r"(?<![\w/])([A-Za-z_][\w-]{0,63}):(\"[^\"]{1,200}\"|[^\s/\"][^\s\"]{0,199})")
+_SPLIT = re.compile(r"\s*(?:;|\?|,?\s+and\s+(?=(?:what|who|whom|whose|when|where|which|why|how|is|are|was|"
+                    r"were|does|do|did|can|could|should|must|will|would|has|have)\b))\s*", re.IGNORECASE)
+_QUESTION_LEAD = re.compile(
+    r"^(?:(?:please\s+)?(?:tell me|explain|describe|show me|find|list)\s+)?"
+    r"(?:(?:what|which|who|whom|whose|when|where|why|how(?:\s+(?:much|many|long|often|soon))?)\s+)?"
+    r"(?:(?:is|are|was|were|does|do|did|can|could|should|must|will|would|has|have|had)\s+)?", re.IGNORECASE)
+
+
+def heuristic_plan(request: str) -> QueryPlan:
+    """A plan without an LLM: `key:value` filters, one query per sub-question, and a statement rewrite.
+
+    Questions become statements by dropping the question words ("How long does the landlord have to
+    protect the deposit?" -> "the landlord have to protect the deposit"), which is closer to how the
+    answer is written; the question as asked stays first, since keyword search wants the user's words.
+    """
+    filters, text = _operators(request)
+    parts = [p for p in (part.strip(" ,.") for part in _SPLIT.split(text)) if len(p.split()) >= 2] or [text]
+    queries: list[PlannedQuery] = []
+    if len(parts) > 1:
+        strategy = "decomposed"
+        queries = [PlannedQuery(text=part, purpose=f"sub-question {n}", priority=1)
+                   for n, part in enumerate(parts, start=1)]
+    else:
+        queries = [PlannedQuery(text=text, purpose="the question as asked", priority=1)]
+        statement = to_statement(text)
+        expanded = statement.lower() != text.lower().rstrip("?") and len(statement.split()) >= 2
+        if expanded:
+            queries.append(PlannedQuery(text=statement, purpose="the question as a statement", priority=2))
+        strategy = "expanded" if expanded else "simple"
+    category = filters.get("category") if isinstance(filters.get("category"), str) else None
+    if filters:
+        strategy = "filtered" if strategy == "simple" else strategy
+    queries = [q.model_copy(update={"category": category}) for q in queries]
+    return QueryPlan(intent=text[:200], queries=queries, filters=filters, search_strategy=strategy)
+
+
+def to_statement(question: str) -> str:
+    """The question without its question words and mark, e.g. "What is the fee?" -> "the fee"."""
+    stripped = _QUESTION_LEAD.sub("", question.strip().rstrip("?").strip())
+    return stripped or question.rstrip("?")
+
+
+def _operators(request: str) -> tuple[dict[str, Any], str]:
+    """`key:value` metadata filters written in the request (like a search engine's), and the rest of it."""
+    filters: dict[str, Any] = {}
+    for key, raw in _OPERATOR.findall(request):
+        value = raw.strip('"')
+        filters[key] = int(value) if value.isdigit() and len(value) < 10 else value
+    try:
+        filters = validate_filters(filters) or {}
+    except ValueError:  # an operator that is not a valid filter stays part of the question
+        return {}, request
+    rest = " ".join(_OPERATOR.sub(" ", request).split()) if filters else request
+    return filters, rest or request
+
+
+# --- running a plan -----------------------------------------------------------------------------
+
+@dataclass
+class Search:
+    """One planned query as it ran: the text searched (placeholders filled), and how it went."""
+
+    query: str
+    target: Level
+    purpose: str
+    hop: int | None
+    status: Literal["ran", "failed", "skipped"]
+    hit_ids: list[str] = field(default_factory=list)
+    hyde: str = "off"
+    degraded: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PlanRun:
+    """Everything a plan found: hits fused across its queries per level, and an account of each search."""
+
+    plan: QueryPlan
+    searches: list[Search]
+    documents: list[Hit]
+    chunks: list[Hit]
+    resolved: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+async def run_plan(plan: QueryPlan, retrieval: Retrieval, *, top_k: int, llm: BaseChatModel | None = None,
+                   relax_filters: bool = True) -> PlanRun:
+    """Run a plan's queries hop by hop and fuse what they find; no query failure fails the run.
+
+    Each hop runs, concurrently, every query whose placeholders are all filled; the placeholders its
+    results name are then resolved for the next hop. Queries still waiting after `max_hops` hops (or in a
+    loop of placeholders) are skipped and say why. With `relax_filters`, a filtered plan that finds
+    nothing is run again without its filters (planner-chosen filters can be wrong), and says so.
+    """
+    context = retrieval.context
+    waiting, resolved = list(plan.queries), {}
+    declared = {q.resolves for q in plan.queries}
+    ran: list[tuple[PlannedQuery, Search, list[Hit]]] = []
+    for hop in range(context.max_hops):
+        ready = [q for q in waiting if all(name in resolved for name in q.placeholders)]
+        if not ready:
+            break
+        waiting = [q for q in waiting if q not in ready]
+        outcomes = await asyncio.gather(*(_search(q, plan.filters, resolved, hop, retrieval, top_k) for q in ready))
+        ran += [(q, *outcome) for q, outcome in zip(ready, outcomes, strict=True)]
+        needed = {name for q in waiting for name in q.placeholders} - resolved.keys()
+        for name in sorted(needed):
+            # A placeholder some query declares it resolves is filled by that query alone; otherwise by
+            # whatever this hop found.
+            sources = [(q, hits) for q, _, hits in ran[-len(ready):]
+                       if q.resolves == name or name not in declared]
+            value = await resolve_placeholder(name, sources, llm, context)
+            if value:
+                resolved[name] = value
+    skipped = [Search(q.text, q.target, q.purpose, None, "skipped",
+                      note=_unresolved_note(q, resolved, context.max_hops)) for q in waiting]
+    run = PlanRun(plan, [s for _, s, _ in ran] + skipped, _fuse(ran, "documents", top_k, context),
+                  _fuse(ran, "chunks", top_k, context), resolved)
+    if relax_filters and plan.filters and not (run.documents or run.chunks):
+        relaxed = await run_plan(plan.model_copy(update={"filters": {}}), retrieval, top_k=top_k, llm=llm,
+                                 relax_filters=False)
+        relaxed.notes.insert(0, f"the filters {plan.filters} matched nothing: searched without them")
+        return relaxed
+    return run
+
+
+async def _search(query: PlannedQuery, filters: dict[str, Any], resolved: dict[str, str], hop: int,
+                  retrieval: Retrieval, top_k: int) -> tuple[Search, list[Hit]]:
+    text = PLACEHOLDER.sub(lambda m: resolved[m.group(1)], query.text)
+    scope = {**filters, **({"category": query.category} if query.category else {})}
+    model = ChunkSearchRequest if query.target == "chunks" else SearchRequest
+    try:
+        request = parse_request(model, {"query": text, "top_k": min(MAX_TOP_K, 2 * top_k), "filters": scope})
+        result = await retrieval.asearch(request, query.target)
+    except AgentRetrievalError as error:
+        return Search(text, query.target, query.purpose, hop, "failed", note=str(error)), []
+    return Search(text, query.target, query.purpose, hop, "ran", [h.id for h in result.hits], result.hyde,
+                  result.degraded), result.hits
+
+
+def _unresolved_note(query: PlannedQuery, resolved: dict[str, str], max_hops: int) -> str:
+    missing = [name for name in query.placeholders if name not in resolved]
+    return (f"skipped: {', '.join('{{' + m + '}}' for m in missing)} not found by an earlier query "
+            f"within {max_hops} hop(s)")
+
+
+def _fuse(ran: list[tuple[PlannedQuery, Search, list[Hit]]], level: Level, top_k: int,
+          context: Context) -> list[Hit]:
+    """Reciprocal-rank fusion across queries; each hit lists the queries that found it."""
+    rankings = {str(n): [h.id for h in hits] for n, (q, _, hits) in enumerate(ran) if q.target == level}
+    scores = rrf(rankings, {}, k=context.rrf_k)
+    first: dict[str, Hit] = {}
+    found_by: dict[str, list[str]] = {}
+    for q, search, hits in ran:
+        for hit in hits if q.target == level else []:
+            first.setdefault(hit.id, hit)
+            found_by.setdefault(hit.id, []).append(search.query)
+    ordered = sorted(first, key=lambda i: -scores[i])[:top_k]
+    return [replace(first[i], score=scores[i], queries=list(dict.fromkeys(found_by[i]))) for i in ordered]
+
+
+# --- multi-hop ----------------------------------------------------------------------------------
+
+async def resolve_placeholder(name: str, sources: list[tuple[PlannedQuery, list[Hit]]],
+                              llm: BaseChatModel | None, context: Context) -> str | None:
+    """The value of {{name}} from earlier results: the LLM reads the top passages (its answer must appear
+    in them), else the best hit's `entity` metadata. None if neither names it."""
+    hits = [hit for _, found in sources for hit in found[:3]]
+    if not hits:
+        return None
+    if llm is not None:
+        purpose = "; ".join(q.purpose for q, _ in sources if q.purpose) or f"the {name} the request is about"
+        value = await _llm_entity(name, purpose, hits, llm, context)
+        if value:
+            return value
+    for hit in hits:
+        entity = hit.metadata.get("entity")
+        if isinstance(entity, str) and entity.strip():
+            return _clean_entity(entity)
+    return None
+
+
+async def _llm_entity(name: str, purpose: str, hits: list[Hit], llm: BaseChatModel,
+                      context: Context) -> str | None:
+    system = load_prompt("entity").replace("{placeholder}", name).replace("{purpose}", purpose)
+    try:
+        reply = await asyncio.wait_for(llm.ainvoke([SystemMessage(system), HumanMessage(format_passages(hits))]),
+                                       context.chat_timeout_seconds)
+    except Exception as error:
+        log.warning("placeholder resolution failed (%s); trying entity metadata", type(error).__name__)
+        return None
+    value = _clean_entity(reply.text.strip().splitlines()[0] if reply.text.strip() else "")
+    text = " ".join(" ".join(h.content.split()) for h in hits).lower()
+    # Only a name the passages contain: an invented or injected value must not steer the next search.
+    if not value or value.upper() == "NONE" or value.lower() not in text:
+        return None
+    return value
+
+
+def _clean_entity(value: str) -> str | None:
+    value = " ".join(value.replace("{", " ").replace("}", " ").split()).strip(" .\"'")
+    return value[:MAX_ENTITY_CHARS] or None
+
