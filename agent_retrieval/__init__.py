@@ -16,6 +16,8 @@ _EXPORTS = {
     "make_retrieval_tools": "agent_retrieval.tools",
     "DocumentRetrieverTool": "agent_retrieval.tools",
     "ChunkRetrieverTool": "agent_retrieval.tools",
+    "SimilaritySearchTool": "agent_retrieval.tools",
+    "IndexDocumentTool": "agent_retrieval.tools",
     "AgentRetriever": "agent_retrieval.tools",
     "get_query_embedding_for_retrieval": "agent_retrieval.hyde",
     "aget_query_embedding_for_retrieval": "agent_retrieval.hyde",

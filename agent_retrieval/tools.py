@@ -1,24 +1,39 @@
-"""The two LangChain tools, document_retriever and chunk_retriever, and a BaseRetriever over the same path.
+"""The LangChain tools (document_retriever, chunk_retriever, similarity_search, index_document) and a
+BaseRetriever over the same search path.
 
-Tools are thin: validate the arguments, run `Retrieval`, and answer with text for the model plus
-the full result (hits, HyDE status, degradations) as the artifact. Bad arguments and store failures
-come back as a ToolException message the model can act on, never a traceback.
+Tools are thin: validate the arguments, run `Retrieval` (or ingest), and answer with text for the model
+plus the full result (hits, HyDE status, degradations; or the ingest report) as the artifact. Bad
+arguments and store failures come back as a ToolException message the model can act on, never a traceback.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any, ClassVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document as LCDocument
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import BaseTool, ToolException
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
-from agent_retrieval.models import ChunkSearchRequest, Hit, Level, RetrievalResult, SearchRequest, explain, parse_request
+from agent_retrieval.ingest import IngestReport, ingest
+from agent_retrieval.models import (
+    ChunkSearchRequest,
+    Hit,
+    IndexDocumentRequest,
+    Level,
+    RetrievalResult,
+    SearchRequest,
+    SimilaritySearchRequest,
+    explain,
+    parse_request,
+)
 from agent_retrieval.retrieval import Retrieval
 
 _MARKDOWN_HEADING = re.compile(r"(?m)^#{1,6}\s+")
@@ -29,12 +44,11 @@ def _explain_validation(error: ValidationError) -> str:
     return explain(error)
 
 
-class _RetrieverTool(BaseTool):
-    """Shared machinery of the two retrieval tools."""
+class _StoreTool(BaseTool):
+    """What every tool here shares: one Retrieval, text plus artifact, and errors as messages for the model."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    level: ClassVar[Level]
     retrieval: Retrieval = Field(default_factory=Retrieval, exclude=True)
     response_format: str = "content_and_artifact"
     handle_tool_error: bool = True
@@ -42,6 +56,18 @@ class _RetrieverTool(BaseTool):
 
     def __init__(self, context: Context | None = None, *, retrieval: Retrieval | None = None, **kwargs: Any):
         super().__init__(retrieval=retrieval or Retrieval(context), **kwargs)
+
+    def _parse(self, model: type[BaseModel], arguments: dict[str, Any]) -> Any:
+        try:
+            return parse_request(model, arguments)
+        except AgentRetrievalError as error:
+            raise ToolException(str(error)) from None
+
+
+class _RetrieverTool(_StoreTool):
+    """Shared machinery of the retrieval tools."""
+
+    level: ClassVar[Level]
 
     def _run(self, run_manager: Any = None, **arguments: Any) -> tuple[str, dict[str, Any]]:
         request = self._request(arguments)
@@ -60,10 +86,7 @@ class _RetrieverTool(BaseTool):
         return format_result(result), result.to_dict()
 
     def _request(self, arguments: dict[str, Any]) -> SearchRequest:
-        try:
-            return parse_request(self.args_schema, arguments)
-        except AgentRetrievalError as error:
-            raise ToolException(str(error)) from None
+        return self._parse(self.args_schema, arguments)
 
 
 class DocumentRetrieverTool(_RetrieverTool):
@@ -90,10 +113,65 @@ class ChunkRetrieverTool(_RetrieverTool):
     level: ClassVar[Level] = "chunks"
 
 
-def make_retrieval_tools(context: Context | None = None, *, retrieval: Retrieval | None = None) -> list[BaseTool]:
-    """[document_retriever, chunk_retriever], sharing one store, embedder and HyDE cache."""
+class SimilaritySearchTool(_RetrieverTool):
+    """The minimal search tool: a query, top_k and filters; `similarity_search` in an agent's tool list."""
+
+    name: str = "similarity_search"
+    description: str = (
+        "Search the document collection for the passages most relevant to a query, best first, each with "
+        "its score, document id and heading path. Hybrid search: meaning (vector) and exact words (keyword).")
+    args_schema: type[SimilaritySearchRequest] = SimilaritySearchRequest
+    level: ClassVar[Level] = "chunks"
+
+    def _request(self, arguments: dict[str, Any]) -> SearchRequest:
+        # The search chunk_retriever runs, with its defaults for every argument not offered here.
+        return self._parse(ChunkSearchRequest, arguments)
+
+
+class IndexDocumentTool(_StoreTool):
+    """Add or replace a document at run time; `index_document` in an agent's tool list."""
+
+    name: str = "index_document"
+    description: str = (
+        "Store a document (title and full text) so that later searches find it. Indexing the same title "
+        "again, or the same id, replaces the earlier version. Answers with the document's id.")
+    args_schema: type[IndexDocumentRequest] = IndexDocumentRequest
+
+    def _run(self, run_manager: Any = None, **arguments: Any) -> tuple[str, dict[str, Any]]:
+        document = self._parse(IndexDocumentRequest, arguments).document(source=self.name)
+        retrieval = self.retrieval
+        try:
+            report = ingest([document], retrieval.store, retrieval.embedder, retrieval.context, progress=False)
+        except AgentRetrievalError as error:
+            raise ToolException(str(error)) from None
+        return _describe_indexing(document.id, document.title, report), {"id": document.id, **asdict(report)}
+
+    async def _arun(self, run_manager: Any = None, **arguments: Any) -> tuple[str, dict[str, Any]]:
+        # Opening the store, embedding and writing all block: a worker thread keeps the event loop free.
+        return await asyncio.to_thread(self._run, **arguments)
+
+
+def _describe_indexing(doc_id: str, title: str, report: IngestReport) -> str:
+    if report.unchanged:
+        done = f"Document id={doc_id} ({title!r}) is already indexed with this content; nothing changed."
+    else:
+        done = (f"Indexed document id={doc_id} ({title!r}): {report.chunks} chunks, embedded {report.embedded} "
+                f"texts ({report.reused} stored vectors reused).")
+    return "\n".join([done, *(f"Note: {note}" for note in report.errors)])
+
+
+TOOLS: dict[str, type[_StoreTool]] = {tool.model_fields["name"].default: tool for tool in (
+    DocumentRetrieverTool, ChunkRetrieverTool, SimilaritySearchTool, IndexDocumentTool)}
+
+
+def make_retrieval_tools(context: Context | None = None, *, retrieval: Retrieval | None = None,
+                         names: Sequence[str] = ("document_retriever", "chunk_retriever")) -> list[BaseTool]:
+    """The named tools (default: document_retriever and chunk_retriever), sharing one store, embedder and
+    HyDE cache. `names` may also hold "similarity_search" and "index_document"."""
+    if isinstance(names, str) or any(name not in TOOLS for name in names):
+        raise ValueError(f"names must be a list of tool names from {', '.join(TOOLS)} (got {names!r})")
     retrieval = retrieval or Retrieval(context)
-    return [DocumentRetrieverTool(retrieval=retrieval), ChunkRetrieverTool(retrieval=retrieval)]
+    return [TOOLS[name](retrieval=retrieval) for name in dict.fromkeys(names)]
 
 
 def format_result(result: RetrievalResult) -> str:

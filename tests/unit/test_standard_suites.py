@@ -1,4 +1,4 @@
-"""langchain-tests' standard suites for both tools and the retriever adapter, on an ingested temp store."""
+"""langchain-tests' standard suites for the four tools and the retriever adapter, on ingested temp stores."""
 
 from __future__ import annotations
 
@@ -15,16 +15,22 @@ from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.ingest import ingest, load_documents
 from agent_retrieval.retrieval import Retrieval
-from agent_retrieval.tools import AgentRetriever, ChunkRetrieverTool, DocumentRetrieverTool
+from agent_retrieval.tools import (
+    AgentRetriever,
+    ChunkRetrieverTool,
+    DocumentRetrieverTool,
+    IndexDocumentTool,
+    SimilaritySearchTool,
+)
 from tests.conftest import WordHashEmbeddings
 
 
 @functools.cache
-def demo_retrieval() -> Retrieval:
-    """One demo store for the whole module (the suites build many tools)."""
+def demo_retrieval(name: str = "suite") -> Retrieval:
+    """One demo store per name for the whole module (the suites build many tools)."""
     folder = Path(tempfile.mkdtemp(prefix="agent-retrieval-suite-"))
     embedder = Embedder(WordHashEmbeddings(), "test/word-hash")
-    retrieval = Retrieval(Context(db_path=str(folder / "suite.db")), embedder=embedder)
+    retrieval = Retrieval(Context(db_path=str(folder / f"{name}.db")), embedder=embedder)
     ingest(load_documents([demo.corpus_dir()]), retrieval.store, embedder, progress=False)
     return retrieval
 
@@ -54,6 +60,31 @@ class _ChunkTool(_DocumentTool):
                 "document_ids": None}
 
 
+class _SimilarityTool(_DocumentTool):
+    @property
+    def tool_constructor(self) -> type[SimilaritySearchTool]:
+        return SimilaritySearchTool
+
+    @property
+    def tool_invoke_params_example(self) -> dict[str, Any]:
+        return {"query": "tenancy deposit protection", "top_k": 3, "filters": None}
+
+
+class _IndexTool(_DocumentTool):
+    @property
+    def tool_constructor(self) -> type[IndexDocumentTool]:
+        return IndexDocumentTool
+
+    @property
+    def tool_constructor_params(self) -> dict[str, Any]:
+        return {"retrieval": demo_retrieval("index")}  # its own store: the other suites' results stay fixed
+
+    @property
+    def tool_invoke_params_example(self) -> dict[str, Any]:
+        return {"title": "Suite note", "content": "# Suite note\n\nWritten by the standard suite.",
+                "metadata": {"category": "test"}, "id": None}
+
+
 class TestDocumentRetrieverUnit(_DocumentTool, ToolsUnitTests):
     pass
 
@@ -67,6 +98,22 @@ class TestChunkRetrieverUnit(_ChunkTool, ToolsUnitTests):
 
 
 class TestChunkRetrieverIntegration(_ChunkTool, ToolsIntegrationTests):
+    pass
+
+
+class TestSimilaritySearchUnit(_SimilarityTool, ToolsUnitTests):
+    pass
+
+
+class TestSimilaritySearchIntegration(_SimilarityTool, ToolsIntegrationTests):
+    pass
+
+
+class TestIndexDocumentUnit(_IndexTool, ToolsUnitTests):
+    pass
+
+
+class TestIndexDocumentIntegration(_IndexTool, ToolsIntegrationTests):
     pass
 
 
