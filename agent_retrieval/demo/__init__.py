@@ -13,6 +13,11 @@ def corpus_dir() -> Path:
     return _HERE / "corpus"
 
 
+def schemas_dir() -> Path:
+    """Folder of a SaaS business's table schemas (markdown, one table each) for the codegen graph."""
+    return _HERE / "schemas"
+
+
 def questions() -> list[dict[str, str]]:
     """The demo questions, each with the document that answers it and why the wording differs."""
     return json.loads((_HERE / "questions.json").read_text(encoding="utf-8"))

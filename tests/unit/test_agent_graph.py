@@ -1,0 +1,95 @@
+"""graphs/agent.py: the tool-calling loop with a fake tool-calling model, offline, and its bounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+
+from agent_retrieval.context import Context
+from agent_retrieval.graph_parts import GraphParts
+from graphs import agent
+
+QUESTION = "How long does the landlord have to protect the deposit?"
+
+
+class ToolCallingFake(GenericFakeChatModel):
+    """langchain-core's GenericFakeChatModel, accepting tools (it replays its messages whatever it is sent)."""
+
+    bound: list[Any] = []
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolCallingFake:
+        self.bound.append([tool.name for tool in tools])
+        return self
+
+
+def call(name: str, args: dict, id_: str) -> AIMessage:
+    return AIMessage("", tool_calls=[{"name": name, "args": args, "id": id_}])
+
+
+async def run(graph, question: str, context: Context, **config) -> list:
+    out = await graph.ainvoke({"messages": [{"role": "user", "content": question}]}, context=context,
+                              config=config or None)
+    return out["messages"]
+
+
+async def test_the_model_finds_documents_then_reads_their_passages(retrieval):
+    model = ToolCallingFake(messages=iter([
+        call("document_retriever", {"query": QUESTION, "top_k": 3}, "c1"),
+        call("chunk_retriever", {"query": QUESTION, "document_ids": ["tenancy-deposit-guide"]}, "c2"),
+        AIMessage("Within thirty days [tenancy-deposit-guide#2]."),
+    ]))
+    messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=model)), QUESTION,
+                         retrieval.context)
+    tools = [m for m in messages if isinstance(m, ToolMessage)]
+    assert [t.name for t in tools] == ["document_retriever", "chunk_retriever"]
+    assert all(t.status == "success" for t in tools)
+    assert "tenancy-deposit-guide" in {h["id"] for h in tools[0].artifact["hits"]}
+    assert {h["document_id"] for h in tools[1].artifact["hits"]} == {"tenancy-deposit-guide"}
+    assert messages[-1].content.startswith("Within thirty days")
+    assert model.bound[-1] == ["document_retriever", "chunk_retriever"]
+
+
+async def test_offline_the_fixed_policy_runs_the_same_loop_and_cites(retrieval):
+    messages = await run(agent.build(GraphParts(retrieval=retrieval)), QUESTION, retrieval.context)
+    calls = [m.tool_calls[0] for m in messages if isinstance(m, AIMessage) and m.tool_calls]
+    assert [c["name"] for c in calls] == ["document_retriever", "chunk_retriever"]
+    found = [m for m in messages if isinstance(m, ToolMessage)]
+    assert calls[1]["args"]["document_ids"] == [h["id"] for h in found[0].artifact["hits"]]
+    final = messages[-1].content
+    assert "No chat model is configured" in final
+    assert f"[{found[1].artifact['hits'][0]['id']}]" in final
+
+
+async def test_bad_tool_arguments_and_unknown_tools_come_back_as_tool_errors(retrieval):
+    model = ToolCallingFake(messages=iter([
+        AIMessage("", tool_calls=[{"name": "chunk_retriever", "args": {"query": "x", "top_k": 500}, "id": "a"},
+                                  {"name": "web_search", "args": {"q": "x"}, "id": "b"}]),
+        AIMessage("I could not search."),
+    ]))
+    messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=model)), QUESTION,
+                         retrieval.context)
+    errors = {m.name: m for m in messages if isinstance(m, ToolMessage)}
+    assert "top_k" in errors["chunk_retriever"].content and "between 1 and 50" in errors["chunk_retriever"].content
+    assert errors["web_search"].status == "error" and "document_retriever" in errors["web_search"].content
+    assert messages[-1].content == "I could not search."
+
+
+async def test_a_model_that_never_stops_searching_is_stopped_before_the_recursion_limit(retrieval):
+    endless = ToolCallingFake(messages=iter([call("document_retriever", {"query": f"try {n}"}, f"c{n}")
+                                             for n in range(100)]))
+    messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=endless)), QUESTION,
+                         retrieval.context, recursion_limit=8)
+    assert isinstance(messages[-1], AIMessage) and not messages[-1].tool_calls
+    assert "allowed steps" in messages[-1].content
+
+
+async def test_an_empty_question_is_refused_without_a_model_call(retrieval):
+    model = ToolCallingFake(messages=iter([]))
+    messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=model)), "  ", retrieval.context)
+    assert "empty" in messages[-1].content and model.bound == []
+
+
+def test_the_module_graph_builds_nothing_at_import():
+    assert agent.graph.name == "agent" and agent.graph.context_schema is Context

@@ -1,0 +1,182 @@
+"""The indexer graph end to end on a temp store: pasted documents, paths, bad items, empty input, failures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from blockbuster import blockbuster_ctx
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agent_retrieval.embeddings import Embedder
+from agent_retrieval.graph_parts import GraphParts
+from agent_retrieval.models import ChunkSearchRequest, title_document_id
+from agent_retrieval.retrieval import Retrieval
+from graphs.indexer import build
+from tests.conftest import WordHashEmbeddings
+
+FEES = {"title": "Letting fees", "content": "# Letting fees\n\nThe Zephyrine agency charges a 6% letting fee.",
+        "metadata": {"category": "fees"}}
+
+
+@pytest.fixture
+def store(context, embedder):
+    """An empty store with the word-hash embedder."""
+    with Retrieval(context, embedder=embedder) as retrieval:
+        yield retrieval
+
+
+@pytest.fixture
+def graph(store):
+    return build(GraphParts(retrieval=store))
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    (folder / "guides").mkdir(parents=True)
+    (folder / "guides" / "deposits.md").write_text("---\ncategory: guide\n---\n# Deposits\n\nQuokkadex holds "
+                                                   "every tenancy deposit in a protected scheme.\n")
+    (folder / "notice.txt").write_text("Rent reviews happen once a year, in March.\n")
+    (folder / "ignored.csv").write_text("a,b\n1,2\n")
+    single = tmp_path / "repairs.md"
+    single.write_text("# Repairs\n\nReport boiler faults within 24 hours.\n")
+    return tmp_path
+
+
+def search(store: Retrieval, query: str) -> list[str]:
+    return [h.document_id for h in store.search(ChunkSearchRequest(query=query, top_k=3), "chunks").hits]
+
+
+async def test_pasted_documents_are_ingested_and_found(graph, store, context):
+    out = await graph.ainvoke({"documents": [FEES, {"title": "Opening hours", "content": "Open from nine."}]},
+                              context=context)
+    assert out["errors"] == []
+    # "Opening hours" is one chunk whose text equals the document's: embedded once for both rows.
+    assert out["report"] == {"documents": 2, "unchanged": 0, "written": 2, "chunks": 2, "embedded": 3,
+                             "reused": 0, "unembedded": 0}
+    assert set(out) == {"report", "errors"}  # the working state stays inside the graph
+    fees_id = title_document_id("Letting fees")
+    assert search(store, "Zephyrine letting fee")[0] == fees_id
+    hit = store.search(ChunkSearchRequest(query="letting fee", filters={"category": "fees"}), "chunks").hits[0]
+    assert hit.document_id == fees_id and hit.heading_path == "Letting fees"
+
+
+async def test_files_and_folders_are_loaded_and_ingested(graph, store, context, files):
+    out = await graph.ainvoke({"paths": [str(files / "docs"), str(files / "repairs.md")]}, context=context)
+    assert out["errors"] == []
+    assert out["report"]["documents"] == out["report"]["written"] == 3
+    assert store.store.stats().documents == 3
+    assert search(store, "Quokkadex tenancy deposit")[0] == "guides/deposits"
+    assert search(store, "boiler faults")[0] == "repairs"
+    hit = store.search(ChunkSearchRequest(query="deposit", filters={"category": "guide"}), "chunks").hits
+    assert [h.document_id for h in hit] == ["guides/deposits"]
+
+
+async def test_running_again_changes_nothing_and_duplicates_nothing(graph, store, context, files):
+    given = {"documents": [FEES], "paths": [str(files / "repairs.md")]}
+    await graph.ainvoke(given, context=context)
+    again = await graph.ainvoke(given, context=context)
+    assert again["report"]["unchanged"] == 2 and again["report"]["written"] == again["report"]["embedded"] == 0
+    assert store.store.stats().documents == 2
+
+
+async def test_bad_items_are_reported_one_line_each_and_good_ones_still_ingested(graph, store, context, files):
+    out = await graph.ainvoke({
+        "documents": [FEES, "just text", {"title": "No body", "content": "  "}, {"content": "orphan"},
+                      {"title": "T", "content": "c", "metadata": {"bad key": 1}}, {"title": "T", "body": "c"},
+                      {"title": "Valid", "content": "A second valid document.", "id": "notes/valid"}],
+        "paths": [str(files / "missing.md"), str(files / "docs" / "ignored.csv"), "", str(files / "repairs.md")],
+    }, context=context)
+    assert out["errors"] == [
+        'documents[1]: must be an object with "title" and "content" (got str)',
+        "documents[2]: content: must not be empty: give the document's full text",
+        "documents[3]: title: Field required",
+        ("documents[4]: metadata: key 'bad key' is not allowed: keys are letters, digits, '_' or '-', starting "
+        "with a letter or '_', at most 64 characters"),
+        "documents[5]: unknown field(s) body; a document has title, content, metadata, id",
+        f"paths[0]: {files / 'missing.md'}: no such file or folder",
+        (f"paths[1]: {files / 'docs' / 'ignored.csv'}: unsupported file type .csv; supported: .md, .markdown, "
+        ".txt, .html, .htm, .jsonl, .pdf"),
+        "paths[2]: must be a file or folder path (got '')",
+    ]
+    assert out["report"]["written"] == 3
+    stored = [title_document_id("Letting fees"), "notes/valid", "repairs"]
+    assert store.store.unknown_documents(stored) == [] and store.store.stats().documents == 3
+
+
+async def test_a_folder_without_supported_files_is_an_error_not_silence(graph, context, tmp_path):
+    (tmp_path / "only.csv").write_text("a,b\n")
+    out = await graph.ainvoke({"paths": [str(tmp_path)]}, context=context)
+    assert out["errors"] == [(f"paths[0]: {tmp_path}: no documents found (supported: .md, .markdown, .txt, "
+                             ".html, .htm, .jsonl, .pdf)")]
+    assert out["report"]["documents"] == 0
+
+
+@pytest.mark.parametrize("given", [{}, {"documents": [], "paths": []}, {"documents": None, "paths": None}])
+async def test_empty_input_is_a_readable_error(graph, store, context, given):
+    out = await graph.ainvoke(given, context=context)
+    assert out["errors"] == [('Nothing to index: give "documents" (a list of {"title", "content"} objects) '
+                             'and/or "paths" (a list of files or folders to load).')]
+    assert out["report"]["documents"] == out["report"]["written"] == 0
+    assert store._store is None  # nothing to write, so the store was not even opened
+
+
+async def test_inputs_of_the_wrong_shape_are_errors(graph, context, files):
+    out = await graph.ainvoke({"documents": {"title": "T", "content": "c"}, "paths": str(files / "repairs.md")},
+                              context=context)
+    assert out["errors"][:2] == ["documents: must be a list (got dict)", "paths: must be a list (got str)"]
+
+
+async def test_a_later_run_on_the_same_thread_indexes_only_its_own_input(store, context, files):
+    graph = build(GraphParts(retrieval=store)).copy(update={"checkpointer": InMemorySaver()})
+    thread = {"configurable": {"thread_id": "studio-thread"}}
+    first = await graph.ainvoke({"documents": [{"title": "T", "content": "c", "id": "x"}]}, thread, context=context)
+    second = await graph.ainvoke({"paths": [str(files / "repairs.md")]}, thread, context=context)
+    assert first["report"]["written"] == 1 and first["errors"] == []
+    assert second["report"]["documents"] == 1 and second["errors"] == []
+
+
+async def test_a_store_of_another_model_stops_the_ingest_with_a_readable_error(store, context):
+    store._embedder = Embedder(WordHashEmbeddings(), "test/word-hash")
+    await build(GraphParts(retrieval=store)).ainvoke({"documents": [FEES]}, context=context)
+    store._embedder = Embedder(WordHashEmbeddings(size=32), "test/another-model")
+    out = await build(GraphParts(retrieval=store)).ainvoke(
+        {"documents": [{"title": "New", "content": "new text"}]}, context=context)
+    assert len(out["errors"]) == 1
+    assert out["errors"][0].startswith("ingest stopped: the store's vectors come from test/word-hash")
+    assert "agent-retrieval reembed" in out["errors"][0]
+    assert out["report"]["written"] == 0 and store.store.stats().documents == 1
+
+
+async def test_an_embedding_outage_still_stores_the_documents_and_says_so(store, context):
+    store._embedder = Embedder(WordHashEmbeddings(fail=True), "test/word-hash")
+    out = await build(GraphParts(retrieval=store)).ainvoke({"documents": [FEES]}, context=context)
+    assert out["report"]["written"] == 1 and out["report"]["unembedded"] > 0
+    assert len(out["errors"]) == 1 and out["errors"][0].startswith("embedding failed")
+    assert store.store.stats().documents_missing_embeddings == 1
+
+
+async def test_the_graph_never_blocks_the_event_loop(graph, store, context, files):
+    with blockbuster_ctx():  # raises on any blocking call (file, socket, SQLite) made on the event loop
+        out = await graph.ainvoke({"documents": [FEES], "paths": [str(files / "docs"), str(files / "nope")]},
+                                  context=context)
+    assert out["report"]["written"] == 3 and len(out["errors"]) == 1
+
+
+def test_importing_the_graph_file_creates_no_client_model_or_store(tmp_path):
+    script = (
+        "import importlib.util, sys\n"
+        "spec = importlib.util.spec_from_file_location('indexer', sys.argv[1])\n"
+        "module = importlib.util.module_from_spec(spec); sys.modules['indexer'] = module\n"
+        "spec.loader.exec_module(module)\n"
+        "heavy = {'sentence_transformers', 'torch', 'openai', 'voyageai', 'supabase', 'psycopg'}\n"
+        "print(module.graph.name, sorted(heavy & set(sys.modules)))\n")
+    graph_file = Path(__file__).resolve().parents[2] / "graphs" / "indexer.py"
+    done = subprocess.run([sys.executable, "-c", script, str(graph_file)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(maxsplit=1) == ["indexer", "[]\n"]
+    assert list(tmp_path.iterdir()) == []  # no store file was created
