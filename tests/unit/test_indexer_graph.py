@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -164,19 +162,3 @@ async def test_the_graph_never_blocks_the_event_loop(graph, store, context, file
         out = await graph.ainvoke({"documents": [FEES], "paths": [str(files / "docs"), str(files / "nope")]},
                                   context=context)
     assert out["report"]["written"] == 3 and len(out["errors"]) == 1
-
-
-def test_importing_the_graph_file_creates_no_client_model_or_store(tmp_path):
-    script = (
-        "import importlib.util, sys\n"
-        "spec = importlib.util.spec_from_file_location('indexer', sys.argv[1])\n"
-        "module = importlib.util.module_from_spec(spec); sys.modules['indexer'] = module\n"
-        "spec.loader.exec_module(module)\n"
-        "heavy = {'sentence_transformers', 'torch', 'openai', 'voyageai', 'supabase', 'psycopg'}\n"
-        "print(module.graph.name, sorted(heavy & set(sys.modules)))\n")
-    graph_file = Path(__file__).resolve().parents[2] / "graphs" / "indexer.py"
-    done = subprocess.run([sys.executable, "-c", script, str(graph_file)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split(maxsplit=1) == ["indexer", "[]\n"]
-    assert list(tmp_path.iterdir()) == []  # no store file was created
