@@ -219,12 +219,19 @@ def _begin(plan: _Plan) -> tuple[QueryEmbedding | None, Future, bool]:
     with _lock:
         hit = _cache.get(plan.key)
         if hit is not None:
-            return replace(hit[0], cached=True), Future(), False
+            return _reused(hit[0], plan), Future(), False
         future = _inflight.get(plan.key)
         if future is not None:
             return None, future, False
         future = _inflight[plan.key] = Future()
         return None, future, True
+
+
+def _reused(result: QueryEmbedding, plan: _Plan) -> QueryEmbedding:
+    """A cached or shared result, saying why this call used it: "off" and "skipped" share the raw vector."""
+    if plan.action == "raw" and result.vector is not None:
+        return replace(result, cached=True, hyde=plan.status, reason=plan.reason)
+    return replace(result, cached=True)
 
 
 def _finish(plan: _Plan, future: Future, result: QueryEmbedding, ttl: float) -> QueryEmbedding:
@@ -279,7 +286,7 @@ def get_query_embedding_for_retrieval(
     if cached is not None:
         return cached
     if not owner:
-        return replace(future.result(), cached=True)
+        return _reused(future.result(), plan)
     try:
         result = _compute(query, context, embedder, llm, plan, input_schema, output_schema)
     except BaseException as error:
@@ -317,7 +324,7 @@ async def aget_query_embedding_for_retrieval(
     if cached is not None:
         return cached
     if not owner:
-        return replace(await asyncio.wrap_future(future), cached=True)
+        return _reused(await asyncio.wrap_future(future), plan)
     try:
         result = await _acompute(query, context, embedder, llm, plan, input_schema, output_schema)
     except BaseException as error:

@@ -249,3 +249,11 @@ def test_tool_argument_turns_hyde_on_for_one_call(retrieval, chat):
     assert (off.artifact["hyde"], on.artifact["hyde"]) == ("off", "used")
     assert chat.calls == 1
     assert hyde.word_count(LONG) > 5
+
+
+def test_a_cached_raw_vector_reports_why_this_call_used_it(embedder, embeddings, chat):
+    off = get_query_embedding_for_retrieval(SHORT, Context(use_hyde=False), embedder=embedder, llm=chat)
+    skipped = get_query_embedding_for_retrieval(SHORT, Context(use_hyde=True), embedder=embedder, llm=chat)
+    assert (off.hyde, off.cached) == ("off", False)
+    assert (skipped.hyde, skipped.cached) == ("skipped", True) and "at most 5 words" in skipped.reason
+    assert embeddings.query_calls == 1 and chat.calls == 0  # one raw vector serves both
