@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 from langchain_text_splitters import MarkdownHeaderTextSplitter, RecursiveCharacterTextSplitter
-from tqdm.auto import tqdm
+from tqdm import tqdm  # text bars: tqdm.auto warns in notebooks without ipywidgets
 
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder

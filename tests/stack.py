@@ -275,8 +275,9 @@ def start_postgrest(pg: Postgres, *, schemas: list[str], jwt_secret: str, folder
     conf.touch(0o600)  # it holds the JWT secret and the authenticator's password
     conf.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in config.items()))
     log = (folder / "postgrest.log").open("ab")
+    # Its own session: a Jupyter kernel shutting down waits on children in its process group.
     process = subprocess.Popen([str(binary), str(conf)], stdout=log, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL)
+                               stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
     rest = PostgREST(process=process, url=f"http://127.0.0.1:{port}",
                      admin_url=f"http://127.0.0.1:{admin_port}", folder=folder, pg=pg)
