@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -52,9 +53,11 @@ def format_passages(hits: list[Hit], max_chars: int = PASSAGE_CHARS) -> str:
     return "<passages>\n" + "\n".join(blocks) + "\n</passages>"
 
 
-def quote(text: str) -> str:
-    """Retrieved text made safe inside <passage> tags: any tag naming passage(s) loses its '<'."""
-    return re.sub(r"<(?=\s*/?\s*passages?\b)", "&lt;", text, flags=re.IGNORECASE)
+def quote(text: str, tags: Sequence[str] = ("passage", "passages")) -> str:
+    """Text made safe to sit inside the given tags: any tag of those names in it, opening or closing,
+    loses its '<', so retrieved text cannot end the block that marks it as data."""
+    names = "|".join(re.escape(tag) for tag in tags)
+    return re.sub(rf"<(?=\s*/?\s*(?:{names})\b)", "&lt;", text, flags=re.IGNORECASE)
 
 
 async def write_answer(question: str, hits: list[Hit], llm: BaseChatModel | None, context: Context) -> Answer:

@@ -22,6 +22,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
+from agent_retrieval.answer import quote
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.graph_parts import GraphParts, run_context
@@ -201,8 +202,7 @@ def extract_code(text: str, language: str) -> str:
 def _quoted(tag: str, text: str, **attributes: str) -> str:
     """`text` inside <tag>, unable to close it early (retrieved text is data, not markup)."""
     attrs = "".join(f' {name}="{html.escape(value)}"' for name, value in attributes.items())
-    body = re.sub(rf"</(\s*{tag})", lambda m: "<\\/" + m.group(1), text, flags=re.IGNORECASE)
-    return f"<{tag}{attrs}>\n{body}\n</{tag}>"
+    return f"<{tag}{attrs}>\n{quote(text, (tag,))}\n</{tag}>"
 
 
 def codegen_messages(state: State) -> list[BaseMessage]:
