@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
@@ -85,10 +87,12 @@ async def test_a_model_that_never_stops_searching_is_stopped_before_the_recursio
     assert "allowed steps" in messages[-1].content
 
 
-async def test_an_empty_question_is_refused_without_a_model_call(retrieval):
+@pytest.mark.parametrize("question, expected", [("  ", "empty"), ("deposit " * 12_500, "at most 4,000")])
+async def test_an_empty_or_100kb_question_is_refused_without_a_model_call(retrieval, question, expected):
     model = ToolCallingFake(messages=iter([]))
-    messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=model)), "  ", retrieval.context)
-    assert "empty" in messages[-1].content and model.bound == []
+    messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=model)), question,
+                         retrieval.context)
+    assert expected in messages[-1].content and model.bound == []
 
 
 def test_the_module_graph_builds_nothing_at_import():
