@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -23,6 +24,16 @@ from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
 from agent_retrieval.stores import Store, open_store
 
 _keyword_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent-retrieval-keyword")
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Each path's ranked hits for one request, before fusion, and how the query vector was made."""
+
+    vector_hits: list[Hit]
+    keyword_hits: list[Hit]
+    query_embedding: hyde.QueryEmbedding | None
+    degraded: list[str]
 
 
 class Retrieval:
@@ -83,8 +94,16 @@ class Retrieval:
         if request.query_type == "summarize":
             return _summary(request, store.document_chunks(scope, self.context.summarize_max_chunks + 1),
                             self.context.summarize_max_chunks)
+        return self.rank(request, level, self.candidates(request, level))
+
+    def candidates(self, request: SearchRequest, level: Level) -> Candidates:
+        """Each path's ranked list before fusion (`context.candidates` deep): what `search` fuses.
+
+        Evaluation fetches them once per query and ranks them under several fusion settings.
+        """
+        store = self.store
         keyword = _keyword_pool.submit(store.keyword_search, level, request.query, self.context.candidates,
-                                       filters=request.filters, document_ids=scope)
+                                       filters=request.filters, document_ids=_scope(request))
         degraded = self._model_mismatch()
         query_embedding = None if degraded else hyde.get_query_embedding_for_retrieval(
             request.query, self.context, **self._hyde_arguments(request))
@@ -94,7 +113,7 @@ class Retrieval:
                 vector_hits = store.vector_search(level, query_embedding.vector, **self._vector_arguments(request))
             except EmbeddingModelMismatch as error:
                 degraded.append(f"vector search skipped: {error}")
-        return self._result(request, level, vector_hits, keyword.result(), query_embedding, degraded)
+        return Candidates(vector_hits, keyword.result(), query_embedding, degraded)
 
     async def asearch(self, request: SearchRequest, level: Level) -> RetrievalResult:
         """Async `search`: the event loop is never blocked (SQLite runs in worker threads)."""
@@ -121,7 +140,7 @@ class Retrieval:
             keyword_hits = await keyword
         finally:
             keyword.cancel()
-        return self._result(request, level, vector_hits, keyword_hits, query_embedding, degraded)
+        return self.rank(request, level, Candidates(vector_hits, keyword_hits, query_embedding, degraded))
 
     # --- the pieces -------------------------------------------------------------------------------
     def _hyde_arguments(self, request: SearchRequest) -> dict[str, Any]:
@@ -150,19 +169,22 @@ class Retrieval:
                             f"({query_embedding.reason}); results are keyword-only")
         return query_embedding is not None and query_embedding.vector is not None
 
-    def _result(self, request: SearchRequest, level: Level, vector_hits: list[Hit], keyword_hits: list[Hit],
-                query_embedding: hyde.QueryEmbedding | None, degraded: list[str]) -> RetrievalResult:
+    def rank(self, request: SearchRequest, level: Level, candidates: Candidates, *,
+             context: Context | None = None) -> RetrievalResult:
+        """Fuse candidates into the result, by this Retrieval's fusion settings or another context's."""
+        context = context or self.context
         profile = PROFILES[request.query_type]
-        fused = fuse(vector_hits, keyword_hits, mode=self.context.fusion,
-                     vector_weight=self.context.vector_weight * profile.vector_weight,
-                     keyword_weight=self.context.keyword_weight * profile.keyword_weight,
-                     k=self.context.rrf_k, entities=entity_terms(request.query), boost=self.context.entity_boost)
+        fused = fuse(candidates.vector_hits, candidates.keyword_hits, mode=context.fusion,
+                     vector_weight=context.vector_weight * profile.vector_weight,
+                     keyword_weight=context.keyword_weight * profile.keyword_weight,
+                     k=context.rrf_k, entities=entity_terms(request.query), boost=context.entity_boost)
+        query_embedding = candidates.query_embedding
         return RetrievalResult(
             query=request.query, level=level, hits=fused[:request.top_k], query_type=request.query_type,
             hyde=query_embedding.hyde if query_embedding else "off",
             hyde_cached=bool(query_embedding and query_embedding.cached),
             hyde_reason=query_embedding.reason if query_embedding else "vector search did not run",
-            degraded=degraded, fusion=self.context.fusion)
+            degraded=list(candidates.degraded), fusion=context.fusion)
 
 
 def _check_scope(unknown: list[str]) -> None:
