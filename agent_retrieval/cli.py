@@ -1,4 +1,4 @@
-"""The `agent-retrieval` command: ingest, query, stats, reembed, config, db init and an offline demo."""
+"""The `agent-retrieval` command: ingest, query, stats, reembed, config, eval, db init and an offline demo."""
 
 from __future__ import annotations
 
@@ -79,6 +79,25 @@ def _parser() -> argparse.ArgumentParser:
     reembed.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     command("config", _config, "Show every setting, its environment variable and current value.")
+
+    evaluate = command("eval", _eval, "Evaluate retrieval on a BEIR folder (corpus.jsonl, queries.jsonl, "
+                                      "qrels/SPLIT.tsv): ingest it (cached: a rerun embeds nothing), run every "
+                                      "judged query under each mode through the tools' search, and report "
+                                      "nDCG@10, Recall@10, Recall@100 and MRR@10.")
+    evaluate.add_argument("folder", help="the BEIR dataset folder")
+    evaluate.add_argument("--split", default="test", help="qrels/SPLIT.tsv to judge by (default test)")
+    evaluate.add_argument("--level", choices=["documents", "chunks"], default="chunks",
+                          help="rank documents directly, or by their best chunk (default chunks)")
+    evaluate.add_argument("--modes", metavar="M1,M2", help="comma-separated modes (default: every mode this "
+                          "configuration can run): keyword, vector, hybrid-rrf, hybrid-convex, hyde+hybrid")
+    evaluate.add_argument("--out", metavar="DIR", default="eval-results",
+                          help="where the store (unless --db or a DSN is set), run files and report go "
+                               "(default eval-results/)")
+    evaluate.add_argument("--limit", type=int, metavar="N", help="only the first N judged queries (a smoke run)")
+    evaluate.add_argument("--max-documents", type=int, metavar="N",
+                          help="a smaller corpus: the kept queries' judged documents, then others up to N")
+    evaluate.add_argument("--json", action="store_true", help="print the report as JSON")
+    evaluate.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
     db = commands.add_parser("db", help="Set up the Postgres or Supabase store.",
                              description="Set up the Postgres or Supabase store.")
@@ -166,6 +185,33 @@ def _reembed(args: argparse.Namespace, context: Context) -> int:
         report = reembed(retrieval.store, retrieval.embedder, progress=not args.no_progress)
         model = retrieval.embedder.model_id
     print(f"{report.embedded} texts embedded, {report.reused} vectors reused; the store now uses {model}")
+    return 0
+
+
+def _eval(args: argparse.Namespace, context: Context) -> int:
+    from pathlib import Path
+
+    from agent_retrieval.evaluation import evaluate, load_beir
+    from agent_retrieval.ingest import ingest
+
+    for flag, value in (("--limit", args.limit), ("--max-documents", args.max_documents)):
+        if value is not None and value < 1:
+            raise _bad(f"{flag} must be at least 1 (got {value})")
+    dataset = load_beir(args.folder, args.split, limit=args.limit, max_documents=args.max_documents)
+    root = Path(args.out)
+    name = dataset.folder.name + (f"-{dataset.corpus_size}" if dataset.subset is not None else "")
+    if context.store_backend == "sqlite" and not args.db:
+        root.mkdir(parents=True, exist_ok=True)
+        context = dataclasses.replace(context, db_path=str(root / f"{name}.db"))
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()] if args.modes else None
+    with _retrieval(context) as retrieval:
+        report = ingest(dataset.documents(), retrieval.store, retrieval.embedder, context,
+                        progress=not args.no_progress)
+        print(report.summary(), file=sys.stderr)
+        out = root / f"{name}-{args.split}-{args.level}"
+        result = evaluate(dataset, retrieval, out, level=args.level, modes=modes, progress=not args.no_progress)
+    (out / "report.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.table())
     return 0
 
 

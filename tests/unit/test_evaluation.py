@@ -1,0 +1,182 @@
+"""Evaluation: metrics checked against trec_eval (pytrec_eval), BEIR folders read strictly, runs that resume."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import pytrec_eval
+
+from agent_retrieval import demo, hyde
+from agent_retrieval.cli import main
+from agent_retrieval.context import Context
+from agent_retrieval.evaluation import (DatasetError, evaluate, load_beir, mrr, ndcg, read_run, recall,
+                                        score_run)
+from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.retrieval import Retrieval
+from tests.conftest import CountingChatModel
+
+SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "scifact"
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+def test_metrics_match_trec_eval_on_random_runs():
+    rng = random.Random(5)
+    docs = [f"d{n}" for n in range(300)]
+    qrels = {f"q{n}": {d: rng.choice([0, 1, 1, 2]) for d in rng.sample(docs, rng.randint(1, 8))} for n in range(40)}
+    qrels = {q: g for q, g in qrels.items() if any(v > 0 for v in g.values())}
+    run = {q: rng.sample(docs, 150) for q in qrels}
+    ours = score_run(run, qrels)
+    scored = {q: {d: 1000.0 - rank for rank, d in enumerate(ranked)} for q, ranked in run.items()}
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.10", "recall.100"}).evaluate(scored)
+    top10 = {q: {d: s for d, s in ranked.items() if s > 990} for q, ranked in scored.items()}
+    rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)  # MRR@10: a run cut at 10
+    mean = lambda table, key: sum(row[key] for row in table.values()) / len(table)  # noqa: E731
+    assert ours["ndcg@10"] == pytest.approx(mean(theirs, "ndcg_cut_10"), abs=1e-4)
+    assert ours["recall@10"] == pytest.approx(mean(theirs, "recall_10"), abs=1e-4)
+    assert ours["recall@100"] == pytest.approx(mean(theirs, "recall_100"), abs=1e-4)
+    assert ours["mrr@10"] == pytest.approx(mean(rr, "recip_rank"), abs=1e-4)
+    assert 0 < ours["ndcg@10"] < 1
+
+
+def test_metrics_on_a_hand_worked_case():
+    grades = {"a": 2, "b": 1, "z": 0}
+    assert ndcg(["a", "b"], grades) == 1.0 and ndcg(["x", "y"], grades) == 0.0
+    assert ndcg(["b", "a"], grades) == pytest.approx((1 + 2 / 1.5849625) / (2 + 1 / 1.5849625))
+    assert recall(["x", "a"], grades, 10) == 0.5 and recall(["x", "a"], grades, 1) == 0.0
+    assert mrr(["z", "x", "b"], grades) == pytest.approx(1 / 3)
+
+
+# --- reading BEIR folders -----------------------------------------------------------------------
+
+def write_beir(folder: Path, corpus: list[dict], queries: list[dict], qrels: list[str]) -> Path:
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus))
+    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\n" for q in qrels))
+    return folder
+
+
+def demo_beir(folder: Path) -> Path:
+    """The demo corpus and questions as a BEIR folder."""
+    corpus = [{"_id": d.id, "title": d.title, "text": d.content} for d in load_documents([demo.corpus_dir()])]
+    questions = demo.questions()
+    queries = [{"_id": f"q{n}", "text": item["question"]} for n, item in enumerate(questions)]
+    qrels = [f"q{n}\t{item['expected_document']}\t1" for n, item in enumerate(questions)]
+    return write_beir(folder, corpus, queries, qrels)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    (tmp_path / "corpus.jsonl").write_text("")
+    with pytest.raises(DatasetError, match=r"missing queries.jsonl, qrels/test.tsv"):
+        load_beir(tmp_path)
+
+
+def test_a_malformed_line_is_named_by_file_and_line(tmp_path):
+    write_beir(tmp_path, [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], ["q1\td1\t1"])
+    with (tmp_path / "queries.jsonl").open("a") as queries:
+        queries.write('{"_id": "q2", "text": \n')
+    with pytest.raises(DatasetError, match=r"queries.jsonl:2: not valid JSON"):
+        load_beir(tmp_path)
+    write_beir(tmp_path, [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], ["q1\td1\tmany"])
+    with pytest.raises(DatasetError, match=r"test.tsv:2: expected 'query-id<TAB>corpus-id<TAB>score'"):
+        load_beir(tmp_path)
+
+
+def test_unknown_documents_and_empty_queries_are_counted_skips(tmp_path):
+    write_beir(tmp_path, [{"_id": "d1", "text": "x"}, {"_id": "d2", "text": "y"}],
+               [{"_id": "q1", "text": "find x"}, {"_id": "q2", "text": "  "}],
+               ["q1\td1\t1", "q1\tghost\t1", "q2\td2\t1", "q9\td1\t1"])
+    dataset = load_beir(tmp_path)
+    assert dataset.queries == {"q1": "find x"} and dataset.qrels == {"q1": {"d1": 1}}
+    assert len(dataset.skipped) == 4
+    assert any("test.tsv:3: document 'ghost'" in s for s in dataset.skipped)
+    assert any("queries.jsonl:2: empty query 'q2'" in s for s in dataset.skipped)
+
+
+def test_a_folder_without_usable_judgements_is_refused(tmp_path):
+    write_beir(tmp_path, [{"_id": "d1", "text": "x"}], [{"_id": "q1", "text": "x"}], ["q1\td1\t0"])
+    with pytest.raises(DatasetError, match="no query has a relevant document"):
+        load_beir(tmp_path)
+
+
+def test_a_smaller_corpus_keeps_every_judged_document(tmp_path):
+    dataset = load_beir(demo_beir(tmp_path), limit=2, max_documents=4)
+    kept = {d.id for d in dataset.documents()}
+    assert len(kept) == dataset.corpus_size == 4
+    assert {doc for grades in dataset.qrels.values() for doc in grades} <= kept
+
+
+# --- running ------------------------------------------------------------------------------------
+
+@pytest.fixture
+def beir_store(tmp_path, embedder):
+    dataset = load_beir(demo_beir(tmp_path / "demo"))
+    context = Context(db_path=str(tmp_path / "eval.db"))
+    with Retrieval(context, embedder=embedder) as retrieval:
+        ingest(dataset.documents(), retrieval.store, embedder, context, progress=False)
+        yield dataset, retrieval
+
+
+def test_every_mode_is_run_written_as_trec_and_scored(beir_store, tmp_path):
+    dataset, retrieval = beir_store
+    report = evaluate(dataset, retrieval, tmp_path / "out", progress=False)
+    assert list(report.scores) == ["keyword", "vector", "hybrid-rrf", "hybrid-convex"]  # no chat model: no HyDE
+    for mode, path in report.runs.items():
+        lines = Path(path).read_text().splitlines()
+        qid, q0, doc, rank, score, tag = lines[0].split()
+        assert (q0, rank, tag) == ("Q0", "1", mode) and float(score) > 0
+        assert report.scores[mode] == score_run(read_run(path), dataset.qrels)
+    assert report.scores["keyword"]["recall@100"] == 1.0  # every expected document is found somewhere
+    assert report.scores["hybrid-rrf"]["ndcg@10"] > 0.5
+    assert "hybrid-convex" in report.table() and report.to_dict()["queries"] == len(dataset.queries)
+
+
+def test_a_rerun_resumes_and_runs_only_what_is_missing(beir_store, tmp_path, embeddings):
+    dataset, retrieval = beir_store
+    first = evaluate(dataset, retrieval, tmp_path / "out", modes=["keyword", "vector"], progress=False)
+    calls = embeddings.query_calls
+    again = evaluate(dataset, retrieval, tmp_path / "out", modes=["keyword", "vector"], progress=False)
+    assert embeddings.query_calls == calls and again.scores == first.scores
+    run = Path(first.runs["vector"])
+    kept = [line for line in run.read_text().splitlines() if not line.startswith("q7 ")]
+    run.write_text("\n".join(kept) + "\n")  # as if interrupted before the last query
+    hyde.clear_cache()  # no cached query vector to hide the rerun
+    resumed = evaluate(dataset, retrieval, tmp_path / "out", modes=["keyword", "vector"], progress=False)
+    assert embeddings.query_calls == calls + 1 and resumed.scores == first.scores
+    assert sum(line.startswith("q7 ") for line in Path(first.runs["keyword"]).read_text().splitlines()) == \
+        len(read_run(first.runs["keyword"])["q7"])  # the complete run was not appended to again
+
+
+def test_hyde_mode_runs_with_a_chat_model_and_is_refused_without(beir_store, tmp_path, embedder):
+    dataset, retrieval = beir_store
+    with pytest.raises(ValueError, match="unknown mode"):
+        evaluate(dataset, retrieval, tmp_path / "x", modes=["bm25"], progress=False)
+    with pytest.raises(ValueError, match="needs a chat model"):
+        evaluate(dataset, retrieval, tmp_path / "x", modes=["hyde+hybrid"], progress=False)
+    chat = CountingChatModel(responses=["A passage about deposits.\n\nAnother about fees."])
+    context = Context(db_path=retrieval.context.db_path, openai_base_url="http://127.0.0.1:9/v1")
+    with Retrieval(context, store=retrieval.store, embedder=embedder, llm=chat) as with_llm:
+        report = evaluate(dataset, with_llm, tmp_path / "hyde", progress=False)
+    assert "hyde+hybrid" in report.scores
+    long_questions = [q for q in dataset.queries.values() if len(q.split()) > context.hyde_skip_max_words]
+    assert chat.calls == len(long_questions)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SCIFACT.is_dir(), reason="the shared SciFact dataset is not beside the repository")
+def test_the_cli_evaluates_a_scifact_sample_and_a_rerun_embeds_nothing(tmp_path, capsys):
+    args = ["eval", str(SCIFACT), "--limit", "10", "--max-documents", "60", "--out", str(tmp_path),
+            "--no-progress", "--modes", "keyword,vector,hybrid-rrf"]
+    assert main(args) == 0
+    first = capsys.readouterr()
+    assert "60 documents: 60 written" in first.err and "hybrid-rrf" in first.out
+    assert main([*args, "--json"]) == 0
+    again = capsys.readouterr()
+    assert "0 texts embedded" in again.err and "60 unchanged" in again.err
+    report = json.loads(again.out)
+    assert report["queries"] == 10 and 0 < report["scores"]["hybrid-rrf"]["ndcg@10"] <= 1
+    assert (tmp_path / "scifact-60-test-chunks" / "report.json").is_file()
