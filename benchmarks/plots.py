@@ -1,0 +1,90 @@
+"""The figures of BENCHMARKS.md, drawn from the JSON the benchmark scripts leave in benchmarks/results/.
+
+    python benchmarks/plots.py      # writes benchmarks/figures/quality.png and latency.png
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no screen here
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+RESULTS, FIGURES = ROOT / "results", ROOT / "figures"
+EVAL = RESULTS / "eval" / "scifact-test-chunks" / "report.json"
+# Published nDCG@10 on BEIR SciFact test (the anchors of issue 5).
+ANCHORS = {"BM25 (Anserini flat)": 67.89, "SQLite FTS5 bm25": 68.62, "all-MiniLM-L6-v2 dense": 64.51,
+           "convex BM25 + MiniLM": 73.38, "RRF BM25 + MiniLM": 71.43}
+
+
+def quality() -> Path:
+    """nDCG@10 of each of our modes, the peer's, and the published anchors, on one horizontal bar chart."""
+    ours = {f"ours: {mode}": 100 * scores["ndcg@10"] for mode, scores in json.loads(EVAL.read_text())["scores"].items()}
+    bars = {f"published: {name}": value for name, value in ANCHORS.items()} | ours
+    peer = RESULTS / "peer.json"
+    if peer.exists():
+        bars |= {"LangChain EnsembleRetriever (BM25 + MiniLM)": 100 * _peer_ndcg(json.loads(peer.read_text()))}
+    names = list(bars)
+    colours = ["#9aa5b1" if n.startswith("published") else "#4c72b0" if n.startswith("ours") else "#dd8452"
+               for n in names]
+    fig, ax = plt.subplots(figsize=(8, 0.42 * len(names) + 1.2))
+    ax.barh(names, [bars[n] for n in names], color=colours)
+    for y, name in enumerate(names):
+        ax.text(bars[name] + 0.2, y, f"{bars[name]:.2f}", va="center", fontsize=9)
+    ax.axvline(75.0, color="#c44e52", linestyle="--", linewidth=1)
+    ax.text(75.2, len(names) - 0.6, "goal for hybrid: 75.0", color="#c44e52", fontsize=9)
+    ax.set_xlim(55, 82)
+    ax.invert_yaxis()
+    ax.set_xlabel("nDCG@10 on BEIR SciFact test (300 queries)")
+    ax.set_title("Retrieval quality: our modes against published figures")
+    return _save(fig, "quality.png")
+
+
+def _peer_ndcg(report: dict) -> float:
+    return report["theirs"]["ndcg@10"] if "theirs" in report else report["peer"]["ndcg@10"]
+
+
+def latency() -> Path:
+    """p50 and p95 of one hybrid search against corpus size, per store."""
+    embedded = json.loads((RESULTS / "latency.json").read_text())
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    sizes = sorted(int(size) for size in embedded)
+    for stat, style in (("p50_ms", "-o"), ("p95_ms", "--o")):
+        ax.plot(sizes, [embedded[str(s)][stat] for s in sizes], style, color="#4c72b0",
+                label=f"embedded SQLite, chunk_retriever tool ({stat[:3]})")
+    postgres = RESULTS / "postgres.json"
+    if postgres.exists():
+        pg = json.loads(postgres.read_text())
+        for key, label, colour in (("tool_100k_dsn", "Postgres, chunk_retriever tool", "#dd8452"),
+                                   ("hybrid_100k_rpc", "Supabase RPC, hybrid_search_chunks", "#55a868")):
+            for stat, marker in (("p50_ms", "o"), ("p95_ms", "^")):
+                ax.scatter([100_000], [pg[key][stat]], marker=marker, color=colour,
+                           label=f"{label} ({stat[:3]})")
+    ax.set_xscale("log")
+    ax.set_xlabel("chunks in the store")
+    ax.set_ylabel("milliseconds per query")
+    ax.set_title("Query latency against corpus size (SciFact queries, 2 cores)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, "latency.png")
+
+
+def _save(fig: plt.Figure, name: str) -> Path:
+    FIGURES.mkdir(exist_ok=True)
+    path = FIGURES / name
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+if __name__ == "__main__":
+    for figure in (quality, latency):
+        try:
+            print(figure())
+        except FileNotFoundError as missing:
+            print(f"skipped {figure.__name__}: {missing.filename} is missing; run its benchmark first")
