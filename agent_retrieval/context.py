@@ -91,15 +91,17 @@ class Context:
                                           "is used.", bounds=(0.1, 300))
 
     # --- retrieval and fusion ----------------------------------------------------------------
-    fusion: FusionMode = setting("rrf", "How vector and keyword results are fused: rrf (weighted "
-                                 "reciprocal rank) or convex (weighted sum of normalised scores).")
+    fusion: FusionMode = setting("convex", "How vector and keyword results are fused: convex (weighted mean of "
+                                 "each side's standard scores) or rrf (weighted reciprocal rank).")
     rrf_k: int = setting(60, "The k of reciprocal-rank fusion: larger flattens the rank curve.",
                          bounds=(1, 1000))
-    vector_weight: float = setting(1.0, "Weight of the vector side in fusion.", bounds=(0, 10))
-    keyword_weight: float = setting(1.0, "Weight of the keyword side in fusion.", bounds=(0, 10))
-    candidates: int = setting(50, "Results fetched from each side before fusion.", bounds=(1, 1000))
-    entity_boost: float = setting(0.15, "Relative score boost per query entity (name, quoted phrase, "
-                                  "number) found in a hit.", bounds=(0, 1))
+    vector_weight: float = setting(0.45, "Weight of the vector side in fusion (the defaults are tuned on "
+                                   "SciFact's train queries).", bounds=(0, 10))
+    keyword_weight: float = setting(0.55, "Weight of the keyword side in fusion.", bounds=(0, 10))
+    candidates: int = setting(100, "Results fetched from each side before fusion.", bounds=(1, 1000))
+    entity_boost: float = setting(0.0, "Relative score boost per query entity (name, quoted phrase, "
+                                  "number) found in a hit; off by default, as it hurt on SciFact.",
+                                  bounds=(0, 1))
     summarize_max_chunks: int = setting(200, "Most chunks returned by chunk_retriever's summarize mode.",
                                         bounds=(1, 10000))
 

@@ -1,7 +1,9 @@
-"""Pure functions that fuse vector and keyword results: reciprocal rank, convex, entity boost, thresholds."""
+"""Pure functions that fuse vector and keyword results: reciprocal rank, convex (standard scores), entity
+boost, thresholds."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -35,24 +37,33 @@ def rrf(rankings: Mapping[str, Sequence[str]], weights: Mapping[str, float], k: 
     return fused
 
 
-def min_max(scores: Mapping[str, float]) -> dict[str, float]:
-    """Scale scores to [0, 1]; a single or constant list maps to 1."""
+def zscores(scores: Mapping[str, float]) -> dict[str, float]:
+    """Standard scores: (score - mean) / standard deviation. A list of one score, or of equal ones, gives 1.0
+    each (present is all it says)."""
     if not scores:
         return {}
-    low, high = min(scores.values()), max(scores.values())
-    if high == low:
-        return {item: 1.0 for item in scores}
-    return {item: (s - low) / (high - low) for item, s in scores.items()}
+    mean = sum(scores.values()) / len(scores)
+    std = math.sqrt(sum((s - mean) ** 2 for s in scores.values()) / len(scores))
+    if std == 0:
+        return dict.fromkeys(scores, 1.0)
+    return {item: (s - mean) / std for item, s in scores.items()}
 
 
 def convex(scores: Mapping[str, Mapping[str, float]], weights: Mapping[str, float]) -> dict[str, float]:
-    """Convex fusion: weighted sum of each path's min-max normalised scores (absent counts as 0)."""
+    """Convex fusion: the weighted mean of each path's standard scores.
+
+    An item a path did not return takes that path's lowest standard score (0 when the path's scores say
+    nothing), so it ranks as the path's worst candidate, not as an average one.
+    """
     total = sum(weights.get(path, 1.0) for path in scores) or 1.0
-    fused: dict[str, float] = {}
+    items = {item for path_scores in scores.values() for item in path_scores}
+    fused = dict.fromkeys(items, 0.0)
     for path, path_scores in scores.items():
         weight = weights.get(path, 1.0) / total
-        for item, s in min_max(path_scores).items():
-            fused[item] = fused.get(item, 0.0) + weight * s
+        standard = zscores(path_scores)
+        floor = min(standard.values()) if standard and len(set(standard.values())) > 1 else 0.0
+        for item in items:
+            fused[item] += weight * standard.get(item, floor)
     return fused
 
 

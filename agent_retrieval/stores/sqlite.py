@@ -34,6 +34,7 @@ from agent_retrieval.stores.base import (
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 _BM25_K1_PLUS_1 = 2.2  # FTS5's bm25 uses k1 = 1.2: one term adds less than 2.2 times its idf to a score
+TITLE_WEIGHT = 3.0  # a word of the title (a chunk's heading path) counts 3 times one of the text: tuned on SciFact train
 NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
 # Every row's FTS entry also holds this token, in a column of its own: "(rare) AND (common OR EVERY_ROW)"
@@ -424,7 +425,7 @@ class SQLiteStore(Store):
         fts = f"{level}_fts"
         where, params = _where(level, filters, document_ids)
         # Unscoped, the FTS index answers alone: joining the table for every match would double the time.
-        score = f"-bm25({fts}, 1.0, 1.0, 0.0)"  # the every-row column weighs nothing
+        score = f"-bm25({fts}, {TITLE_WEIGHT}, 1.0, 0.0)"  # the every-row column weighs nothing
         sql = (f"SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ? ORDER BY score DESC LIMIT ?"
                if not where else
                f"""SELECT d.rowid, f.score FROM (SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ?) f

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_retrieval.fusion import PROFILES, convex, entity_matches, entity_terms, fuse, min_max, rrf
+from agent_retrieval.fusion import PROFILES, convex, entity_matches, entity_terms, fuse, rrf, zscores
 from agent_retrieval.models import Hit
 
 
@@ -19,12 +19,14 @@ def test_rrf_sums_weighted_reciprocal_ranks():
     assert fused["c"] == pytest.approx(2 / 12)
 
 
-def test_min_max_and_convex():
-    assert min_max({"a": 2.0, "b": 4.0, "c": 3.0}) == {"a": 0.0, "b": 1.0, "c": 0.5}
-    assert min_max({"a": 5.0}) == {"a": 1.0}
-    assert min_max({}) == {}
+def test_standard_scores_and_convex():
+    assert zscores({"a": 2.0, "b": 4.0, "c": 3.0}) == pytest.approx({"a": -1.2247449, "b": 1.2247449, "c": 0.0})
+    assert zscores({"a": 5.0}) == {"a": 1.0} and zscores({}) == {}
     fused = convex({"vector": {"a": 0.9, "b": 0.1}, "keyword": {"b": 10.0, "c": 5.0}}, {"vector": 3, "keyword": 1})
-    assert fused == pytest.approx({"a": 0.75, "b": 0.25, "c": 0.0})
+    # vector: a +1, b -1, c missing -> the lowest, -1; keyword: b +1, c -1, a missing -> -1
+    assert fused == pytest.approx({"a": 0.5, "b": -0.5, "c": -1.0})
+    lone = convex({"vector": {"a": 0.3}, "keyword": {"b": 2.0}}, {"vector": 1, "keyword": 2})
+    assert lone == pytest.approx({"a": 1 / 3, "b": 2 / 3})  # a one-item list says only "present"
 
 
 def test_fuse_keeps_both_paths_ranks_and_orders_by_score():

@@ -177,7 +177,7 @@ begin
 end $$;
 
 -- Hybrid search: both searches with the same filters and scope, fused in SQL by weighted reciprocal
--- rank (fusion => 'rrf') or a convex mix of min-max normalised scores ('convex'), as the tools fuse.
+-- rank (fusion => 'rrf') or a convex mix of standard scores ('convex'), as the tools fuse.
 create or replace function {{schema}}.hybrid_search_{{level}}(
   query_text text,
   query_embedding vector,
@@ -226,23 +226,25 @@ begin
            v.vector_similarity, v.rank::int as vector_rank, k.keyword_score, k.rank::int as keyword_rank
     from v full join k on k.id = v.id
   ),
-  ranges as (
-    select min(vector_similarity) as v_low, max(vector_similarity) as v_high,
-           min(keyword_score) as k_low, max(keyword_score) as k_high
+  stats as (
+    select avg(vector_similarity) as v_mean, stddev_pop(vector_similarity) as v_sd, min(vector_similarity) as v_low,
+           avg(keyword_score) as k_mean, stddev_pop(keyword_score) as k_sd, min(keyword_score) as k_low
     from both_sides
   ),
   fused as (
+    -- convex: the weighted mean of standard scores; a row one side did not return takes that side's lowest
+    -- (with no spread, present counts 1 and absent 0), exactly as fusion.convex computes it
     select b.*,
       case when fusion = 'rrf' then
         coalesce(vector_weight / (rrf_k + b.vector_rank), 0) + coalesce(keyword_weight / (rrf_k + b.keyword_rank), 0)
       else (
-        coalesce(vector_weight * case when r.v_high = r.v_low then 1
-                                      else (b.vector_similarity - r.v_low) / (r.v_high - r.v_low) end, 0)
-        + coalesce(keyword_weight * case when r.k_high = r.k_low then 1
-                                         else (b.keyword_score - r.k_low) / (r.k_high - r.k_low) end, 0)
+        vector_weight * case when coalesce(s.v_sd, 0) = 0 then (b.vector_similarity is not null)::int
+                             else (coalesce(b.vector_similarity, s.v_low) - s.v_mean) / s.v_sd end
+        + keyword_weight * case when coalesce(s.k_sd, 0) = 0 then (b.keyword_score is not null)::int
+                                else (coalesce(b.keyword_score, s.k_low) - s.k_mean) / s.k_sd end
       ) / coalesce(nullif(vector_weight + keyword_weight, 0), 1)
       end as score
-    from both_sides b cross join ranges r
+    from both_sides b cross join stats s
   )
   select * from fused order by score desc, id limit match_count;
 end $$;
