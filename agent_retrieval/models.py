@@ -211,6 +211,8 @@ class ChunkSearchRequest(SearchRequest):
     def _document_ids(cls, value: list[str] | None) -> list[str] | None:
         if value is None:
             return None
+        if not value:  # an empty scope would otherwise quietly mean "everything"
+            raise ValueError("must hold at least one id; leave it out to search every document")
         if len(value) > MAX_DOCUMENT_IDS:
             raise ValueError(f"at most {MAX_DOCUMENT_IDS} ids (got {len(value)})")
         for doc_id in value:

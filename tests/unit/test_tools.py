@@ -138,6 +138,7 @@ BAD = [
     ({"query": "deposit", "filters": {"category": {"$ne": "x"}}}, "values must be strings, numbers or booleans"),
     ({"query": "deposit", "filters": {"year": []}}, "a one-of list holds 1 to 100 values"),
     ({"query": "deposit", "document_ids": ["no-such-document"]}, "document_ids: 1 unknown id(s): 'no-such-document'"),
+    ({"query": "deposit", "document_ids": []}, "document_ids: must hold at least one id"),
     ({"query": "", "query_type": "summarize"}, "document_ids is required when query_type is 'summarize'"),
     ({"query": "deposit", "unexpected": 1}, "unexpected: is not an argument of this tool"),
 ]
