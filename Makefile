@@ -12,7 +12,7 @@ POSTGREST := .cache/postgrest/postgrest
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[local,postgres,studio,notebooks,test]"
+	$(BIN)/pip install --quiet -e ".[local,postgres,studio,notebooks,bench,test]"
 	touch $(STAMP)
 
 install: $(STAMP)
