@@ -9,7 +9,6 @@ query: an interrupted evaluation resumes where it stopped.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -109,19 +108,12 @@ def load_beir(folder: str | Path, split: str = "test", *, limit: int | None = No
 
 
 def _jsonl(path: Path, required: Sequence[str]) -> Iterator[tuple[dict[str, Any], str]]:
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{path.name}:{number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DatasetError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-            if not isinstance(record, dict) or any(not isinstance(record.get(k), str) for k in required):
-                raise DatasetError(f"{path}:{number}: each line must be an object with string fields "
-                                   f"{', '.join(required)}")
-            yield record, where
+    from agent_retrieval.ingest import jsonl_records
+
+    for where, record in jsonl_records(path, DatasetError):
+        if not isinstance(record, dict) or any(not isinstance(record.get(k), str) for k in required):
+            raise DatasetError(f"{where}: each line must be an object with string fields {', '.join(required)}")
+        yield record, where
 
 
 def _qrels(path: Path) -> Iterator[tuple[str, str, int, str]]:

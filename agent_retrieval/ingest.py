@@ -115,27 +115,32 @@ def _first_heading(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _load_jsonl(path: Path) -> Iterator[Document]:
+def jsonl_records(path: Path, error: type[InvalidRequest] = InvalidRequest) -> Iterator[tuple[str, Any]]:
+    """Each non-blank line's JSON value with its place ("file:line"); `error` names the line that is not JSON."""
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
-            where = f"{path}:{number}"
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InvalidRequest(f"{where}: not valid JSON ({error.msg})") from None
-            if not isinstance(record, dict):
-                raise InvalidRequest(f"{where}: each line must be a JSON object with id and text")
-            doc_id, text = record.get("id", record.get("_id")), record.get("text")
-            if doc_id in (None, "") or not isinstance(text, str):
-                raise InvalidRequest(f"{where}: needs a non-empty 'id' and a string 'text' "
-                                     "(optional: 'title', 'metadata')")
-            metadata = record.get("metadata") or {}
-            if not isinstance(metadata, dict):
-                raise InvalidRequest(f"{where}: 'metadata' must be an object")
-            yield Document(id=str(doc_id), title=str(record.get("title") or doc_id), content=text.strip(),
-                           metadata=_plain(metadata), source=where)
+            except json.JSONDecodeError as problem:
+                raise error(f"{path}:{number}: not valid JSON ({problem.msg})") from None
+            yield f"{path}:{number}", record
+
+
+def _load_jsonl(path: Path) -> Iterator[Document]:
+    for where, record in jsonl_records(path):
+        if not isinstance(record, dict):
+            raise InvalidRequest(f"{where}: each line must be a JSON object with id and text")
+        doc_id, text = record.get("id", record.get("_id")), record.get("text")
+        if doc_id in (None, "") or not isinstance(text, str):
+            raise InvalidRequest(f"{where}: needs a non-empty 'id' and a string 'text' "
+                                 "(optional: 'title', 'metadata')")
+        metadata = record.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise InvalidRequest(f"{where}: 'metadata' must be an object")
+        yield Document(id=str(doc_id), title=str(record.get("title") or doc_id), content=text.strip(),
+                       metadata=_plain(metadata), source=where)
 
 
 def _load_pdf(path: Path, doc_id: str) -> Document:

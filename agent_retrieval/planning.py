@@ -20,8 +20,19 @@ from agent_retrieval.answer import format_passages
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
 from agent_retrieval.fusion import rrf
-from agent_retrieval.models import (MAX_QUERY_CHARS, MAX_TOP_K, PLACEHOLDER, ChunkSearchRequest, Hit, Level,
-                                    PlannedQuery, QueryPlan, SearchRequest, parse_request, validate_filters)
+from agent_retrieval.models import (
+    MAX_QUERY_CHARS,
+    MAX_TOP_K,
+    PLACEHOLDER,
+    ChunkSearchRequest,
+    Hit,
+    Level,
+    PlannedQuery,
+    QueryPlan,
+    SearchRequest,
+    parse_request,
+    validate_filters,
+)
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.retrieval import Retrieval
 

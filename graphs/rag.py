@@ -7,7 +7,7 @@ The state shows the plan, each search's hits and HyDE status, never the HyDE tex
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
@@ -19,8 +19,8 @@ from agent_retrieval.answer import write_answer
 from agent_retrieval.context import Context
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.graph_parts import GraphParts, run_context
-from agent_retrieval.planning import check_request, make_plan, run_plan
 from agent_retrieval.models import ChunkSearchRequest, Hit, QueryPlan, parse_request
+from agent_retrieval.planning import check_request, make_plan, run_plan
 
 
 @dataclass(kw_only=True)
