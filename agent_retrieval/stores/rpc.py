@@ -15,12 +15,13 @@ import re
 import time
 from abc import abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agent_retrieval.context import Context
 from agent_retrieval.errors import DimensionMismatch, EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import Chunk, Document, Hit, Level
 from agent_retrieval.stores.base import DOCUMENT_PREVIEW_CHARS, Store, StoreStats, check_batch, filter_values
@@ -71,7 +72,16 @@ def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384) -> str:
             parts += [_fill(text, _LEVEL_SQL[level] | {"level": level}) for level in ("documents", "chunks")]
         else:
             parts.append(text)
-    return "\n\n".join(_fill(part, {"schema": schema, "dimension": str(dimension)}) for part in parts)
+    values = {"schema": schema, "dimension": str(dimension)} | _fusion_defaults()
+    return "\n\n".join(_fill(part, values) for part in parts)
+
+
+def _fusion_defaults() -> dict[str, str]:
+    """The tools' fusion defaults, written into the SQL hybrid functions: an RPC caller who passes no
+    fusion arguments ranks exactly as the tools do."""
+    defaults = {f.name: f.default for f in fields(Context)}
+    return {f"default_{name}": str(defaults[name])
+            for name in ("fusion", "rrf_k", "vector_weight", "keyword_weight", "candidates")}
 
 
 def _fill(text: str, values: dict[str, str]) -> str:

@@ -73,3 +73,19 @@ def test_profiles_lean_the_way_their_names_say():
     assert PROFILES["exact"].keyword_weight > PROFILES["exact"].vector_weight
     assert PROFILES["conceptual"].vector_weight > PROFILES["conceptual"].keyword_weight
     assert PROFILES["exact"].min_similarity > PROFILES["general"].min_similarity > PROFILES["conceptual"].min_similarity
+
+
+def test_the_sql_hybrid_functions_default_to_the_tools_fusion():
+    from dataclasses import fields
+
+    from agent_retrieval.context import Context
+    from agent_retrieval.stores.rpc import render_sql
+
+    defaults = {f.name: f.default for f in fields(Context)}
+    sql = render_sql()
+    for level in ("documents", "chunks"):
+        header = sql[sql.index(f"function agent_retrieval.hybrid_search_{level}("):][:900]
+        assert f"fusion text default '{defaults['fusion']}'" in header
+        assert f"vector_weight float8 default {defaults['vector_weight']}" in header
+        assert f"keyword_weight float8 default {defaults['keyword_weight']}" in header
+        assert f"candidates int default {defaults['candidates']}" in header

@@ -186,11 +186,11 @@ create or replace function {{schema}}.hybrid_search_{{level}}(
   document_ids text[] default null,
   min_similarity float8 default -1,
   tenant text default null,
-  fusion text default 'rrf',
-  rrf_k int default 60,
-  vector_weight float8 default 1,
-  keyword_weight float8 default 1,
-  candidates int default 50
+  fusion text default '{{default_fusion}}',  -- these defaults are the Context's, filled in by render_sql
+  rrf_k int default {{default_rrf_k}},
+  vector_weight float8 default {{default_vector_weight}},
+  keyword_weight float8 default {{default_keyword_weight}},
+  candidates int default {{default_candidates}}
 ) returns table (
   id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text,
   vector_similarity float8, vector_rank int, keyword_score float8, keyword_rank int, score float8
