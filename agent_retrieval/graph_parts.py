@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AnyMessage, HumanMessage
 from langgraph.runtime import Runtime
 
 from agent_retrieval.context import Context
@@ -22,6 +23,11 @@ from agent_retrieval.retrieval import Retrieval
 def run_context(runtime: Runtime[Context]) -> Context:
     """The run's Context; a run started without one (`graph.ainvoke(input)`) reads the environment."""
     return runtime.context if runtime.context is not None else Context()
+
+
+def last_question(messages: list[AnyMessage]) -> str:
+    """The text of the conversation's last human message ("" if there is none)."""
+    return next((m.text for m in reversed(messages) if isinstance(m, HumanMessage)), "")
 
 
 @dataclass(frozen=True)

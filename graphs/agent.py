@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 
 from agent_retrieval.answer import NOTHING_FOUND, extractive_answer
 from agent_retrieval.context import Context
-from agent_retrieval.graph_parts import GraphParts, run_context
+from agent_retrieval.graph_parts import GraphParts, last_question, run_context
 from agent_retrieval.models import Hit
 from agent_retrieval.planning import check_request
 from agent_retrieval.prompts import load_prompt
@@ -50,7 +50,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
 
     async def call_model(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         """Ask the model for tool calls or the answer (offline: the fixed policy's next step)."""
-        question = _question(state.messages)
+        question = last_question(state.messages)
         try:
             check_request(question)
         except ValueError as error:
@@ -101,13 +101,6 @@ async def _call(tools: dict[str, Any], call: dict[str, Any]) -> ToolMessage:
         return ToolMessage(f"Unknown tool {call['name']!r}; the tools are {', '.join(tools)}.",
                            tool_call_id=call["id"], name=call["name"], status="error")
     return await tool.ainvoke({**call, "type": "tool_call"})
-
-
-def _question(messages: list[AnyMessage]) -> str:
-    for message in reversed(messages):
-        if isinstance(message, HumanMessage):
-            return message.text
-    return ""
 
 
 def _offline_step(question: str, messages: list[AnyMessage]) -> AIMessage:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.graph import END, START, StateGraph, add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
@@ -18,7 +18,7 @@ from langgraph.runtime import Runtime
 from agent_retrieval.answer import write_answer
 from agent_retrieval.context import Context
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.graph_parts import GraphParts, run_context
+from agent_retrieval.graph_parts import GraphParts, last_question, run_context
 from agent_retrieval.models import ChunkSearchRequest, Hit, QueryPlan, parse_request
 from agent_retrieval.planning import check_request, make_plan, run_plan
 
@@ -65,7 +65,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
 
     async def plan_searches(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         """Check the question and plan its searches (LLM structured output, or heuristics offline)."""
-        question = _last_question(state.messages)
+        question = last_question(state.messages)
         try:
             question = check_request(question)
         except InvalidRequest as error:
@@ -119,13 +119,6 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
     compiled = builder.compile()
     compiled.name = "rag"
     return compiled
-
-
-def _last_question(messages: list[AnyMessage]) -> str:
-    for message in reversed(messages):
-        if isinstance(message, HumanMessage):
-            return message.text
-    return ""
 
 
 graph = build()
