@@ -72,6 +72,9 @@ class Context:
     max_retries: int = setting(3, "Retries, with exponential backoff, of provider requests and store calls "
                                "that fail transiently (rate limits, server errors, lost connections).",
                                bounds=(0, 10))
+    tool_timeout_seconds: float = setting(30.0, "Deadline of one search (a tool call): a path still running "
+                                          "then is dropped (vector -> keyword-only, and the result says so); "
+                                          "the call fails only if neither path finished.", bounds=(0.1, 600))
 
     # --- HyDE --------------------------------------------------------------------------------
     use_hyde: bool = setting(False, "Embed LLM-written hypothetical answer passages instead of the raw "

@@ -8,7 +8,9 @@ may wait on a HyDE call). A path that cannot run degrades the result instead of 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -18,12 +20,14 @@ from langchain_core.language_models import BaseChatModel
 from agent_retrieval import hyde
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder, make_embedder
-from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
+from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.fusion import PROFILES, entity_terms, fuse
 from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
 from agent_retrieval.stores import Store, open_store
 
-_keyword_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent-retrieval-keyword")
+# Both paths of a sync search run here, so the caller can stop waiting at the tool's deadline.
+_search_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="agent-retrieval-search")
+_VectorSide = tuple[hyde.QueryEmbedding | None, list[Hit], list[str]]  # query vector, hits, notes
 
 
 @dataclass(frozen=True)
@@ -101,24 +105,15 @@ class Retrieval:
 
         Evaluation fetches them once per query and ranks them under several fusion settings.
         """
-        store = self.store
-        keyword = _keyword_pool.submit(store.keyword_search, level, request.query, self.context.candidates,
-                                       filters=request.filters, document_ids=_scope(request))
-        degraded = self._model_mismatch()
-        query_embedding = None if degraded else hyde.get_query_embedding_for_retrieval(
-            request.query, self.context, **self._hyde_arguments(request))
-        vector_hits: list[Hit] = []
-        if self._vector_ready(query_embedding, degraded):
-            try:
-                vector_hits = store.vector_search(level, query_embedding.vector, **self._vector_arguments(request))
-            except EmbeddingModelMismatch as error:
-                degraded.append(f"vector search skipped: {error}")
-        return Candidates(vector_hits, keyword.result(), query_embedding, degraded)
+        keyword = _submit(self.store.keyword_search, level, request.query, self.context.candidates,
+                          filters=request.filters, document_ids=_scope(request))
+        vector = _submit(self._vector_side, request, level)
+        futures.wait([keyword, vector], timeout=self.context.tool_timeout_seconds)
+        return self._settle(keyword, vector)
 
     async def asearch(self, request: SearchRequest, level: Level) -> RetrievalResult:
         """Async `search`: the event loop is never blocked (SQLite runs in worker threads)."""
-        # Opening the store and building the embedder or chat model read files: off the event loop.
-        store, hyde_arguments = await asyncio.to_thread(lambda: (self.store, self._hyde_arguments(request)))
+        store = await asyncio.to_thread(lambda: self.store)  # opening the store reads files: off the loop
         scope = _scope(request)
         _check_scope(await store.aunknown_documents(scope) if scope else [])
         if request.query_type == "summarize":
@@ -126,21 +121,64 @@ class Retrieval:
             return _summary(request, hits, self.context.summarize_max_chunks)
         keyword = asyncio.ensure_future(store.akeyword_search(level, request.query, self.context.candidates,
                                                               filters=request.filters, document_ids=scope))
+        vector = asyncio.ensure_future(self._avector_side(request, level))
         try:
-            degraded = await asyncio.to_thread(self._model_mismatch)
-            query_embedding = None if degraded else await hyde.aget_query_embedding_for_retrieval(
-                request.query, self.context, **hyde_arguments)
-            vector_hits: list[Hit] = []
-            if self._vector_ready(query_embedding, degraded):
-                try:
-                    vector_hits = await store.avector_search(level, query_embedding.vector,
-                                                             **self._vector_arguments(request))
-                except EmbeddingModelMismatch as error:
-                    degraded.append(f"vector search skipped: {error}")
-            keyword_hits = await keyword
+            await asyncio.wait([keyword, vector], timeout=self.context.tool_timeout_seconds)
+            candidates = self._settle(keyword, vector)
         finally:
             keyword.cancel()
-        return self.rank(request, level, Candidates(vector_hits, keyword_hits, query_embedding, degraded))
+            vector.cancel()
+        return self.rank(request, level, candidates)
+
+    # --- the pieces -------------------------------------------------------------------------------
+    def _vector_side(self, request: SearchRequest, level: Level) -> _VectorSide:
+        """The query vector (hyde.py) and vector search; a failure degrades to no vector hits."""
+        degraded = self._model_mismatch()
+        query_embedding = None if degraded else hyde.get_query_embedding_for_retrieval(
+            request.query, self.context, **self._hyde_arguments(request))
+        hits: list[Hit] = []
+        if self._vector_ready(query_embedding, degraded):
+            try:
+                hits = self.store.vector_search(level, query_embedding.vector, **self._vector_arguments(request))
+            except EmbeddingModelMismatch as error:
+                degraded.append(f"vector search skipped: {error}")
+        return query_embedding, hits, degraded
+
+    async def _avector_side(self, request: SearchRequest, level: Level) -> _VectorSide:
+        # Building the embedder or chat model reads files: off the event loop.
+        degraded, hyde_arguments = await asyncio.to_thread(
+            lambda: (self._model_mismatch(), self._hyde_arguments(request)))
+        query_embedding = None if degraded else await hyde.aget_query_embedding_for_retrieval(
+            request.query, self.context, **hyde_arguments)
+        hits: list[Hit] = []
+        if self._vector_ready(query_embedding, degraded):
+            try:
+                hits = await self.store.avector_search(level, query_embedding.vector,
+                                                       **self._vector_arguments(request))
+            except EmbeddingModelMismatch as error:
+                degraded.append(f"vector search skipped: {error}")
+        return query_embedding, hits, degraded
+
+    def _settle(self, keyword: Any, vector: Any) -> Candidates:
+        """Candidates from the two paths (futures or tasks) at the deadline: a path still running is
+        dropped and the result says so; the call fails only when neither path finished."""
+        deadline = f"tool_timeout_seconds={self.context.tool_timeout_seconds:g}"
+        if not keyword.done() and not vector.done():
+            raise StoreError(f"neither keyword nor vector search finished within {deadline}; check that the "
+                             "store and the embedding provider are reachable, or raise tool_timeout_seconds")
+        query_embedding, vector_hits, degraded = None, [], []
+        if vector.done():
+            query_embedding, vector_hits, degraded = vector.result()
+        else:
+            degraded.append(f"vector search skipped: the query vector or vector search did not finish within "
+                            f"{deadline}; results are keyword-only")
+        if keyword.done():
+            keyword_hits = keyword.result()
+        else:
+            keyword_hits = []
+            degraded.append(f"keyword search skipped: it did not finish within {deadline}; results are "
+                            "vector-only")
+        return Candidates(vector_hits, keyword_hits, query_embedding, degraded)
 
     # --- the pieces -------------------------------------------------------------------------------
     def _hyde_arguments(self, request: SearchRequest) -> dict[str, Any]:
@@ -185,6 +223,11 @@ class Retrieval:
             hyde_cached=bool(query_embedding and query_embedding.cached),
             hyde_reason=query_embedding.reason if query_embedding else "vector search did not run",
             degraded=list(candidates.degraded), fusion=context.fusion)
+
+
+def _submit(function: Any, *args: Any, **kwargs: Any) -> futures.Future:
+    """Run in the search pool with the caller's context variables (LangChain callbacks, tracing)."""
+    return _search_pool.submit(contextvars.copy_context().run, function, *args, **kwargs)
 
 
 def _check_scope(unknown: list[str]) -> None:

@@ -147,3 +147,30 @@ def test_errors_say_what_to_do(postgres, schema, stores):
     with pytest.raises(StoreError, match="cannot reach") as error:
         unreachable.stats()
     assert "hunter2" not in str(error.value)
+
+
+def test_a_search_blocked_on_both_paths_fails_clearly_at_the_tool_deadline(postgres, schema, stores):
+    """Both paths wait on a lock another session holds: the call ends at its deadline, not the statement
+    timeout's, with an error that says what to check; once the lock is gone the same call succeeds."""
+    import time
+
+    from agent_retrieval.context import Context
+    from agent_retrieval.models import ChunkSearchRequest
+    from agent_retrieval.retrieval import Retrieval
+
+    store = stores(timeout=20)
+    vector = np.asarray([1, 0, 0, 0], dtype=np.float32)
+    store.upsert([Document("plan", "plan", "the plan", content_hash="h", embedding=vector)],
+                 [Chunk("plan#0", "plan", 0, "the plan", "plan", embedding=vector)], "test/word-hash")
+    retrieval = Retrieval(Context(tool_timeout_seconds=0.5), store=store,
+                          embedder=Embedder(WordHashEmbeddings(size=4), "test/word-hash"))
+    request = ChunkSearchRequest(query="the plan")
+    with postgres.connect() as locker:
+        locker.execute("begin")
+        locker.execute(f"lock table {schema}.chunks in access exclusive mode")
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="tool_timeout_seconds=0.5.*reachable"):
+            retrieval.search(request, "chunks")
+        assert time.monotonic() - started < 5, "the call waited for the statement timeout, not its deadline"
+        locker.execute("rollback")
+    assert [h.id for h in retrieval.search(request, "chunks").hits] == ["plan#0"]

@@ -341,3 +341,53 @@ def test_sync_hyde_deadline_holds_with_retries_configured(api):
     # were the chat call retried, two 0.3 s attempts plus >= 0.375 s backoff would take >= 0.975 s
     assert elapsed < 0.9, f"sync HyDE took {elapsed:.2f}s with hyde_timeout_seconds=0.3"
 
+
+
+# --- the tool call's deadline -------------------------------------------------------------------
+
+DEADLINE_DOCS = [("deposits", "Tenancy deposits", "A landlord must protect a tenancy deposit within 30 days."),
+                 ("fees", "Referral fees", "Estate agents must disclose referral fees paid by third parties.")]
+
+
+@pytest.fixture
+def slow_embeddings_tools(api, tmp_path):
+    """Both tools on a store ingested through the fake OpenAI server, whose embeddings then hang for 5 s."""
+    from agent_retrieval.ingest import ingest
+    from agent_retrieval.models import Document
+    from agent_retrieval.tools import make_retrieval_tools
+
+    context = openai_context(api, db_path=str(tmp_path / "store.db"), tool_timeout_seconds=0.5,
+                             request_timeout_seconds=10, max_retries=3)
+    tools = make_retrieval_tools(context)
+    retrieval = tools[0].retrieval
+    ingest([Document(id=i, title=t, content=c) for i, t, c in DEADLINE_DOCS], retrieval.store,
+           retrieval.embedder, context, progress=False)
+    api.delay_next(5.0, times=None, endpoint="embeddings")
+    yield tools
+    retrieval.close()
+
+
+def assert_keyword_only_within_the_deadline(message, elapsed: float) -> None:
+    # without the deadline the call waits out the 5 s embedding request
+    assert elapsed < 2.5, f"the tool took {elapsed:.2f}s with tool_timeout_seconds=0.5"
+    assert message.status == "success"
+    hits = message.artifact["hits"]
+    assert hits and hits[0]["id"].startswith("fees") and all(h["found_by"] == ["keyword"] for h in hits)
+    assert any("tool_timeout_seconds=0.5" in note and "keyword-only" in note for note in message.artifact["degraded"])
+    assert "keyword-only" in message.content
+
+
+def test_a_hanging_embedding_provider_gives_keyword_results_at_the_tool_deadline(slow_embeddings_tools):
+    document_retriever, _ = slow_embeddings_tools
+    started = time.monotonic()
+    message = document_retriever.invoke({"type": "tool_call", "id": "1", "name": "document_retriever",
+                                         "args": {"query": "referral fees estate agents"}})
+    assert_keyword_only_within_the_deadline(message, time.monotonic() - started)
+
+
+async def test_async_tool_calls_keep_the_deadline_too(slow_embeddings_tools):
+    _, chunk_retriever = slow_embeddings_tools
+    started = time.monotonic()
+    message = await chunk_retriever.ainvoke({"type": "tool_call", "id": "1", "name": "chunk_retriever",
+                                             "args": {"query": "referral fees estate agents"}})
+    assert_keyword_only_within_the_deadline(message, time.monotonic() - started)
