@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args, get_origin
 
 from agent_retrieval.errors import ConfigError
+from agent_retrieval.redaction import dsn_password, protect
 
 EmbeddingProvider = Literal["local", "voyage", "openai"]
 HydeMode = Literal["passages", "schema"]
@@ -135,6 +136,8 @@ class Context:
         if bool(self.supabase_url) != bool(self.supabase_key) and not self.postgres_dsn:
             missing = "SUPABASE_KEY" if self.supabase_url else "SUPABASE_URL"
             raise ConfigError(f"Supabase needs both SUPABASE_URL and SUPABASE_KEY; {missing} is not set")
+        protect(*(getattr(self, f.name) for f in fields(self) if f.metadata.get("secret")),
+                dsn_password(self.postgres_dsn))
         if self.chunk_overlap >= self.chunk_size:
             raise ConfigError(f"chunk_overlap must be smaller than chunk_size "
                               f"(got {self.chunk_overlap} >= {self.chunk_size})")

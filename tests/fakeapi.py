@@ -243,7 +243,10 @@ class _Handler(BaseHTTPRequestHandler):
                 headers["Retry-After"] = f"{fault.retry_after:g}"
             if fault.retry_after_ms is not None:
                 headers["retry-after-ms"] = f"{fault.retry_after_ms:g}"
-            return self._error(api, fault.status, f"injected HTTP {fault.status}", headers)
+            message = f"injected HTTP {fault.status}"
+            if fault.status == 401:  # as providers do, the error names the key it refused: a leak to guard
+                message = f"Incorrect API key provided: {self.headers.get('Authorization', '').split()[-1:]}"
+            return self._error(api, fault.status, message, headers)
         if fault is not None and fault.kind == "malformed_json":
             return self._send_raw(200, b'{"object": "list", "data": [', "application/json")
 

@@ -1,0 +1,65 @@
+"""Keeps configured keys out of every log record in the process, the provider SDKs' included.
+
+Some SDKs log a provider's error message verbatim, and a refused key is often named in it; so once a
+Context holds a key, each new log record's message is checked for it and the key replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import urllib.parse
+from typing import Any
+
+MASK = "[redacted]"
+MIN_SECRET_CHARS = 8  # shorter values ("k", "test") would mask ordinary words
+
+_secrets: frozenset[str] = frozenset()
+_lock = threading.Lock()
+_installed = False
+
+
+def protect(*values: str) -> None:
+    """Redact these values from every log record created from now on (the empty or short are ignored)."""
+    global _secrets, _installed
+    new = {v for v in values if v and len(v) >= MIN_SECRET_CHARS} - _secrets
+    if not new:
+        return
+    with _lock:
+        _secrets = _secrets | new
+        if not _installed:
+            _wrap_record_factory()
+            _installed = True
+
+
+def redact(text: str) -> str:
+    """The text with every protected value masked."""
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def dsn_password(dsn: str) -> str:
+    """The password in a postgresql:// URI, or '' (key=value DSNs are protected whole)."""
+    try:
+        return urllib.parse.urlsplit(dsn).password or ""
+    except ValueError:
+        return ""
+
+
+def _wrap_record_factory() -> None:
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record is logging's to report, not ours
+            return record
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return record
+
+    logging.setLogRecordFactory(factory)
