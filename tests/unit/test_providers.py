@@ -181,6 +181,30 @@ def test_openai_persistent_429_is_an_embedding_error_without_the_key(api):
     assert len(api.requests) == 1
 
 
+@pytest.mark.parametrize("provider", ["openai", "voyage"])
+def test_a_persistent_429_without_retry_after_is_retried_with_backoff_then_given_up(api, provider):
+    """No Retry-After header: the SDK's own backoff with jitter paces the retries, and max_retries bounds them."""
+    api.fail_next(status=429, times=None, api=provider)
+    context = openai_context(api, max_retries=1) if provider == "openai" else voyage_context(api, max_retries=1)
+    embedder = make_embedder(context)
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError, match="HTTP 429"):
+        embedder.embed_query("rate limited")
+    assert len(api.requests_to("embeddings", api=provider)) == 2  # one try and one retry, no more
+    assert time.monotonic() - started > 0.2, "the retry did not back off"
+
+
+def test_an_embedding_request_that_hangs_times_out_each_attempt_and_gives_up(api):
+    api.delay_next(5.0, times=None, endpoint="embeddings")
+    embedder = make_embedder(openai_context(api, request_timeout_seconds=0.3, max_retries=1))
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError, match="Timeout"):
+        embedder.embed_query("slow provider")
+    elapsed = time.monotonic() - started
+    assert len(api.requests_to("embeddings")) == 2
+    assert elapsed < 4, f"two 0.3 s attempts took {elapsed:.2f}s"
+
+
 UNUSABLE = [
     ("documents", "wrong_dimension"),  # one lone query vector has no other row to disagree with
     ("documents", "empty_data"),
