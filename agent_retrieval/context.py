@@ -49,7 +49,8 @@ class Context:
     db_schema: str = setting("agent_retrieval", "Postgres schema holding the store's tables and functions.",
                              env="AGENT_RETRIEVAL_SCHEMA")
     tenant_id: str = setting("", "Tenant whose rows ingestion writes and searches read (besides public rows); "
-                             "blank: the user token's tenant, or the whole store.", env="AGENT_RETRIEVAL_TENANT")
+                             "blank: the user token's tenant, or the whole store. On the embedded store each "
+                             "tenant has its own file beside db_path.", env="AGENT_RETRIEVAL_TENANT")
 
     # --- embeddings --------------------------------------------------------------------------
     embedding_provider: EmbeddingProvider = setting(

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import urllib.parse
+from pathlib import Path
+
 from agent_retrieval.context import Context
+from agent_retrieval.errors import ConfigError
 from agent_retrieval.stores.base import Store, StoreStats
 from agent_retrieval.stores.sqlite import SQLiteStore
 
-__all__ = ["SQLiteStore", "Store", "StoreStats", "open_store"]
+__all__ = ["SQLiteStore", "Store", "StoreStats", "open_store", "sqlite_path"]
 
 
 def open_store(context: Context) -> Store:
@@ -24,4 +28,21 @@ def open_store(context: Context) -> Store:
 
         return SupabaseStore(context.supabase_url, context.supabase_key, timeout=context.request_timeout_seconds,
                              user_token=context.supabase_user_token or None, **common)
-    return SQLiteStore(context.db_path)
+    return SQLiteStore(sqlite_path(context))
+
+
+def sqlite_path(context: Context) -> Path:
+    """The embedded store's file: `db_path`, or for a tenant its own file in a folder beside it.
+
+    A tenant's searches then open only that tenant's file: no query, filter or id can reach another
+    tenant's rows. (Public documents shared by every tenant exist on Postgres and Supabase only.)
+    """
+    path = Path(context.db_path)
+    if not context.tenant_id:
+        return path
+    # Percent-encoded, dots too: any tenant id names one file inside the folder, never a path out of it.
+    name = urllib.parse.quote(context.tenant_id, safe="").replace(".", "%2E")
+    if len(name) > 200:
+        raise ConfigError(f"tenant_id is too long for a file name on the embedded store ({len(name)} characters "
+                          "once encoded; at most 200): use a shorter id, or Postgres")
+    return path.with_name(f"{path.stem}.tenants") / f"{name}{path.suffix or '.db'}"
