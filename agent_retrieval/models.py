@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
+from numbers import Real
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent_retrieval.errors import InvalidRequest
@@ -24,6 +27,7 @@ MAX_FILTER_KEYS = 16
 MAX_FILTER_VALUES = 100
 MAX_SCHEMA_CHARS = 20_000
 FILTER_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+MAX_NESTING = 32  # deeper JSON is refused before anything walks it recursively
 
 QUERY_TYPES = {
     "general": "balanced hybrid search (the default)",
@@ -168,7 +172,15 @@ class SearchRequest(BaseModel):
                              "shorten it to the question itself")
         if "\x00" in value:
             raise ValueError("must not contain NUL characters")
+        _check_unicode(value)
         return value.strip()
+
+    @field_validator("top_k", mode="before")
+    @classmethod
+    def _top_k_not_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # pydantic would read True as 1
+            raise ValueError(f"must be a whole number between 1 and {MAX_TOP_K} (got {value!r})")
+        return value
 
     @field_validator("top_k")
     @classmethod
@@ -180,6 +192,8 @@ class SearchRequest(BaseModel):
     @field_validator("input_schema", "output_schema")
     @classmethod
     def _schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and nesting_depth(value) > MAX_NESTING:
+            raise ValueError(f"must be nested at most {MAX_NESTING} levels deep")
         if value is not None and len(json.dumps(value, default=str)) > MAX_SCHEMA_CHARS:
             raise ValueError(f"must be at most {MAX_SCHEMA_CHARS} characters of JSON")
         return value or None
@@ -216,19 +230,26 @@ class ChunkSearchRequest(SearchRequest):
         if len(value) > MAX_DOCUMENT_IDS:
             raise ValueError(f"at most {MAX_DOCUMENT_IDS} ids (got {len(value)})")
         for doc_id in value:
-            if not doc_id or len(doc_id) > 512 or "\x00" in doc_id:
-                raise ValueError(f"each id must be 1 to 512 characters without NUL (got {doc_id[:40]!r})")
+            if not doc_id or len(doc_id) > 512 or "\x00" in doc_id or not _is_unicode(doc_id):
+                raise ValueError(f"each id must be 1 to 512 characters of text without NUL "
+                                 f"(got {doc_id[:40]!r})")
         return list(dict.fromkeys(value))
 
     @model_validator(mode="after")
     def _summarize_needs_documents(self) -> ChunkSearchRequest:
         if self.query_type == "summarize" and not self.document_ids:
             raise ValueError("document_ids is required when query_type is 'summarize'")
+        if self.query_type == "summarize" and self.filters:  # it would return every chunk regardless
+            raise ValueError("filters: query_type 'summarize' returns every chunk of document_ids and applies no "
+                             "filters; leave filters out, or search with another query_type")
         return self
 
 
-def validate_filters(filters: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Check a metadata filter: identifier keys, scalar or list-of-scalar values. Returns it normalised."""
+def validate_filters(filters: dict[str, Any] | None, *, any_key: bool = False) -> dict[str, Any] | None:
+    """Check a metadata filter: identifier keys, scalar or list-of-scalar values. Returns it normalised.
+
+    `any_key` accepts any text as a key (stores are searched by keys metadata already holds, whatever they
+    are; the tools' callers name identifiers)."""
     if filters is None or filters == {}:
         return None
     if not isinstance(filters, dict):
@@ -237,8 +258,13 @@ def validate_filters(filters: dict[str, Any] | None) -> dict[str, Any] | None:
         raise ValueError(f"at most {MAX_FILTER_KEYS} keys (got {len(filters)})")
     clean: dict[str, Any] = {}
     for key, value in filters.items():
-        if not isinstance(key, str) or not FILTER_KEY.match(key):
-            raise ValueError(f"key {str(key)[:40]!r} is not allowed: keys are letters, digits, '_' or '-', "
+        if not isinstance(key, str):
+            raise ValueError(f"keys must be text (got {type(key).__name__})")
+        if any_key and not (1 <= len(key) <= 1000 and "\x00" not in key and _is_unicode(key)):
+            raise ValueError(f"key {key[:40]!r} is not allowed: keys are 1 to 1000 characters of text, "
+                             "without NUL")
+        if not any_key and not FILTER_KEY.match(key):
+            raise ValueError(f"key {key[:40]!r} is not allowed: keys are letters, digits, '_' or '-', "
                              "starting with a letter or '_', at most 64 characters")
         if isinstance(value, list):
             if not 1 <= len(value) <= MAX_FILTER_VALUES:
@@ -251,13 +277,125 @@ def validate_filters(filters: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _scalar(key: str, value: Any) -> Scalar:
     if isinstance(value, str):
-        if len(value) > 1000 or "\x00" in value:
-            raise ValueError(f"{key!r}: string values are at most 1000 characters, without NUL")
+        if len(value) > 1000 or "\x00" in value or not _is_unicode(value):
+            raise ValueError(f"{key!r}: string values are at most 1000 characters of text, without NUL")
         return value
-    if isinstance(value, bool | int | float) and value == value:  # value == value rejects NaN
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        # JSON has no NaN or infinity, and SQLite's integers are 64-bit: other numbers cannot be matched
+        if not (math.isfinite(value) and -2**63 <= value < 2**63):
+            raise ValueError(f"{key!r}: numbers must be finite and between -2**63 and 2**63 "
+                             f"(got {repr(value)[:40]})")
         return value
     raise ValueError(f"{key!r}: values must be strings, numbers or booleans, or a list of them "
                      f"(got {type(value).__name__})")
+
+
+def _is_unicode(text: str) -> bool:
+    """False for text holding lone surrogates (U+D800 to U+DFFF): no UTF-8 database or JSON carries them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_unicode(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"must be valid Unicode text: it holds a lone surrogate ({text[error.start]!r} at "
+                         f"position {error.start})") from None
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply lists and dicts nest in `value` (counted up to MAX_NESTING + 1), found without recursion,
+    so any depth is safe to ask about."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            deepest = max(deepest, depth + 1)
+            if depth + 1 > MAX_NESTING:  # deep enough to refuse: no need to walk the rest
+                return deepest
+            stack += [(child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
+# --- store arguments ------------------------------------------------------------------------------
+# Stores are public too: each checks its arguments before any SQL runs, so a bad one is an InvalidRequest
+# naming it, the same on every backend, never a database error (or a search wider than asked for).
+
+MAX_SEARCH_K = 1000  # as Context.candidates and the SQL functions' match_count
+MAX_CHUNK_ROWS = 100_000
+MAX_SCOPE_IDS = 10_000
+
+
+def check_level(level: Any) -> Level:
+    if level not in ("documents", "chunks"):
+        raise InvalidRequest(f"level must be 'documents' or 'chunks' (got {repr(level)[:40]})")
+    return level
+
+
+def check_count(name: str, value: Any, maximum: int) -> int:
+    """A row count: a whole number from 1 to `maximum` (bools and floats are refused, not rounded)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 1 <= value <= maximum:
+        raise InvalidRequest(f"{name} must be a whole number between 1 and {maximum} "
+                             f"(got {repr(value)[:40]})")
+    return int(value)
+
+
+def check_ids(ids: Any, name: str = "document_ids") -> list[str]:
+    """Document ids as a list of text, each once; a single string is refused rather than read as its
+    characters."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, list | tuple):
+        raise InvalidRequest(f"{name} must be a list of document ids (got {type(ids).__name__})")
+    if len(ids) > MAX_SCOPE_IDS:
+        raise InvalidRequest(f"{name}: at most {MAX_SCOPE_IDS} ids (got {len(ids)})")
+    for doc_id in ids:
+        if not isinstance(doc_id, str) or not 1 <= len(doc_id) <= 512 or "\x00" in doc_id \
+                or not _is_unicode(doc_id):
+            raise InvalidRequest(f"{name}: each id must be 1 to 512 characters of text without NUL "
+                                 f"(got {repr(doc_id)[:40]})")
+    return list(dict.fromkeys(ids))
+
+
+def check_search(level: Any, k: Any, filters: Any = None, document_ids: Any = None
+                 ) -> tuple[Level, int, dict[str, Any] | None, list[str] | None]:
+    """The arguments every store search shares, checked; returns them normalised."""
+    try:
+        filters = validate_filters(filters, any_key=True)
+    except ValueError as error:
+        raise InvalidRequest(f"filters: {error}") from None
+    return (check_level(level), check_count("k", k, MAX_SEARCH_K), filters,
+            None if document_ids is None else check_ids(document_ids))
+
+
+def check_keyword_query(query: Any) -> str:
+    if not isinstance(query, str):
+        raise InvalidRequest(f"query must be text (got {type(query).__name__})")
+    return query
+
+
+def check_vector(vector: Any, min_similarity: Any) -> np.ndarray | None:
+    """A query vector: one row of finite numbers (its dimension is the store's to check), returned scaled to
+    unit length, or None when it is all zeros: it has no direction, so nothing is similar to it."""
+    try:
+        array = np.asarray(vector, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidRequest("vector must be a list of numbers (the query embedding)") from None
+    if array.ndim != 1 or not array.size or not np.isfinite(array).all():
+        raise InvalidRequest("vector must be a non-empty list of finite numbers (the query embedding)")
+    if isinstance(min_similarity, bool) or not isinstance(min_similarity, Real) or math.isnan(min_similarity):
+        raise InvalidRequest(f"min_similarity must be a number (got {repr(min_similarity)[:40]})")
+    # Cosine is scale-free, but float sums are not: a vector of huge or tiny numbers would overflow or
+    # underflow them (pgvector then answers NaN similarities, which pass every threshold).
+    largest = float(np.abs(array).max())
+    if largest == 0:
+        return None
+    array = array / largest
+    return (array / np.linalg.norm(array)).astype(np.float32)
 
 
 def explain(error: ValidationError) -> str:
@@ -269,7 +407,7 @@ def explain(error: ValidationError) -> str:
         if problem["type"] == "extra_forbidden":
             message = "is not an argument of this tool"
         elif problem["type"] == "literal_error":
-            message = f"{message} (got {problem.get('input')!r})"
+            message = f"{message} (got {repr(problem.get('input'))[:80]})"
         lines.append(f"{where}: {message}" if where else message)
     return "Invalid arguments: " + "; ".join(lines)
 
@@ -300,6 +438,7 @@ class SimilaritySearchRequest(BaseModel):
         return value
 
     # The same checks, with the same messages, as the full request's.
+    _top_k_not_bool = field_validator("top_k", mode="before")(SearchRequest._top_k_not_bool.__func__)
     _top_k = field_validator("top_k")(SearchRequest._top_k.__func__)
     _filters = field_validator("filters")(SearchRequest._filters.__func__)
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document as LCDocument
+from langchain_core.messages import ToolMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -24,6 +25,7 @@ from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.ingest import IngestReport, ingest
 from agent_retrieval.models import (
+    MAX_NESTING,
     ChunkSearchRequest,
     Hit,
     IndexDocumentRequest,
@@ -32,6 +34,7 @@ from agent_retrieval.models import (
     SearchRequest,
     SimilaritySearchRequest,
     explain,
+    nesting_depth,
     parse_request,
 )
 from agent_retrieval.retrieval import Retrieval
@@ -56,6 +59,29 @@ class _StoreTool(BaseTool):
 
     def __init__(self, context: Context | None = None, *, retrieval: Retrieval | None = None, **kwargs: Any):
         super().__init__(retrieval=retrieval or Retrieval(context), **kwargs)
+
+    # LangChain writes the arguments out with str() before it validates them, and JSON nested a thousand
+    # deep makes that raise RecursionError: such a call is answered with a tool error before it gets there.
+    def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        refusal = self._refuse_deep(tool_input, kwargs.get("tool_call_id"))
+        return refusal if refusal is not None else super().run(tool_input, *args, **kwargs)
+
+    async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        refusal = self._refuse_deep(tool_input, kwargs.get("tool_call_id"))
+        return refusal if refusal is not None else await super().arun(tool_input, *args, **kwargs)
+
+    def _refuse_deep(self, tool_input: Any, tool_call_id: str | None) -> Any:
+        if not isinstance(tool_input, dict):
+            return None
+        deep = [name for name, value in tool_input.items() if nesting_depth(value) > MAX_NESTING]
+        if not deep:
+            return None
+        name = deep[0] if isinstance(deep[0], str) else "an argument"
+        message = (f"Invalid arguments: {name[:40]}: nested more than {MAX_NESTING} levels deep; filters are "
+                   'flat ({"key": value} or {"key": [values]}) and schemas are plain JSON')
+        if tool_call_id is None:
+            return message
+        return ToolMessage(content=message, tool_call_id=tool_call_id, name=self.name, status="error")
 
     def _parse(self, model: type[BaseModel], arguments: dict[str, Any]) -> Any:
         try:
