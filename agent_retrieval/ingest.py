@@ -24,7 +24,7 @@ from tqdm import tqdm  # text bars: tqdm.auto warns in notebooks without ipywidg
 
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
-from agent_retrieval.errors import EmbeddingError, EmbeddingModelMismatch, InvalidRequest
+from agent_retrieval.errors import EmbeddingError, EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import Chunk, Document, Level
 from agent_retrieval.stores.base import Store
 
@@ -294,7 +294,15 @@ def ingest(documents: Iterable[Document], store: Store, embedder: Embedder, cont
         batch = todo[start:start + DOCUMENTS_PER_BATCH]
         chunks = [c for d in batch for c in chunk_document(d, context.chunk_size, context.chunk_overlap)]
         _embed_rows(batch, chunks, store, embedder, report)
-        store.upsert(batch, chunks, embedder.model_id)
+        try:
+            store.upsert(batch, chunks, embedder.model_id)
+        except StoreError as error:
+            bar.close()
+            # Each batch commits whole, so what was stored is complete and a re-run only adds the rest.
+            # The error keeps its class: StoreUnavailable tells a caller that retrying may work.
+            raise type(error)(f"{error}. Stopped after storing {report.written} of the {len(todo)} documents this "
+                             "ingest had to write: once that is fixed, run the same ingest again to finish "
+                             "(stored documents are skipped and their vectors kept)") from error
         report.written += len(batch)
         report.chunks += len(chunks)
         bar.update(len(batch))

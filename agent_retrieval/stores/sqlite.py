@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import math
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,19 @@ from typing import Any
 import numpy as np
 
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
-from agent_retrieval.models import Chunk, Document, Hit, Level
+from agent_retrieval.models import (
+    FILTER_KEY,
+    MAX_CHUNK_ROWS,
+    Chunk,
+    Document,
+    Hit,
+    Level,
+    check_count,
+    check_ids,
+    check_keyword_query,
+    check_search,
+    check_vector,
+)
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     Store,
@@ -179,34 +192,73 @@ class SQLiteStore(Store):
             if self._closed:
                 raise StoreError("the store is closed")
             with self._errors():
-                conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
-                                       check_same_thread=False)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.execute("PRAGMA foreign_keys=ON")
+                conn = self._open()
             self._local.conn = conn
             with self._guard_lock:
                 self._connections.append(conn)
         return conn
 
+    def _open(self) -> sqlite3.Connection:
+        """A new connection in WAL mode; on a read-only filesystem, a read-only one."""
+        try:
+            return _set_up(sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
+                                           check_same_thread=False),
+                           "PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON")
+        except sqlite3.OperationalError:
+            if not _on_read_only_filesystem(self.path):
+                raise
+        # There SQLite cannot create the WAL's shared-memory file, so the plain open fails even for reading.
+        if not self.path.exists():
+            raise StoreError(f"cannot create the store {self.path}: it is on a read-only filesystem; point "
+                             "AGENT_RETRIEVAL_DB (or --db) at a writable place") from None
+        wal = Path(f"{self.path}-wal")
+        # immutable=1 reads without the shared-memory file, but would ignore commits still in the WAL: use it
+        # only when the WAL is empty. (A store that something keeps writing through another, writable mount
+        # must not be read through a read-only one: SQLite could not see those writes coming.)
+        immutable = not wal.exists() or wal.stat().st_size == 0
+        uri = f"{self.path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if immutable else "")
+        try:
+            return _set_up(sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None,
+                                           check_same_thread=False),
+                           "PRAGMA query_only=ON", "SELECT count(*) FROM sqlite_schema")
+        except sqlite3.OperationalError:
+            raise StoreError(f"cannot open the store {self.path}: it is on a read-only filesystem and its last "
+                             f"writes are still in {wal.name} without their index file; open it once where it "
+                             "is writable (any agent-retrieval command) so SQLite folds them into the store") \
+                from None
+
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
-        """Turn SQLite errors into StoreErrors that say what happened, never the SQL."""
+        """Turn SQLite errors into StoreErrors that say what happened and what to do, never the SQL."""
         try:
             yield
         except sqlite3.Error as error:
-            text = str(error).lower()
-            if "locked" in text or "busy" in text:
-                message = f"the store {self.path} is locked by another writer; try again shortly"
-            elif "readonly" in text or "read-only" in text:
-                message = f"the store {self.path} is read-only; check the file's permissions"
-            elif "disk" in text or "full" in text:
-                message = f"cannot write the store {self.path}: the disk is full or failing"
-            elif "not a database" in text or "malformed" in text:
-                message = f"{self.path} is not a valid agent-retrieval store (or is damaged)"
-            else:
-                message = f"the store {self.path} failed: {type(error).__name__}"
-            raise StoreError(message) from error
+            raise StoreError(self._explain(error)) from error
+
+    def _explain(self, error: sqlite3.Error) -> str:
+        """What happened to which file, and what to do about it."""
+        code = getattr(error, "sqlite_errorcode", 0) & 0xFF  # the primary result code
+        text = str(error).lower()
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
+            return (f"the store {self.path} is locked by another writer (waited {self.timeout:g} s): another "
+                    "process is writing to it, such as an ingest or reembed. Wait for it to finish, then run "
+                    "this again")
+        if code == sqlite3.SQLITE_READONLY or "readonly" in text:
+            return (f"cannot write the store {self.path}: it is read-only (the file's permissions or a read-only "
+                    "filesystem); searches still work. To write, make the file and its folder writable, or copy "
+                    "the store to a writable place and point AGENT_RETRIEVAL_DB (or --db) at it")
+        if code == sqlite3.SQLITE_FULL or "full" in text:
+            return (f"cannot write the store {self.path}: the disk is full. The unfinished write was undone; "
+                    "free some space, then run this again")
+        if code == sqlite3.SQLITE_IOERR or "disk i/o" in text:
+            return (f"cannot read or write the store {self.path}: the disk failed "
+                    f"({getattr(error, 'sqlite_errorname', 'I/O error')}). Check the disk, then run this again")
+        if code in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT) or "not a database" in text \
+                or "malformed" in text:
+            return f"{self.path} is not a valid agent-retrieval store (or is damaged)"
+        if code == sqlite3.SQLITE_CANTOPEN:
+            return f"cannot open the store {self.path}: check that its folder exists and may be read and written"
+        return f"the store {self.path} failed: {type(error).__name__}"
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -219,7 +271,7 @@ class SQLiteStore(Store):
                 conn.execute("UPDATE store_info SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _end(conn, "ROLLBACK")
                 raise
 
     @contextlib.contextmanager
@@ -231,7 +283,7 @@ class SQLiteStore(Store):
             try:
                 yield conn
             finally:
-                conn.execute("COMMIT")
+                _end(conn, "COMMIT")
 
     def _migrate(self) -> None:
         conn = self._conn()
@@ -247,7 +299,7 @@ class SQLiteStore(Store):
                     conn.execute(f"PRAGMA user_version = {number}")
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _end(conn, "ROLLBACK")
                 raise
 
     def close(self) -> None:
@@ -390,11 +442,14 @@ class SQLiteStore(Store):
 
     def vector_search(self, level: Level, vector: np.ndarray, k: int, *, filters: dict[str, Any] | None = None,
                       document_ids: Sequence[str] | None = None, min_similarity: float = -1.0) -> list[Hit]:
+        level, k, filters, document_ids = check_search(level, k, filters, document_ids)
+        query = check_vector(vector, min_similarity)
+        if query is None:
+            return []
         with self._read() as conn:
             matrix = self._matrix(conn, level)
             if matrix is None or len(matrix.rowids) == 0:
                 return []
-            query = np.asarray(vector, dtype=np.float32)
             if query.shape != (matrix.vectors.shape[1],):
                 raise EmbeddingModelMismatch(matrix.model, matrix.vectors.shape[1], "the query embedder",
                                              query.shape[-1] if query.ndim else None)
@@ -419,7 +474,8 @@ class SQLiteStore(Store):
         that can reach the top k (MaxScore): a row holding none of the rarer terms scores at most the sum
         of the common terms' upper bounds, so once k rows beat that sum, rows with only common terms are
         never scored. On 100K chunks this halves the time of a SciFact query."""
-        terms = keyword_terms(query)
+        level, k, filters, document_ids = check_search(level, k, filters, document_ids)
+        terms = keyword_terms(check_keyword_query(query))
         if not terms:
             return []
         fts = f"{level}_fts"
@@ -480,6 +536,7 @@ class SQLiteStore(Store):
         return [_hit(level, by_rowid[i], **{score_field: score}) for i, score in scores.items() if i in by_rowid]
 
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
+        document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
         order = {doc_id: i for i, doc_id in enumerate(document_ids)}
         marks = ",".join("?" * len(order))
         with self._read() as conn:
@@ -489,6 +546,7 @@ class SQLiteStore(Store):
         return [_hit("chunks", r) for r in rows[:limit]]
 
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
+        ids = check_ids(ids, "ids")
         known: set[str] = set()
         with self._read() as conn:
             for batch in _batches(list(ids), 500):
@@ -515,6 +573,34 @@ class SQLiteStore(Store):
                 schema_version=count("PRAGMA user_version"))
 
 
+def _set_up(conn: sqlite3.Connection, *statements: str) -> sqlite3.Connection:
+    """Run the statements that prepare a new connection; closed again if one fails, so no file stays open."""
+    try:
+        for statement in statements:
+            conn.execute(statement)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _end(conn: sqlite3.Connection, statement: str) -> None:
+    """End a transaction after its work, unless SQLite already ended it: on a full disk or an I/O error it
+    rolls back by itself, and a second ROLLBACK would fail and hide that error behind its own."""
+    if conn.in_transaction:
+        conn.execute(statement)
+
+
+def _on_read_only_filesystem(path: Path) -> bool:
+    folder = path.resolve().parent
+    while not folder.exists():
+        folder = folder.parent
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 @functools.cache
 def _blas() -> Any:
     from threadpoolctl import ThreadpoolController
@@ -529,8 +615,10 @@ def _one_blas_thread() -> Any:
 
 
 def _fts_any(terms: Sequence[str]) -> str:
-    """An FTS5 expression matching any of the terms, each quoted so nothing in them is syntax."""
-    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+    """An FTS5 expression matching any of the terms, each quoted so nothing in them is syntax, in the text
+    columns only: the every-row column holds EVERY_ROW, which a query naming it (or a word stemming to it)
+    would otherwise match in every row."""
+    return "- {every_row} : (" + " OR ".join('"' + term.replace('"', '""') + '"' for term in terms) + ")"
 
 
 def _hit(level: Level, row: Any, **scores: float) -> Hit:
@@ -561,8 +649,13 @@ def _where(level: Level, filters: dict[str, Any] | None, document_ids: Sequence[
     params: list[Any] = []
     for key, value in (filters or {}).items():
         values = filter_values(value)
-        clauses.append(f"json_extract(d.metadata, ?) IN ({','.join('?' * len(values))})")
-        params += [f'$."{key}"', *values]
+        marks = ",".join("?" * len(values))
+        if FILTER_KEY.match(key):  # an identifier: json_extract's quoted path finds it exactly (and fast)
+            clauses.append(f"json_extract(d.metadata, ?) IN ({marks})")
+            params += [f'$."{key}"', *values]
+        else:  # '"', '.', escapes or non-ASCII would break or mislead a path: compare the decoded key itself
+            clauses.append(f"(SELECT f.value FROM json_each(d.metadata) f WHERE f.key = ?) IN ({marks})")
+            params += [key, *values]
     if document_ids is not None:
         column = "d.id" if level == "documents" else "d.document_id"
         clauses.append(f"{column} IN ({','.join('?' * len(document_ids))})" if document_ids else "0")
