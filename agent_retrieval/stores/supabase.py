@@ -13,10 +13,48 @@ from typing import Any
 import numpy as np
 
 from agent_retrieval.errors import ConfigError
+from agent_retrieval.redaction import protect
 from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore
 
 # PostgREST's codes for "cannot reach the database", and gateway statuses worth a retry.
 _TRANSIENT = {"PGRST000", "PGRST001", "PGRST002", "PGRST003", "502", "503", "504"}
+_GATEWAY_STATUSES = {502, 503, 504}
+
+
+class _GatewayError(Exception):
+    """The API gateway answered for the service behind it (PostgREST down, restarting or overloaded).
+    Its body carries no PostgREST error code, so postgrest-py's APIError would lose the status that says so."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _gateway_error(response: Any) -> _GatewayError | None:
+    if response.status_code not in _GATEWAY_STATUSES:
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    body = body if isinstance(body, dict) else {}
+    if body.get("code"):
+        return None  # PostgREST's own answer (PGRST001: no database ...): APIError keeps its code
+    return _GatewayError(response.status_code, str(body.get("message") or response.reason_phrase))
+
+
+def _check_response(response: Any) -> None:
+    """httpx response hook of the sync client."""
+    response.read()
+    if error := _gateway_error(response):
+        raise error
+
+
+async def _acheck_response(response: Any) -> None:
+    """httpx response hook of the async client."""
+    await response.aread()
+    if error := _gateway_error(response):
+        raise error
 
 
 class SupabaseStore(RPCStore):
@@ -28,15 +66,18 @@ class SupabaseStore(RPCStore):
     """
 
     backend = "supabase"
+    unreachable_advice = ("Check that the project is running (a paused project is restored from the Supabase "
+                          "dashboard) and that SUPABASE_URL is right")
 
     def __init__(self, url: str, key: str, *, schema: str = DEFAULT_SCHEMA, tenant: str | None = None,
                  user_token: str | None = None, timeout: float = 30.0, max_retries: int = 3):
-        super().__init__(schema=schema, tenant=tenant, max_retries=max_retries)
+        super().__init__(schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout)
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"the Supabase URL must start with https:// (got {url[:40]!r})")
         if not key:
             raise ConfigError("the Supabase key is empty: set SUPABASE_KEY to the project's anon or service role key")
-        self.url, self._key, self._user_token, self.timeout = url.rstrip("/"), key, user_token, timeout
+        self.url, self._key, self._user_token = url.rstrip("/"), key, user_token
+        protect(key, user_token or "")  # keys never reach a log, the SDKs' included
         self._client: Any = None
         self._async_clients: dict[asyncio.AbstractEventLoop, Any] = {}
         self._lock = threading.Lock()
@@ -61,8 +102,9 @@ class SupabaseStore(RPCStore):
                 from supabase import create_client
                 from supabase.lib.client_options import SyncClientOptions
 
-                self._client = create_client(self.url, self._key, self._options(
-                    SyncClientOptions, httpx.Client(timeout=self.timeout, limits=httpx.Limits(max_connections=32))))
+                http = httpx.Client(timeout=self.timeout, limits=httpx.Limits(max_connections=32),
+                                    event_hooks={"response": [_check_response]})
+                self._client = create_client(self.url, self._key, self._options(SyncClientOptions, http))
             return self._client
 
     async def _async_client(self) -> Any:
@@ -73,8 +115,8 @@ class SupabaseStore(RPCStore):
             from supabase import acreate_client
             from supabase.lib.client_options import AsyncClientOptions
 
-            client = await acreate_client(self.url, self._key, self._options(
-                AsyncClientOptions, httpx.AsyncClient(timeout=self.timeout)))
+            http = httpx.AsyncClient(timeout=self.timeout, event_hooks={"response": [_acheck_response]})
+            client = await acreate_client(self.url, self._key, self._options(AsyncClientOptions, http))
             # Clients of loops that have ended cannot be used again; keep only live ones.
             self._async_clients = {lp: c for lp, c in self._async_clients.items() if not lp.is_closed()}
             self._async_clients[loop] = client
@@ -86,6 +128,9 @@ class SupabaseStore(RPCStore):
                 self._client.postgrest.session.close()
                 self._client = None
         self._async_clients.clear()
+
+    def _statement_timeout(self) -> str:
+        return "the database role's statement_timeout, set in the Supabase project"
 
     # --- calls ---------------------------------------------------------------------------------------
     def _send(self, function: str, params: dict[str, Any]) -> Any:
@@ -127,7 +172,16 @@ def _call_error(error: Exception) -> CallError:
                        "(Settings > API > Exposed schemas)")
         elif code in ("PGRST301", "PGRST302", "PGRST303", "401"):
             message = f"the Supabase key or user token was rejected ({message})"
+        elif code in ("PGRST000", "PGRST001", "PGRST002", "PGRST003"):
+            message = f"the API is up but cannot reach its database ({message})"
         return CallError(code, message, detail, error.hint, transient=code in _TRANSIENT)
+    if isinstance(error, _GatewayError):
+        return CallError("gateway", f"its gateway answered HTTP {error.status} ({error.message}): the REST "
+                                    "service behind /rest/v1 (PostgREST) is down or restarting",
+                         transient=str(error.status) in _TRANSIENT)
+    if isinstance(error, httpx.ReadTimeout | httpx.WriteTimeout):
+        # Not retried: the request reached the API and is slow or blocked; asking again only adds waiting.
+        return CallError("timeout", f"{type(error).__name__}")
     if isinstance(error, httpx.TransportError):
         return CallError("connection", f"{type(error).__name__}: {error}", transient=True)
     return CallError("unknown", f"{type(error).__name__}: {error}")
