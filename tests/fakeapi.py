@@ -211,6 +211,7 @@ def _arguments(value: Any) -> str:
 class _Handler(BaseHTTPRequestHandler):
     api: FakeAPI
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes: without it each reply stalls ~40 ms
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence the default stderr log
         pass
