@@ -8,10 +8,8 @@ import math
 import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
-from numbers import Real
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent_retrieval.errors import InvalidRequest
@@ -230,7 +228,7 @@ class ChunkSearchRequest(SearchRequest):
         if len(value) > MAX_DOCUMENT_IDS:
             raise ValueError(f"at most {MAX_DOCUMENT_IDS} ids (got {len(value)})")
         for doc_id in value:
-            if not doc_id or len(doc_id) > 512 or "\x00" in doc_id or not _is_unicode(doc_id):
+            if not doc_id or len(doc_id) > 512 or "\x00" in doc_id or not is_unicode(doc_id):
                 raise ValueError(f"each id must be 1 to 512 characters of text without NUL "
                                  f"(got {doc_id[:40]!r})")
         return list(dict.fromkeys(value))
@@ -260,7 +258,7 @@ def validate_filters(filters: dict[str, Any] | None, *, any_key: bool = False) -
     for key, value in filters.items():
         if not isinstance(key, str):
             raise ValueError(f"keys must be text (got {type(key).__name__})")
-        if any_key and not (1 <= len(key) <= 1000 and "\x00" not in key and _is_unicode(key)):
+        if any_key and not (1 <= len(key) <= 1000 and "\x00" not in key and is_unicode(key)):
             raise ValueError(f"key {key[:40]!r} is not allowed: keys are 1 to 1000 characters of text, "
                              "without NUL")
         if not any_key and not FILTER_KEY.match(key):
@@ -277,7 +275,7 @@ def validate_filters(filters: dict[str, Any] | None, *, any_key: bool = False) -
 
 def _scalar(key: str, value: Any) -> Scalar:
     if isinstance(value, str):
-        if len(value) > 1000 or "\x00" in value or not _is_unicode(value):
+        if len(value) > 1000 or "\x00" in value or not is_unicode(value):
             raise ValueError(f"{key!r}: string values are at most 1000 characters of text, without NUL")
         return value
     if isinstance(value, bool):
@@ -292,7 +290,7 @@ def _scalar(key: str, value: Any) -> Scalar:
                      f"(got {type(value).__name__})")
 
 
-def _is_unicode(text: str) -> bool:
+def is_unicode(text: str) -> bool:
     """False for text holding lone surrogates (U+D800 to U+DFFF): no UTF-8 database or JSON carries them."""
     try:
         text.encode("utf-8")
@@ -321,81 +319,6 @@ def nesting_depth(value: Any) -> int:
                 return deepest
             stack += [(child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)]
     return deepest
-
-
-# --- store arguments ------------------------------------------------------------------------------
-# Stores are public too: each checks its arguments before any SQL runs, so a bad one is an InvalidRequest
-# naming it, the same on every backend, never a database error (or a search wider than asked for).
-
-MAX_SEARCH_K = 1000  # as Context.candidates and the SQL functions' match_count
-MAX_CHUNK_ROWS = 100_000
-MAX_SCOPE_IDS = 10_000
-
-
-def check_level(level: Any) -> Level:
-    if level not in ("documents", "chunks"):
-        raise InvalidRequest(f"level must be 'documents' or 'chunks' (got {repr(level)[:40]})")
-    return level
-
-
-def check_count(name: str, value: Any, maximum: int) -> int:
-    """A row count: a whole number from 1 to `maximum` (bools and floats are refused, not rounded)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 1 <= value <= maximum:
-        raise InvalidRequest(f"{name} must be a whole number between 1 and {maximum} "
-                             f"(got {repr(value)[:40]})")
-    return int(value)
-
-
-def check_ids(ids: Any, name: str = "document_ids") -> list[str]:
-    """Document ids as a list of text, each once; a single string is refused rather than read as its
-    characters."""
-    if isinstance(ids, str | bytes) or not isinstance(ids, list | tuple):
-        raise InvalidRequest(f"{name} must be a list of document ids (got {type(ids).__name__})")
-    if len(ids) > MAX_SCOPE_IDS:
-        raise InvalidRequest(f"{name}: at most {MAX_SCOPE_IDS} ids (got {len(ids)})")
-    for doc_id in ids:
-        if not isinstance(doc_id, str) or not 1 <= len(doc_id) <= 512 or "\x00" in doc_id \
-                or not _is_unicode(doc_id):
-            raise InvalidRequest(f"{name}: each id must be 1 to 512 characters of text without NUL "
-                                 f"(got {repr(doc_id)[:40]})")
-    return list(dict.fromkeys(ids))
-
-
-def check_search(level: Any, k: Any, filters: Any = None, document_ids: Any = None
-                 ) -> tuple[Level, int, dict[str, Any] | None, list[str] | None]:
-    """The arguments every store search shares, checked; returns them normalised."""
-    try:
-        filters = validate_filters(filters, any_key=True)
-    except ValueError as error:
-        raise InvalidRequest(f"filters: {error}") from None
-    return (check_level(level), check_count("k", k, MAX_SEARCH_K), filters,
-            None if document_ids is None else check_ids(document_ids))
-
-
-def check_keyword_query(query: Any) -> str:
-    if not isinstance(query, str):
-        raise InvalidRequest(f"query must be text (got {type(query).__name__})")
-    return query
-
-
-def check_vector(vector: Any, min_similarity: Any) -> np.ndarray | None:
-    """A query vector: one row of finite numbers (its dimension is the store's to check), returned scaled to
-    unit length, or None when it is all zeros: it has no direction, so nothing is similar to it."""
-    try:
-        array = np.asarray(vector, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        raise InvalidRequest("vector must be a list of numbers (the query embedding)") from None
-    if array.ndim != 1 or not array.size or not np.isfinite(array).all():
-        raise InvalidRequest("vector must be a non-empty list of finite numbers (the query embedding)")
-    if isinstance(min_similarity, bool) or not isinstance(min_similarity, Real) or math.isnan(min_similarity):
-        raise InvalidRequest(f"min_similarity must be a number (got {repr(min_similarity)[:40]})")
-    # Cosine is scale-free, but float sums are not: a vector of huge or tiny numbers would overflow or
-    # underflow them (pgvector then answers NaN similarities, which pass every threshold).
-    largest = float(np.abs(array).max())
-    if largest == 0:
-        return None
-    array = array / largest
-    return (array / np.linalg.norm(array)).astype(np.float32)
 
 
 def explain(error: ValidationError) -> str:

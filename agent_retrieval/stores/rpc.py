@@ -29,19 +29,20 @@ from agent_retrieval.errors import (
     StoreError,
     StoreUnavailable,
 )
-from agent_retrieval.models import (
+from agent_retrieval.models import Chunk, Document, Hit, Level
+from agent_retrieval.stores.base import (
+    DOCUMENT_PREVIEW_CHARS,
     MAX_CHUNK_ROWS,
-    Chunk,
-    Document,
-    Hit,
-    Level,
+    Store,
+    StoreStats,
+    check_batch,
     check_count,
     check_ids,
     check_keyword_query,
     check_search,
     check_vector,
+    filter_values,
 )
-from agent_retrieval.stores.base import DOCUMENT_PREVIEW_CHARS, Store, StoreStats, check_batch, filter_values
 
 log = logging.getLogger(__name__)
 

@@ -23,24 +23,18 @@ from typing import Any
 import numpy as np
 
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
-from agent_retrieval.models import (
-    FILTER_KEY,
+from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
+from agent_retrieval.stores.base import (
+    DOCUMENT_PREVIEW_CHARS,
     MAX_CHUNK_ROWS,
-    Chunk,
-    Document,
-    Hit,
-    Level,
+    Store,
+    StoreStats,
+    check_batch,
     check_count,
     check_ids,
     check_keyword_query,
     check_search,
     check_vector,
-)
-from agent_retrieval.stores.base import (
-    DOCUMENT_PREVIEW_CHARS,
-    Store,
-    StoreStats,
-    check_batch,
     filter_values,
     keyword_terms,
 )
