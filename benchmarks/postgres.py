@@ -177,7 +177,7 @@ def main() -> None:
 
         def hybrid(store):
             return lambda pair: store._call("hybrid_search_chunks", query_text=pair[0], query_embedding=pair[1],
-                                            match_count=10, candidates=50)
+                                            match_count=10, candidates=Context().candidates)
 
         results["hybrid_100k_dsn"] = timed(hybrid(big), pairs)
         results["hybrid_100k_rpc"] = timed(hybrid(rpc), pairs)
