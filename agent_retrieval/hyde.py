@@ -323,14 +323,23 @@ async def aget_query_embedding_for_retrieval(
     cached, future, owner = _begin(plan)
     if cached is not None:
         return cached
+    # Shielded both ways: a caller giving up (a tool's deadline) must not cancel the computation other
+    # callers of the same question wait on, and the vector still lands in the cache for them.
     if not owner:
-        return _reused(await asyncio.wrap_future(future), plan)
-    try:
-        result = await _acompute(query, context, embedder, llm, plan, input_schema, output_schema)
-    except BaseException as error:
-        _abandon(plan, future, error)
-        raise
-    return _finish(plan, future, result, context.hyde_cache_ttl_seconds)
+        return _reused(await asyncio.shield(asyncio.wrap_future(future)), plan)
+    task = asyncio.ensure_future(_acompute(query, context, embedder, llm, plan, input_schema, output_schema))
+    task.add_done_callback(lambda done: _complete(plan, future, done, context.hyde_cache_ttl_seconds))
+    return await asyncio.shield(task)
+
+
+def _complete(plan: _Plan, future: Future, task: asyncio.Task, ttl: float) -> None:
+    """Hand an async computation's outcome to everyone waiting on `plan`."""
+    if task.cancelled():
+        _abandon(plan, future, asyncio.CancelledError())
+    elif task.exception() is not None:
+        _abandon(plan, future, task.exception())
+    else:
+        _finish(plan, future, task.result(), ttl)
 
 
 async def _acompute(query: str, context: Context, embedder: Embedder, llm: BaseChatModel | None, plan: _Plan,

@@ -180,7 +180,6 @@ class Retrieval:
                             "vector-only")
         return Candidates(vector_hits, keyword_hits, query_embedding, degraded)
 
-    # --- the pieces -------------------------------------------------------------------------------
     def _hyde_arguments(self, request: SearchRequest) -> dict[str, Any]:
         """How hyde.py should make the vector; the chat model is built only when HyDE may run."""
         schemas = request.input_schema or request.output_schema

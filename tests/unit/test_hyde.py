@@ -114,6 +114,30 @@ async def test_concurrent_identical_async_and_sync_queries_share_one_call(embedd
     assert {r.hyde for r in results} == {"used"}
 
 
+@pytest.mark.parametrize("impatient_first", [True, False])
+async def test_a_caller_giving_up_does_not_cancel_the_hyde_call_others_share(embedder, impatient_first):
+    """One caller of a question stops waiting (its tool's deadline) while another still waits for the same
+    in-flight HyDE call: the patient one gets the vector, and it is cached, whichever of the two started it."""
+    slow = CountingChatModel(responses=["First passage here.\n\nSecond passage here."], sleep=0.5)
+    context = Context(use_hyde=True)
+
+    async def impatient() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(aget_query_embedding_for_retrieval(LONG, context, embedder=embedder, llm=slow),
+                                   0.1)
+
+    async def patient() -> hyde.QueryEmbedding:
+        if impatient_first:
+            await asyncio.sleep(0.02)
+        return await aget_query_embedding_for_retrieval(LONG, context, embedder=embedder, llm=slow)
+
+    _, result = await asyncio.gather(impatient(), patient())
+    assert result.hyde == "used" and result.vector is not None
+    assert slow.calls == 1
+    again = await aget_query_embedding_for_retrieval(LONG, context, embedder=embedder, llm=slow)
+    assert again.cached and slow.calls == 1
+
+
 def test_different_settings_do_not_share_a_cache_entry(embedder, chat):
     get_query_embedding_for_retrieval(LONG, Context(use_hyde=True), embedder=embedder, llm=chat)
     get_query_embedding_for_retrieval("  " + LONG.upper() + " ", Context(use_hyde=True), embedder=embedder, llm=chat)
