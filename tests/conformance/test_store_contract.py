@@ -291,3 +291,29 @@ def test_readers_work_beside_a_writer(store: Store):
         t.join()
     assert errors == []
     assert (store.stats().documents, store.stats().chunks) == (3, 4)
+
+
+# --- hostile arguments every backend must survive (tests/unit/test_hostile_input.py generates more) ------
+
+@pytest.mark.parametrize("vector", [[0.0] * DIM, [1e-40] * DIM, [3e38, -3e38] * (DIM // 2)],
+                         ids=["zeros", "tiny", "huge"])
+def test_a_vector_without_direction_or_of_extreme_numbers_gives_no_nan(store, vector):
+    # Float sums underflow or overflow on these (pgvector then answered NaN similarities, which passed every
+    # threshold, and SQLite returned arbitrary rows).
+    for level in ("documents", "chunks"):
+        hits = store.vector_search(level, vector, 5, min_similarity=0.0)
+        assert all(0.0 <= h.vector_similarity <= 1.0001 for h in hits), [h.vector_similarity for h in hits]
+        assert hits == [] or any(vector)  # no direction: nothing is similar to it
+
+
+def test_any_text_is_a_metadata_key_that_matches_only_itself(make_store):
+    # '"', '.', '$', escapes and emoji once broke or misled a JSON path; keys are compared as they are.
+    odd = {'a"b': 1, "a.b": "dot", "$.a": "dollar", "🔥": "fire", "\\x": "slash", "a b": True, "') or 1=1 --": "x"}
+    meta = {**odd, "a": {"b": "nested"}}
+    store = make_store()
+    store.upsert([Document("d", "Odd keys", "deposit", meta, content_hash="h", embedding=axis(1))],
+                 [Chunk("d#0", "d", 0, "deposit", "Odd keys", meta, "t", axis(1))], MODEL)
+    for key, value in odd.items():
+        assert ids(store.keyword_search("chunks", "deposit", 3, filters={key: value})) == ["d#0"]
+        assert store.keyword_search("chunks", "deposit", 3, filters={key: "other"}) == []
+    assert store.keyword_search("chunks", "deposit", 3, filters={"a.b": "nested"}) == []  # not a path

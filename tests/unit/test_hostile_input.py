@@ -549,29 +549,6 @@ def test_store_filters_are_checked_like_the_tools(retrieval, filters):
         retrieval.store.keyword_search("chunks", "deposit", 3, filters=filters)
 
 
-@pytest.mark.parametrize("vector", [[0.0] * 256, [1e-40] * 256, [3e38, -3e38] * 128], ids=["zeros", "tiny", "huge"])
-def test_a_vector_without_direction_or_of_extreme_numbers_gives_no_nan(retrieval, vector):
-    for level in ("documents", "chunks"):
-        hits = retrieval.store.vector_search(level, vector, 5, min_similarity=0.0)
-        assert all(0.0 <= h.vector_similarity <= 1.0001 for h in hits), [h.vector_similarity for h in hits]
-        assert hits == [] or any(vector)  # no direction: nothing is similar to it
-
-
-def test_any_text_is_a_metadata_key_the_store_matches_exactly(tmp_path):
-    # Keys a JSON path cannot name plainly ('"', '.', '$', escapes, emoji) once broke or misled the SQLite filter.
-    from agent_retrieval.models import Chunk, Document
-    from agent_retrieval.stores import SQLiteStore
-
-    odd = {'a"b': 1, "a.b": "dot", "$.a": "dollar", "🔥": "fire", "\\x": "slash", "a b": True}
-    with SQLiteStore(tmp_path / "odd.db") as store:
-        store.upsert([Document("d", "Odd keys", "deposit", {**odd, "a": {"b": "nested"}}, content_hash="h")],
-                     [Chunk("d#0", "d", 0, "deposit", "Odd keys", {**odd, "a": {"b": "nested"}}, "t")], "m")
-        for key, value in odd.items():
-            assert [h.id for h in store.keyword_search("chunks", "deposit", 3, filters={key: value})] == ["d#0"]
-            assert store.keyword_search("chunks", "deposit", 3, filters={key: "other"}) == []
-        assert store.keyword_search("chunks", "deposit", 3, filters={"a.b": "nested"}) == []  # not a path
-
-
 def test_the_every_row_marker_is_not_a_word_anyone_can_search_for(retrieval):
     # Every row's FTS entry holds this marker; as a query word it used to match all of them.
     for query in ("zzagentretrievaleveryrow", "ZZAGENTRETRIEVALEVERYROWS"):
