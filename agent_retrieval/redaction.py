@@ -11,6 +11,8 @@ import threading
 import urllib.parse
 from typing import Any
 
+from agent_retrieval.errors import ConfigError
+
 MASK = "[redacted]"
 MIN_SECRET_CHARS = 8  # shorter values ("k", "test") would mask ordinary words
 
@@ -30,6 +32,18 @@ def protect(*values: str) -> None:
         if not _installed:
             _wrap_record_factory()
             _installed = True
+
+
+def check_secret(name: str, value: str) -> str:
+    """A configured key, token or password with surrounding whitespace removed (a value read from a file
+    often ends in a newline), refused when it still holds a character no HTTP header may carry. The error
+    names the setting, never the value."""
+    value = value.strip()
+    bad = next((c for c in value if not " " <= c <= "~"), None)
+    if bad is not None:
+        raise ConfigError(f"{name} holds a character no key or token contains (U+{ord(bad):04X}); copy the "
+                          "value again, without line breaks")
+    return value
 
 
 def redact(text: str) -> str:
