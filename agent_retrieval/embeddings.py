@@ -14,7 +14,7 @@ from langchain_core.embeddings import Embeddings
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import ConfigError, EmbeddingError
-from agent_retrieval.redaction import protect
+from agent_retrieval.redaction import endpoint_id, protect
 
 log = logging.getLogger(__name__)
 
@@ -26,14 +26,17 @@ class Embedder:
 
     `embed_query` is the query side (Voyage's input_type='query'); `embed_documents` is the document
     side, used for stored texts and for HyDE passages, which are written to look like documents.
-    `model_id` (e.g. ``local/all-MiniLM-L6-v2``) is what stores record so vectors are never mixed.
-    Any LangChain `Embeddings` can be wrapped, which is how tests use langchain-core's fakes.
+    `model_id` (e.g. ``local/all-MiniLM-L6-v2``) is what stores record so vectors are never mixed;
+    `endpoint` says where a remote provider is reached and with which key (a fingerprint, never the key),
+    so query vectors cached for one endpoint are never served for another. Any LangChain `Embeddings` can be
+    wrapped, which is how tests use langchain-core's fakes.
     """
 
-    def __init__(self, embeddings: Embeddings, model_id: str, *, batch_size: int = 64):
+    def __init__(self, embeddings: Embeddings, model_id: str, *, batch_size: int = 64, endpoint: str = ""):
         self.embeddings = embeddings
         self.model_id = model_id
         self.batch_size = batch_size
+        self.endpoint = endpoint
 
     def __repr__(self) -> str:
         return f"Embedder({self.model_id!r})"
@@ -121,7 +124,8 @@ def make_embedder(context: Context) -> Embedder:
                                          base_url=context.voyage_base_url or None,
                                          timeout=context.request_timeout_seconds,
                                          max_retries=context.max_retries),
-                        f"voyage/{context.voyage_embedding_model}", batch_size=context.embedding_batch_size)
+                        f"voyage/{context.voyage_embedding_model}", batch_size=context.embedding_batch_size,
+                        endpoint=endpoint_id(context.voyage_base_url, context.voyage_api_key))
     if not context.has_chat_model:
         raise ConfigError("embedding_provider is openai but neither OPENAI_API_KEY nor OPENAI_BASE_URL is set")
     from langchain_openai import OpenAIEmbeddings
@@ -135,7 +139,8 @@ def make_embedder(context: Context) -> Embedder:
         chunk_size=context.embedding_batch_size,
         check_embedding_ctx_length=False,  # tiktoken would download its tables; servers truncate anyway
     )
-    return Embedder(openai, f"openai/{context.openai_embedding_model}", batch_size=context.embedding_batch_size)
+    return Embedder(openai, f"openai/{context.openai_embedding_model}", batch_size=context.embedding_batch_size,
+                    endpoint=endpoint_id(context.openai_base_url, context.openai_api_key))
 
 
 class LocalEmbeddings(Embeddings):

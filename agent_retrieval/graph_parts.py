@@ -15,14 +15,24 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AnyMessage, HumanMessage
 from langgraph.runtime import Runtime
 
-from agent_retrieval.context import Context
+from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.llm import make_chat_model
 from agent_retrieval.retrieval import Retrieval
 
 
-def run_context(runtime: Runtime[Context]) -> Context:
-    """The run's Context; a run started without one (`graph.ainvoke(input)`) reads the environment."""
-    return runtime.context if runtime.context is not None else Context()
+def run_context(runtime: Runtime[RunSettings]) -> Context:
+    """The settings a run works with.
+
+    A Context that code passed in (`graph.ainvoke(input, context=Context(...))`) is the operator's own and
+    is used as it is. Otherwise the run's context holds run settings only (a server's caller can set no
+    more), and the deployment settings come from the environment, narrowed to the authenticated user.
+    """
+    if isinstance(runtime.context, Context):
+        return runtime.context
+    from agent_retrieval.auth import deployment_for
+
+    user = runtime.server_info.user if runtime.server_info is not None else None
+    return deployment_for(user).with_run(runtime.context)
 
 
 def last_question(messages: list[AnyMessage]) -> str:

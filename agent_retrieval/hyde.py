@@ -30,6 +30,7 @@ from agent_retrieval.errors import EmbeddingError
 from agent_retrieval.llm import make_chat_model
 from agent_retrieval.models import HydeStatus
 from agent_retrieval.prompts import load_prompt, prompt_version
+from agent_retrieval.redaction import endpoint_id, fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +185,8 @@ def _plan(query: str, context: Context, embedder: Embedder, llm: BaseChatModel |
             mode = "schema"
         else:
             mode = context.hyde_mode if context.use_hyde else "off"
-    raw = _Plan(("raw", embedder.model_id, text), "raw", "off", "HyDE is off")
+    scope = _cache_scope(context, embedder)
+    raw = _Plan(("raw", scope, text), "raw", "off", "HyDE is off")
     if mode == "off":
         return raw
     if mode == "passages" and word_count(text) <= context.hyde_skip_max_words:
@@ -198,9 +200,22 @@ def _plan(query: str, context: Context, embedder: Embedder, llm: BaseChatModel |
     llm_id = getattr(llm, "model_name", None) or getattr(llm, "model", None) or type(llm).__name__
     prompt = "hyde" if mode == "passages" else "schema_query"
     schemas = json.dumps([input_schema, output_schema], sort_keys=True, default=str) if mode == "schema" else ""
-    key = (mode, embedder.model_id, text, context.hyde_num_docs if mode == "passages" else 1, llm_id,
+    key = (mode, scope, _chat_endpoint(llm), text, context.hyde_num_docs if mode == "passages" else 1, llm_id,
            context.hyde_temperature, prompt_version(prompt), hashlib.sha256(schemas.encode()).hexdigest())
     return _Plan(key, mode, "used", "")
+
+
+def _cache_scope(context: Context, embedder: Embedder) -> tuple[str, ...]:
+    """Who may share a cached vector: callers of one tenant (a cache hit must not tell one tenant what another
+    asked), embedding through the same endpoint with the same key (another endpoint could plant vectors)."""
+    return (context.tenant_id, fingerprint(context.supabase_user_token), embedder.model_id, embedder.endpoint)
+
+
+def _chat_endpoint(llm: BaseChatModel) -> str:
+    """Where HyDE's chat model is served and with which key, when the model says (ChatOpenAI does)."""
+    key = getattr(llm, "openai_api_key", None)
+    return endpoint_id(getattr(llm, "openai_api_base", None),
+                       key.get_secret_value() if hasattr(key, "get_secret_value") else key)
 
 
 def _prepare(query: str, context: Context | None, embedder: Embedder | None, llm: BaseChatModel | None,

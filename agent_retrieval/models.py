@@ -369,6 +369,10 @@ class SimilaritySearchRequest(BaseModel):
 MAX_TITLE_CHARS = 500
 MAX_CONTENT_CHARS = 1_000_000
 MAX_ID_CHARS = 512
+# Metadata keys a writer may not set: visibility and tenancy are the operator's to decide, and the rest
+# name what the store records itself (a document's metadata is returned beside them in every hit).
+RESERVED_METADATA = frozenset({"public", "is_public", "tenant", "tenant_id", "id", "document_id", "chunk_id",
+                               "title", "heading_path", "source", "score", "found_by"})
 
 
 def title_document_id(title: str) -> str:
@@ -389,7 +393,8 @@ class IndexDocumentRequest(BaseModel):
                          "markdown headings (#, ##, ###) help split it into passages.")
     metadata: dict[str, Any] | None = Field(
         None, description='Facts to filter searches by later, e.g. {"category": "policy", "year": 2024}. '
-        "Keys are identifiers; values are strings, numbers or booleans, or lists of them.")
+        "Keys are identifiers; values are strings, numbers or booleans, or lists of them. Visibility (public), "
+        "the tenant and the store's own fields (id, title, source) cannot be set here.")
     id: str | None = Field(None, description=f"The id to store the document under, 1 to {MAX_ID_CHARS} "
                            "characters; an existing document with this id is replaced. Default: made from "
                            "the title.")
@@ -416,6 +421,10 @@ class IndexDocumentRequest(BaseModel):
     @field_validator("metadata")
     @classmethod
     def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        reserved = sorted(RESERVED_METADATA & set(value or {}))
+        if reserved:
+            raise ValueError(f"{', '.join(reserved)} cannot be set: visibility and tenancy are decided by the "
+                             "store's operator, and ids, titles and sources are recorded by the store itself")
         return validate_filters(value)  # stored metadata is what filters match, so the same rules hold
 
     @field_validator("id")

@@ -6,6 +6,7 @@ Context holds a key, each new log record's message is checked for it and the key
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import urllib.parse
@@ -44,6 +45,16 @@ def check_secret(name: str, value: str) -> str:
         raise ConfigError(f"{name} holds a character no key or token contains (U+{ord(bad):04X}); copy the "
                           "value again, without line breaks")
     return value
+
+
+def fingerprint(secret: str) -> str:
+    """A short one-way digest of a secret: tells keys apart (cache keys) without holding or showing one."""
+    return hashlib.sha256(secret.encode("utf-8", "replace")).hexdigest()[:16] if secret else ""
+
+
+def endpoint_id(base_url: str | None, key: str | None) -> str:
+    """Where a provider is reached and with which key, as a fingerprint: safe to keep in a cache key."""
+    return f"{base_url or ''}|{fingerprint(key or '')}"
 
 
 def redact(text: str) -> str:

@@ -19,7 +19,7 @@ from langgraph.managed import RemainingSteps
 from langgraph.runtime import Runtime
 
 from agent_retrieval.answer import NOTHING_FOUND, extractive_answer
-from agent_retrieval.context import Context
+from agent_retrieval.context import RunSettings
 from agent_retrieval.graph_parts import GraphParts, last_question, run_context
 from agent_retrieval.models import Hit
 from agent_retrieval.planning import check_request
@@ -48,7 +48,7 @@ class State(InputState):
 def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
     """The agent, using `parts` (shared by tests and notebooks) or parts made from each run's Context."""
 
-    async def call_model(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def call_model(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Ask the model for tool calls or the answer (offline: the fixed policy's next step)."""
         question = last_question(state.messages)
         try:
@@ -72,7 +72,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
                               "rather than a guess. Ask a narrower question.", id=reply.id)
         return {"messages": [reply]}
 
-    async def run_tools(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def run_tools(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Run the last message's tool calls concurrently on one Retrieval."""
         calls = state.messages[-1].tool_calls
         async with parts.open_retrieval(run_context(runtime)) as retrieval:
@@ -84,7 +84,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
         last = state.messages[-1]
         return "run_tools" if isinstance(last, AIMessage) and last.tool_calls else END
 
-    builder = StateGraph(State, input_schema=InputState, context_schema=Context)
+    builder = StateGraph(State, input_schema=InputState, context_schema=RunSettings)
     builder.add_node(call_model)
     builder.add_node(run_tools)
     builder.add_edge(START, "call_model")

@@ -23,7 +23,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from agent_retrieval.answer import quote
-from agent_retrieval.context import Context
+from agent_retrieval.context import RunSettings
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.graph_parts import GraphParts, run_context
 from agent_retrieval.models import MAX_QUERY_CHARS, ChunkSearchRequest, parse_request
@@ -254,7 +254,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
         fresh = State(request=request, language=language, errors=errors)  # a thread's next run starts clean
         return {f.name: getattr(fresh, f.name) for f in fields(State)}
 
-    async def retrieve_context(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def retrieve_context(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Find the schemas and examples the code should be written from."""
         context = run_context(runtime)
         try:
@@ -269,7 +269,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
         return {"passages": passages, "context_ids": [p["id"] for p in passages], "hyde": result.hyde,
                 "degraded": result.degraded, "notes": add_notes(state.notes, [] if passages else [empty])}
 
-    async def generate_code(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def generate_code(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Ask the chat model for code, showing it the errors of the previous attempt if there was one."""
         context = run_context(runtime)
         model = await parts.chat(context)
@@ -298,7 +298,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
         errors, notes = await asyncio.to_thread(VALIDATORS[state.language], state.code, state.passages)
         return {"valid": not errors, "errors": errors, "notes": add_notes(state.notes, notes)}
 
-    builder = StateGraph(State, input_schema=InputState, context_schema=Context)
+    builder = StateGraph(State, input_schema=InputState, context_schema=RunSettings)
     builder.add_node(check_request)
     builder.add_node(retrieve_context)
     builder.add_node(generate_code)

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
-from agent_retrieval.context import Context
+from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
 from agent_retrieval.graph_parts import GraphParts, run_context
 from agent_retrieval.ingest import SUPPORTED_SUFFIXES, IngestReport, ingest, load_documents
@@ -36,7 +37,8 @@ class InputState:
 
     paths: list[str] = field(default_factory=list)
     """Files or folders on the server (folders are searched recursively) in the supported formats:
-    .md, .markdown, .txt, .html, .htm, .jsonl, .pdf."""
+    .md, .markdown, .txt, .html, .htm, .jsonl, .pdf; a server run may name only what lies inside the
+    operator's AGENT_RETRIEVAL_INGEST_ROOT."""
 
 
 @dataclass(kw_only=True)
@@ -59,15 +61,16 @@ class State(InputState, OutputState):
     """The valid documents, waiting to be ingested (plain dicts, so any checkpointer can store them)."""
 
 
-async def collect_documents(state: State) -> dict[str, Any]:
+async def collect_documents(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
     """Validate the pasted documents and load the paths; every bad item becomes one line in `errors`."""
     errors: list[str] = []
     items, paths = _listed("documents", state.documents, errors), _listed("paths", state.paths, errors)
     documents = _pasted_documents(items, errors)
+    root = _file_root(runtime) if paths else None
     for number, raw in enumerate(paths):
         try:
             # Reading files (and parsing PDFs) blocks: a worker thread keeps the event loop free.
-            documents += await asyncio.to_thread(_load_path, raw)
+            documents += await asyncio.to_thread(_load_path, raw, root)
         except AgentRetrievalError as error:
             errors.append(f"paths[{number}]: {error}")
     if not items and not paths:
@@ -104,11 +107,23 @@ def _pasted_documents(items: list[Any], errors: list[str]) -> list[Document]:
     return documents
 
 
-def _load_path(raw: Any) -> list[Document]:
+def _file_root(runtime: Runtime[RunSettings]) -> Path | Literal[False] | None:
+    """Where a run may load files from: anywhere for code that passed its own Context, else only inside
+    the operator's ingest_root (False: nowhere), since a server run's caller names the paths."""
+    if isinstance(runtime.context, Context):
+        return None
+    root = run_context(runtime).ingest_root
+    return Path(root) if root else False
+
+
+def _load_path(raw: Any, root: Path | Literal[False] | None) -> list[Document]:
     if not isinstance(raw, str) or not raw.strip():
         # An empty path would mean the server's working directory: never load that by accident.
         raise InvalidRequest(f"must be a file or folder path (got {raw!r})")
-    documents = list(load_documents([raw.strip()]))
+    if root is False:
+        raise InvalidRequest("this server loads no files for its callers: its operator may allow a folder with "
+                             "AGENT_RETRIEVAL_INGEST_ROOT; paste the documents into `documents` instead")
+    documents = list(load_documents([raw.strip()], root=root))
     if not documents:
         raise InvalidRequest(f"{raw}: no documents found (supported: {', '.join(SUPPORTED_SUFFIXES)})")
     return documents
@@ -137,7 +152,7 @@ def _counts(report: IngestReport) -> dict[str, Any]:
 def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:  # noqa: B008 - frozen, so safe to share
     """The indexer graph; `parts` may hold a shared Retrieval (tests, notebooks), else each run opens one."""
 
-    async def ingest_documents(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def ingest_documents(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Chunk, embed and store the collected documents; a store or embedding failure becomes an error line."""
         if not state.pending:
             return {"report": _counts(IngestReport())}
@@ -147,7 +162,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:  # noqa: B008
             report, problems = await asyncio.to_thread(_ingest, documents, retrieval)
         return {"report": _counts(report), "errors": [*state.errors, *problems], "pending": []}
 
-    builder = StateGraph(State, context_schema=Context, input_schema=InputState, output_schema=OutputState)
+    builder = StateGraph(State, context_schema=RunSettings, input_schema=InputState, output_schema=OutputState)
     builder.add_node(collect_documents)
     builder.add_node(ingest_documents)
     builder.add_edge(START, "collect_documents")

@@ -16,7 +16,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from agent_retrieval.answer import write_answer
-from agent_retrieval.context import Context
+from agent_retrieval.context import RunSettings
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.graph_parts import GraphParts, last_question, run_context
 from agent_retrieval.models import ChunkSearchRequest, Hit, QueryPlan, parse_request
@@ -63,7 +63,7 @@ class State(InputState):
 def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
     """The graph, using `parts` (shared by tests and notebooks) or parts made from each run's Context."""
 
-    async def plan_searches(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def plan_searches(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Check the question and plan its searches (LLM structured output, or heuristics offline)."""
         question = last_question(state.messages)
         try:
@@ -75,7 +75,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
         return {"question": question, "plan": planned.plan.model_dump(), "planner": planned.planner,
                 "notes": planned.notes, "answer": ""}
 
-    async def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def retrieve(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Run the plan; if it found documents but no passages, read passages inside those documents."""
         context = run_context(runtime)
         async with parts.open_retrieval(context) as retrieval:
@@ -91,7 +91,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
         return {"searches": [s.to_dict() for s in run.searches], "hits": [h.to_dict() for h in chunks],
                 "notes": state.notes + notes}
 
-    async def answer(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def answer(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Write the answer from the passages (or extract it offline), citing them."""
         hits = [Hit.from_dict(h) for h in state.hits]
         context = run_context(runtime)
@@ -106,7 +106,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
     def route_question(state: State) -> Literal["retrieve", "refuse"]:
         return "retrieve" if state.plan else "refuse"
 
-    builder = StateGraph(State, input_schema=InputState, context_schema=Context)
+    builder = StateGraph(State, input_schema=InputState, context_schema=RunSettings)
     builder.add_node(plan_searches)
     builder.add_node(retrieve)
     builder.add_node(answer)

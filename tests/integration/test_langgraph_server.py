@@ -1,28 +1,21 @@
 """The graphs served by a real `langgraph dev` (from langgraph.json), driven through langgraph-sdk.
 
 The server is configured only by its environment, as a user's would be: the embedded SQLite store
-(pre-filled with the demo corpus and schemas), OpenAI embeddings and chat pointed at tests.fakeapi
-playing `agent_script`, HyDE on, and nothing that reaches the network (no LangSmith, analytics or
-version check). It runs without --allow-blocking, so a blocking call in an async node fails the run.
+(pre-filled with the demo corpus and schemas in tenant "demo"), OpenAI embeddings and chat pointed at
+tests.fakeapi playing `agent_script`, HyDE on, and access tokens verified with the project's JWT secret.
+Requests carry the token of a user of tenant "demo"; other tests here try to get past that boundary.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import time
+import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 import httpx
 import pytest
-from dotenv import dotenv_values
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
 
@@ -32,68 +25,18 @@ from agent_retrieval.embeddings import make_embedder
 from agent_retrieval.ingest import ingest, load_documents
 from agent_retrieval.retrieval import Retrieval
 from tests.fakeapi import FakeAPI, agent_script
+from tests.langgraph_server import REPO, Server, serve
 
-REPO = Path(__file__).resolve().parents[2]
-START_TIMEOUT = 60.0
 QUESTION = "Do estate agents have to tell the seller about referral fees from third parties?"
 BLOCKING = re.compile(r"BlockingError|Blocking call to|identified a synchronous blocking call")
-CONTEXT_VARIABLES = {f.metadata.get("env") or f.name.upper() for f in fields(Context)}
-
-
-@dataclass
-class Server:
-    url: str
-    log: Path
-    api: FakeAPI
-    started_in: float
-
-    def log_text(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def server_environment(api: FakeAPI, db_path: Path) -> dict[str, str]:
-    """The machine's environment without any agent-retrieval, provider or LangSmith setting, plus ours."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in CONTEXT_VARIABLES and not k.startswith(("LANGSMITH_", "LANGCHAIN_", "OPENAI_"))}
-    env.update({
-        "AGENT_RETRIEVAL_DB": str(db_path),
-        "EMBEDDING_PROVIDER": "openai",
-        "OPENAI_BASE_URL": api.openai_url,
-        "OPENAI_API_KEY": "sk-fake-server-key",
-        "USE_HYDE": "true",
-        "MAX_RETRIES": "0",
-        "LANGSMITH_TRACING": "false",
-        "LANGCHAIN_TRACING_V2": "false",
-        "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # the CLI otherwise posts usage analytics
-        "LANGGRAPH_NO_VERSION_CHECK": "true",  # the server otherwise asks PyPI for a newer langgraph-api
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONUNBUFFERED": "1",
-    })
-    return env
-
-
-def check_dotenv(env: dict[str, str]) -> None:
-    """langgraph.json loads .env, whose values win over the process environment: they must not clash."""
-    path = REPO / ".env"
-    if not path.exists():
-        return
-    clashes = sorted(k for k in dotenv_values(path)
-                     if k in env or k in CONTEXT_VARIABLES or k.startswith(("LANGSMITH_", "LANGCHAIN_")))
-    if clashes:
-        pytest.fail(f"{path} sets {', '.join(clashes)}, which `langgraph dev` would apply over this test's "
-                    "settings; move the file aside to run this test")
+SERVER_KEY = "sk-fake-server-key"
+TENANT = "demo"
 
 
 def fill_store(api: FakeAPI, db_path: Path) -> None:
-    """The demo corpus and schemas, embedded by the same OpenAI model config the server will use."""
-    context = Context(db_path=str(db_path), embedding_provider="openai", openai_base_url=api.openai_url,
-                      openai_api_key="sk-fake-server-key", use_hyde=False)
+    """The demo corpus and schemas in tenant "demo", embedded by the model config the server will use."""
+    context = Context(db_path=str(db_path), tenant_id=TENANT, embedding_provider="openai",
+                      openai_base_url=api.openai_url, openai_api_key=SERVER_KEY, use_hyde=False)
     embedder = make_embedder(context)
     with Retrieval(context, embedder=embedder) as retrieval:
         report = ingest(load_documents([demo.corpus_dir(), demo.schemas_dir()]), retrieval.store, embedder,
@@ -101,74 +44,32 @@ def fill_store(api: FakeAPI, db_path: Path) -> None:
     assert report.written == report.documents > 0 and report.unembedded == 0
 
 
-def wait_until_serving(url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"langgraph dev exited with {process.returncode}:\n{log.read_text(errors='replace')}")
-        try:
-            if httpx.get(f"{url}/ok", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"langgraph dev did not serve within {START_TIMEOUT:g} s:\n{log.read_text(errors='replace')}")
-
-
-def stop(process: subprocess.Popen) -> None:
-    """Terminate the server's whole process group (uvicorn starts children), then make sure."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+@pytest.fixture(scope="module")
+def api() -> Iterator[FakeAPI]:
+    with FakeAPI(chat=agent_script) as server_api:
+        yield server_api
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory, api: FakeAPI) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("langgraph-server")
-    db_path, log = folder / "store.db", folder / "server.log"
-    persisted = REPO / ".langgraph_api"  # where `langgraph dev` keeps threads and runs between restarts
-    persisted_before = persisted.exists()
-    with FakeAPI(chat=agent_script) as api, pytest.MonkeyPatch.context() as patch:
-        for name in CONTEXT_VARIABLES:
-            patch.delenv(name, raising=False)
-        env = server_environment(api, db_path)
-        check_dotenv(env)
-        fill_store(api, db_path)
-        api.clear()
-        port = free_port()
-        command = [str(Path(sys.executable).parent / "langgraph"), "dev", "--no-browser", "--no-reload",
-                   "--port", str(port), "--config", "langgraph.json"]
-        started = time.monotonic()
-        with log.open("wb") as out:
-            process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_until_serving(url, process, log)
-            started_in = time.monotonic() - started
-            print(f"\nlanggraph dev served in {started_in:.1f} s")
-            yield Server(url, log, api, started_in)
-        finally:
-            stop(process)
-            if not persisted_before and persisted.exists():
-                import shutil
-
-                shutil.rmtree(persisted, ignore_errors=True)
+    fill_store(api, folder / "store.db")
+    api.clear()
+    settings = {"AGENT_RETRIEVAL_DB": str(folder / "store.db"), "EMBEDDING_PROVIDER": "openai",
+                "OPENAI_BASE_URL": api.openai_url, "OPENAI_API_KEY": SERVER_KEY, "USE_HYDE": "true",
+                "SUPABASE_JWT_SECRET": secrets.token_urlsafe(32)}
+    with serve(folder, settings) as running:
+        print(f"\nlanggraph dev served in {running.started_in:.1f} s")
+        yield running
 
 
 @pytest.fixture
-def client(server: Server) -> Iterator[SyncLangGraphClient]:
-    server.api.clear()
-    with get_sync_client(url=server.url) as sdk:
+def client(server: Server, api: FakeAPI) -> Iterator[SyncLangGraphClient]:
+    """A client signed in as a user of tenant "demo"."""
+    api.clear()
+    with get_sync_client(url=server.url, headers=server.headers("user-demo", TENANT)) as sdk:
         yield sdk
-    assert server.api.script_errors == []
+    assert api.script_errors == []
 
 
 def cited(text: str) -> list[str]:
@@ -183,7 +84,7 @@ def test_assistants_are_the_graphs_of_langgraph_json(client):
         assert client.assistants.get_graph(graph_id)["nodes"], graph_id
 
 
-def test_rag_answers_on_a_thread_citing_a_hit(client, server):
+def test_rag_answers_on_a_thread_citing_a_hit(client, api):
     thread = client.threads.create()
     out = client.runs.wait(thread["thread_id"], "rag",
                            input={"messages": [{"role": "user", "content": QUESTION}]})
@@ -197,15 +98,15 @@ def test_rag_answers_on_a_thread_citing_a_hit(client, server):
     assert out["messages"][-1]["type"] == "ai" and out["messages"][-1]["content"] == out["answer"]
     assert out["notes"] == []
 
-    sent = server.api.requests_to("chat/completions")
+    sent = api.requests_to("chat/completions")
     assert any((r.body.get("response_format") or {}).get("json_schema", {}).get("name") == "QueryPlan"
                for r in sent)
-    assert all(r.headers["authorization"] == "Bearer sk-fake-server-key" for r in sent)
+    assert all(r.headers["authorization"] == f"Bearer {SERVER_KEY}" for r in sent)
     state = client.threads.get_state(thread["thread_id"])
     assert state["values"]["answer"] == out["answer"]
 
 
-def test_rag_streams_its_answer_as_studio_does_with_the_run_context(client, server):
+def test_rag_streams_its_answer_as_studio_does_with_the_run_context(client, api):
     """Studio streams messages, so ChatOpenAI streams too; the run's context overrides the environment."""
     answer_tokens, values = [], {}
     for part in client.runs.stream(None, "rag", input={"messages": [{"role": "user", "content": QUESTION}]},
@@ -219,7 +120,7 @@ def test_rag_streams_its_answer_as_studio_does_with_the_run_context(client, serv
         assert part.event != "error", part.data
     assert len(values["hits"]) == 2
     assert "".join(answer_tokens) == values["answer"] and cited(values["answer"]) == [values["hits"][0]["id"]]
-    assert any(r.body.get("stream") for r in server.api.requests_to("chat/completions"))
+    assert any(r.body.get("stream") for r in api.requests_to("chat/completions"))
 
 
 def test_agent_calls_both_tools_then_cites_a_chunk(client):
@@ -246,14 +147,74 @@ def test_codegen_writes_valid_sql(client):
     assert out["context_ids"]
 
 
-def test_indexer_stores_a_new_document(client, server):
+def test_indexer_stores_a_new_document(client, api):
     document = {"id": "zanzibar-memo", "title": "Zanzibar office memo",
                 "content": "The Zanzibar branch closes at noon on Fridays for staff training."}
     out = client.runs.wait(None, "indexer", input={"documents": [document]})
     assert out["errors"] == []
     assert out["report"]["documents"] == 1 and out["report"]["written"] == 1 and out["report"]["chunks"] >= 1
-    embedded = [text for r in server.api.requests_to("embeddings") for text in r.body["input"]]
+    embedded = [text for r in api.requests_to("embeddings") for text in r.body["input"]]
     assert any("Zanzibar branch" in text for text in embedded)
+
+
+# --- the boundary: who may run, what a caller may set, what a user may see ----------------------------------
+
+def refusal(call) -> tuple[int, str]:
+    """The HTTP status and body of a request the server must refuse."""
+    with pytest.raises(httpx.HTTPStatusError) as error:
+        call()
+    return error.value.response.status_code, error.value.response.text
+
+
+def test_a_run_without_a_valid_signed_in_users_token_is_refused(server, api):
+    api.clear()
+    forged = Server(server.url, server.log, "another-secret-" + "x" * 32, 0)
+    for headers in [{}, {"Authorization": "Bearer not-a-jwt"},
+                    {"Authorization": f"Bearer {forged.token('user-demo', TENANT)}"},  # signed with another key
+                    {"Authorization": f"Bearer {server.token('user-demo', TENANT, expires_in=-60)}"},
+                    {"Authorization": f"Bearer {server.token('anon-caller', role='anon')}"},
+                    {"Authorization": f"Bearer {server.token('service', role='service_role')}"}]:
+        with get_sync_client(url=server.url, headers=headers) as sdk:
+            status, body = refusal(lambda: sdk.runs.wait(None, "rag", input={"messages": [
+                {"role": "user", "content": QUESTION}]}))
+            assert status == 401, (headers, body)
+    assert api.requests_to("chat/completions") == [] and api.requests_to("embeddings") == []
+
+
+def test_a_runs_context_cannot_send_the_servers_key_elsewhere_or_pick_a_store_or_tenant(client, server, api):
+    with FakeAPI() as attacker:
+        attempts = [{"context": {"openai_base_url": attacker.openai_url}},
+                    {"context": {"db_path": str(REPO / "pyproject.toml"), "answer_chunks": 2}},
+                    {"context": {"tenant_id": "globex"}},
+                    {"context": {"voyage_base_url": attacker.voyage_url, "embedding_provider": "voyage"}},
+                    {"config": {"configurable": {"openai_base_url": attacker.openai_url}}}]
+        for attempt in attempts:
+            status, body = refusal(lambda: client.runs.wait(None, "rag", input={"messages": [
+                {"role": "user", "content": QUESTION}]}, **attempt))
+            named = next(iter((attempt.get("context") or attempt["config"]["configurable"])))
+            assert status == 403 and f"{named}" in body and "deployment settings" in body, (attempt, body)
+        status, body = refusal(lambda: client.assistants.create("rag", context={"openai_base_url": attacker.openai_url}))
+        assert status == 403 and "openai_base_url" in body
+        assert attacker.requests_to("chat/completions") == [] and attacker.requests_to("embeddings") == []
+
+
+def test_a_user_sees_only_their_tenant_and_only_their_own_threads(client, server):
+    thread = client.threads.create()
+    mine = client.runs.wait(thread["thread_id"], "rag", input={"messages": [{"role": "user", "content": QUESTION}]})
+    assert mine["hits"]
+    for sub, tenant in [("user-globex", "globex"), ("demo", None)]:  # another tenant; a user named like one
+        with get_sync_client(url=server.url, headers=server.headers(sub, tenant)) as other:
+            theirs = other.runs.wait(None, "rag", input={"messages": [{"role": "user", "content": QUESTION}]})
+            assert theirs["hits"] == [] and "found nothing" in theirs["answer"], (sub, theirs)
+            status, _ = refusal(lambda: other.threads.get_state(thread["thread_id"]))
+            assert status == 404
+            assert thread["thread_id"] not in {t["thread_id"] for t in other.threads.search(limit=100)}
+
+
+def test_a_server_run_cannot_make_the_indexer_read_the_servers_files(client):
+    out = client.runs.wait(None, "indexer", input={"paths": [str(REPO)]})
+    assert out["report"]["documents"] == 0
+    assert len(out["errors"]) == 1 and "AGENT_RETRIEVAL_INGEST_ROOT" in out["errors"][0]
 
 
 def test_server_log_shows_no_blocking_call(server):

@@ -9,7 +9,7 @@ import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
-from agent_retrieval.context import Context
+from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.graph_parts import GraphParts
 from graphs import agent
 
@@ -96,4 +96,4 @@ async def test_an_empty_or_100kb_question_is_refused_without_a_model_call(retrie
 
 
 def test_the_module_graph_builds_nothing_at_import():
-    assert agent.graph.name == "agent" and agent.graph.context_schema is Context
+    assert agent.graph.name == "agent" and agent.graph.context_schema is RunSettings

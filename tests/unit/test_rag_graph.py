@@ -11,7 +11,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage
 
 from agent_retrieval.answer import NOT_FOUND
-from agent_retrieval.context import Context
+from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.retrieval import Retrieval
 from graphs import rag
@@ -142,7 +142,7 @@ async def test_a_passage_saying_ignore_previous_instructions_does_not_change_the
 
 
 def test_the_module_graph_builds_nothing_at_import():
-    assert rag.graph.name == "rag" and rag.graph.context_schema is Context
+    assert rag.graph.name == "rag" and rag.graph.context_schema is RunSettings
     assert {"plan_searches", "retrieve", "answer", "refuse"} <= set(rag.graph.nodes)
 
 
