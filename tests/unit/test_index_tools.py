@@ -239,3 +239,14 @@ async def test_async_index_then_search_never_blocks_the_event_loop(tools, retrie
     assert found.artifact["hits"][0]["document_id"] == indexed.artifact["id"]
     assert bad.status == "error" and "content: must not be empty" in bad.content
     assert documents(retrieval) == before + 1
+
+
+# --- an agent cannot widen visibility or write what the store owns -------------------------------------------
+
+@pytest.mark.parametrize("key", ["public", "tenant_id", "tenant", "id", "source"])
+def test_index_document_refuses_reserved_metadata_with_a_tool_error(tools, retrieval, key):
+    before = documents(retrieval)
+    message = call(tools["index_document"], title="Press release", content="Everyone may read this.",
+                   metadata={key: True, "category": "news"})
+    assert message.status == "error" and f"metadata: {key} cannot be set" in message.content
+    assert documents(retrieval) == before
