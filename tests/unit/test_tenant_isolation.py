@@ -97,7 +97,7 @@ def test_without_a_tenant_the_tenants_files_are_not_read(as_tenant):
     assert all(secret not in text for secret in SECRETS.values())
 
 
-@pytest.mark.parametrize("tenant", ["../globex", "acme/../globex", ".", "..", "a\x00b", "/etc/passwd", "C:\\x",
+@pytest.mark.parametrize("tenant", ["../globex", "acme/../globex", ".", "..", "/etc/passwd", "C:\\x",
                                     "ümlaut tenant", "a" * 60])
 def test_any_tenant_id_names_one_file_inside_the_tenants_folder(tmp_path, tenant):
     path = sqlite_path(Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant))
@@ -105,6 +105,12 @@ def test_any_tenant_id_names_one_file_inside_the_tenants_folder(tmp_path, tenant
     assert path.name not in (".db", "..db") and "/" not in path.name and "\x00" not in path.name
     others = {sqlite_path(Context(db_path=str(tmp_path / "store.db"), tenant_id=t)) for t in ("globex", "acme")}
     assert path not in others
+
+
+@pytest.mark.parametrize("tenant", ["a\x00b", "acme\nglobex", "a\ud800b"])
+def test_a_tenant_id_that_is_not_one_line_of_text_is_refused_by_name(tmp_path, tenant):
+    with pytest.raises(ConfigError, match="^tenant_id must be"):
+        Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant)
 
 
 def test_a_tenant_id_too_long_for_a_file_name_is_a_clear_error(tmp_path):

@@ -1,0 +1,103 @@
+"""Identity from authentication, through a real `langgraph dev` in front of the Supabase stack.
+
+The server holds only the anon key; each request carries a user's access token, signed with the stack's
+JWT secret as Supabase Auth signs it. Two tenants each keep a secret codename and a third tenant has
+published a document. Through every graph, each user must find their own tenant's rows and the public
+one, and never the other tenant's, whatever they ask or set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from langgraph_sdk import get_sync_client
+
+from agent_retrieval.context import Context
+from agent_retrieval.embeddings import make_embedder
+from agent_retrieval.ingest import ingest
+from agent_retrieval.models import Document
+from agent_retrieval.stores import open_store
+from agent_retrieval.stores.postgres import PostgresStore
+from tests.fakeapi import FakeAPI, agent_script
+from tests.langgraph_server import Server, serve
+
+SCHEMA = "ar_server"  # served by the session's PostgREST (tests/conftest.py SUPABASE_SCHEMAS)
+DIM = 64
+SERVER_KEY = "sk-fake-server-key"
+SECRETS = {"acme": "BLUEHERON", "globex": "REDFALCON", "press": "OPENDOOR"}
+QUESTION = "What is the codename of the acquisition plan, and when is closing planned?"
+
+
+def tenant_document(tenant: str) -> Document:
+    return Document(f"{tenant}-plan", f"{tenant} acquisition plan",
+                    f"# Acquisition plan\n\nThe {tenant} acquisition plan is codenamed {SECRETS[tenant]}. "
+                    "Closing is planned for the spring, after the board approves the codename.")
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[FakeAPI]:
+    with FakeAPI(dim=DIM, chat=agent_script) as server_api:
+        yield server_api
+
+
+@pytest.fixture(scope="module")
+def server(supabase_stack, api, tmp_path_factory) -> Iterator[Server]:
+    stack = supabase_stack
+    stack.postgres.execute(f"drop schema if exists {SCHEMA} cascade")
+    PostgresStore(stack.postgres.dsn, schema=SCHEMA).init(DIM)
+    stack.postgrest.reload_schema()
+    for tenant in SECRETS:  # written with the service role, as an operator ingests
+        context = Context(supabase_url=stack.url, supabase_key=stack.service_key, db_schema=SCHEMA,
+                          tenant_id=tenant, embedding_provider="openai", openai_base_url=api.openai_url,
+                          openai_api_key=SERVER_KEY)
+        with open_store(context) as store:
+            report = ingest([tenant_document(tenant)], store, make_embedder(context), context, progress=False,
+                            public=tenant == "press")
+        assert report.written == 1 and report.unembedded == 0
+    settings = {"SUPABASE_URL": stack.url, "SUPABASE_KEY": stack.anon_key, "AGENT_RETRIEVAL_SCHEMA": SCHEMA,
+                "SUPABASE_JWT_SECRET": stack.jwt_secret, "EMBEDDING_PROVIDER": "openai",
+                "OPENAI_BASE_URL": api.openai_url, "OPENAI_API_KEY": SERVER_KEY}
+    with serve(tmp_path_factory.mktemp("langgraph-auth"), settings) as running:
+        yield running
+
+
+def everything(out: dict) -> str:
+    return json.dumps(out)
+
+
+@pytest.mark.parametrize(("sub", "tenant", "own"), [("u-acme", "acme", "acme"), ("u-globex", "globex", "globex"),
+                                                    ("acme", None, None)])  # named like a tenant, has none
+def test_each_user_reads_only_their_tenant_and_public_rows_through_every_graph(server, api, sub, tenant, own):
+    allowed = {"press", own} - {None}
+    with get_sync_client(url=server.url, headers=server.headers(sub, tenant)) as client:
+        rag = client.runs.wait(None, "rag", input={"messages": [{"role": "user", "content": QUESTION}]})
+        agent = client.runs.wait(None, "agent", input={"messages": [{"role": "user", "content": QUESTION}]})
+        codegen = client.runs.wait(None, "codegen", input={"request": QUESTION, "language": "sql"})
+    assert {h["document_id"].removesuffix("-plan") for h in rag["hits"]} == allowed
+    tool_text = " ".join(m["content"] for m in agent["messages"] if m["type"] == "tool")
+    assert all(f"{t}-plan" in tool_text for t in allowed)
+    for out in (rag, agent, codegen):
+        text = everything(out)
+        for other, secret in SECRETS.items():
+            if other not in allowed:
+                assert secret not in text and f"{other}-plan" not in text, (sub, other)
+    assert api.script_errors == []
+
+
+def test_a_user_token_reaches_the_store_and_the_server_key_never_leaves_the_server(server, api):
+    api.clear()
+    with get_sync_client(url=server.url, headers=server.headers("u-acme", "acme")) as client:
+        client.runs.wait(None, "rag", input={"messages": [{"role": "user", "content": QUESTION}]})
+    assert api.requests_to("embeddings")
+    assert all(r.headers["authorization"] == f"Bearer {SERVER_KEY}" for r in api.requests_to("embeddings"))
+    assert SERVER_KEY not in server.log_text()
+
+
+def test_a_users_indexer_run_writes_nothing_into_another_tenant(server):
+    with get_sync_client(url=server.url, headers=server.headers("u-globex", "globex")) as client:
+        out = client.runs.wait(None, "indexer", input={"documents": [
+            {"title": "acme acquisition plan", "id": "acme-plan", "content": "Overwritten by globex.",
+             "metadata": {"tenant_id": "acme"}}]})
+    assert out["report"]["written"] == 0 and "tenant_id cannot be set" in " ".join(out["errors"])
