@@ -86,13 +86,17 @@ def test_each_user_reads_only_their_tenant_and_public_rows_through_every_graph(s
     assert api.script_errors == []
 
 
-def test_a_user_token_reaches_the_store_and_the_server_key_never_leaves_the_server(server, api):
+def test_the_server_key_goes_only_to_its_endpoint_and_no_key_or_token_reaches_the_log_or_state(server, api):
     api.clear()
-    with get_sync_client(url=server.url, headers=server.headers("u-acme", "acme")) as client:
-        client.runs.wait(None, "rag", input={"messages": [{"role": "user", "content": QUESTION}]})
+    user_token = server.token("u-acme", "acme")
+    with get_sync_client(url=server.url, headers={"Authorization": f"Bearer {user_token}"}) as client:
+        thread = client.threads.create()
+        client.runs.wait(thread["thread_id"], "rag", input={"messages": [{"role": "user", "content": QUESTION}]})
+        state = json.dumps(client.threads.get_state(thread["thread_id"]))
     assert api.requests_to("embeddings")
     assert all(r.headers["authorization"] == f"Bearer {SERVER_KEY}" for r in api.requests_to("embeddings"))
-    assert SERVER_KEY not in server.log_text()
+    for secret in (SERVER_KEY, user_token, server.jwt_secret):
+        assert secret not in server.log_text() and secret not in state
 
 
 def test_a_users_indexer_run_writes_nothing_into_another_tenant(server):
