@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.redaction import protect
+from agent_retrieval.redaction import check_secret, protect
 from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore, render_sql, returns_rows
 
 
@@ -39,11 +39,17 @@ class PostgresStore(RPCStore):
                  timeout: float = 30.0, pool_size: int = 8, max_retries: int = 3):
         super().__init__(schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout)
         psycopg = _psycopg()
+        dsn = dsn.strip()  # a DSN read from a file ends in a line break
         try:
             self._conninfo = psycopg.conninfo.conninfo_to_dict(dsn)
         except psycopg.ProgrammingError:
             raise ConfigError("the Postgres DSN is not valid: expected e.g. "
                               "postgresql://user:password@host:5432/dbname") from None
+        if password := self._conninfo.get("password"):
+            checked = check_secret("the password in the Postgres DSN (AGENT_RETRIEVAL_DSN)", password)
+            if checked != password:
+                dsn = psycopg.conninfo.make_conninfo(dsn, password=checked)
+                self._conninfo["password"] = checked
         self.dsn = dsn
         protect(self._conninfo.get("password", ""))  # never in a log, psycopg's included
         self.pool_size = pool_size

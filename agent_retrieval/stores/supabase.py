@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.redaction import protect
+from agent_retrieval.redaction import check_secret, protect
 from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore
 
 # PostgREST's codes for "cannot reach the database", and gateway statuses worth a retry.
@@ -74,6 +74,10 @@ class SupabaseStore(RPCStore):
         super().__init__(schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout)
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"the Supabase URL must start with https:// (got {url[:40]!r})")
+        # Both travel in HTTP headers: one that cannot be sent would fail every call, with an error
+        # that quotes the header (and so the secret) in full.
+        key = check_secret("SUPABASE_KEY", key)
+        user_token = check_secret("SUPABASE_USER_TOKEN", user_token) if user_token else None
         if not key:
             raise ConfigError("the Supabase key is empty: set SUPABASE_KEY to the project's anon or service role key")
         self.url, self._key, self._user_token = url.rstrip("/"), key, user_token

@@ -3,23 +3,27 @@ read afterwards (log records at DEBUG, stdout and stderr, tool output and artifa
 messages) is searched for the key.
 
 The local API server answers a refused key as providers do, naming the key it refused, so an error
-passed on verbatim would leak it.
+passed on verbatim would leak it. Keys, tokens and passwords given to the stores and embedders are
+stripped, or refused naming the setting, never the value.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import urllib.parse
 
 import pytest
 
 from agent_retrieval import cli
 from agent_retrieval.context import Context
-from agent_retrieval.errors import AgentRetrievalError
+from agent_retrieval.embeddings import VoyageEmbeddings
+from agent_retrieval.errors import AgentRetrievalError, ConfigError
 from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document
 from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
 from agent_retrieval.tools import make_retrieval_tools
 from graphs import rag
@@ -117,3 +121,35 @@ def test_store_errors_never_carry_the_service_key_or_the_database_password(supab
     text = seen(errors)
     for secret in (supabase_stack.service_key, password):
         assert secret not in text
+
+
+
+# --- keys and tokens as configured ---------------------------------------------------------------------
+
+def test_a_key_or_token_is_stripped_or_refused_by_setting_name_never_by_value(supabase_stack):
+    token = supabase_stack.user_token("leak-user", tenant="t-leak")
+    # A trailing line break (a value read from a file) is stripped, and the call goes through for real.
+    with SupabaseStore(supabase_stack.url, supabase_stack.anon_key + "\n", user_token=token + "\r\n",
+                       schema="not_exposed") as store:
+        with pytest.raises(AgentRetrievalError, match="exposed schemas"):  # PostgREST's answer: it was sent
+            store.stats()
+    with PostgresStore(supabase_stack.postgres.dsn + "\n", schema="not_there") as store:
+        with pytest.raises(AgentRetrievalError, match="db init"):  # connected: the schema is what is missing
+            store.stats()
+    head, _, tail = token.rpartition(".")
+    password = "pg-LEAKCHECK-ctl-" + "x" * 8
+    refused = {
+        "SUPABASE_KEY": lambda: SupabaseStore(supabase_stack.url, f"{head}\n.{tail}"),
+        "SUPABASE_USER_TOKEN": lambda: SupabaseStore(supabase_stack.url, supabase_stack.anon_key,
+                                                     user_token=f"{head}.\x00{tail}"),
+        "AGENT_RETRIEVAL_DSN": lambda: PostgresStore(
+            f"postgresql://u:{urllib.parse.quote(password[:9] + chr(10) + password[9:])}@127.0.0.1:1/db"),
+        "VOYAGE_API_KEY": lambda: VoyageEmbeddings(model="voyage-3.5", api_key=f"{VOYAGE_KEY[:8]}\t{VOYAGE_KEY}"),
+    }
+    for setting, make in refused.items():
+        with pytest.raises(ConfigError) as error:
+            make()
+        message = str(error.value)
+        assert setting in message and "line breaks" in message
+        for part in (head, tail, password[9:], "LEAKCHECK"):
+            assert part not in message
