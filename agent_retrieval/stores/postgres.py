@@ -51,7 +51,7 @@ class PostgresStore(RPCStore):
                 dsn = psycopg.conninfo.make_conninfo(dsn, password=checked)
                 self._conninfo["password"] = checked
         self.dsn = dsn
-        protect(self._conninfo.get("password", ""))  # never in a log, psycopg's included
+        protect(self._conninfo.get("password", ""))  # never in a log or an error, psycopg's included
         self.pool_size = pool_size
         self._pool: Any = None
         self._lock = threading.Lock()

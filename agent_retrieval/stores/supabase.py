@@ -43,6 +43,27 @@ def _gateway_error(response: Any) -> _GatewayError | None:
     return _GatewayError(response.status_code, str(body.get("message") or response.reason_phrase))
 
 
+class _UnsendableHeader(Exception):
+    """A request header holds a character no HTTP header may carry (a key or token changed after it was
+    checked). Raised before the request is handed to the transport, whose error and DEBUG log would quote
+    the header, secret and all; so it carries the header's name only."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+def _check_request(request: Any) -> None:
+    """httpx request hook (both clients): refuse a header the transport would refuse, naming it only."""
+    for name, value in request.headers.raw:
+        if any((byte < 0x20 and byte != 0x09) or byte == 0x7F for byte in value):
+            raise _UnsendableHeader(name.decode("ascii", "replace"))
+
+
+async def _acheck_request(request: Any) -> None:
+    _check_request(request)
+
+
 def _check_response(response: Any) -> None:
     """httpx response hook of the sync client."""
     response.read()
@@ -107,7 +128,7 @@ class SupabaseStore(RPCStore):
                 from supabase.lib.client_options import SyncClientOptions
 
                 http = httpx.Client(timeout=self.timeout, limits=httpx.Limits(max_connections=32),
-                                    event_hooks={"response": [_check_response]})
+                                    event_hooks={"request": [_check_request], "response": [_check_response]})
                 self._client = create_client(self.url, self._key, self._options(SyncClientOptions, http))
             return self._client
 
@@ -119,7 +140,8 @@ class SupabaseStore(RPCStore):
             from supabase import acreate_client
             from supabase.lib.client_options import AsyncClientOptions
 
-            http = httpx.AsyncClient(timeout=self.timeout, event_hooks={"response": [_acheck_response]})
+            http = httpx.AsyncClient(timeout=self.timeout, event_hooks={"request": [_acheck_request],
+                                                                        "response": [_acheck_response]})
             client = await acreate_client(self.url, self._key, self._options(AsyncClientOptions, http))
             # Clients of loops that have ended cannot be used again; keep only live ones.
             self._async_clients = {lp: c for lp, c in self._async_clients.items() if not lp.is_closed()}
@@ -183,6 +205,13 @@ def _call_error(error: Exception) -> CallError:
         return CallError("gateway", f"its gateway answered HTTP {error.status} ({error.message}): the REST "
                                     "service behind /rest/v1 (PostgREST) is down or restarting",
                          transient=str(error.status) in _TRANSIENT)
+    if isinstance(error, _UnsendableHeader | httpx.LocalProtocolError):
+        # The request never left, and the same request would fail again: not retried. httpx's message
+        # quotes the offending header, secret and all, so only the header's name is passed on.
+        name = f"its {error.name} header" if isinstance(error, _UnsendableHeader) else "a header"
+        return CallError("header", f"the request could not be sent: {name} holds a character no HTTP header "
+                                   "may carry (a line break, say); check SUPABASE_KEY and the user token "
+                                   "(SUPABASE_USER_TOKEN)")
     if isinstance(error, httpx.ReadTimeout | httpx.WriteTimeout):
         # Not retried: the request reached the API and is slow or blocked; asking again only adds waiting.
         return CallError("timeout", f"{type(error).__name__}")
