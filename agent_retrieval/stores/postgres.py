@@ -3,6 +3,7 @@ functions of stores/sql/ (the same ones Supabase serves by RPC)."""
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -22,6 +23,8 @@ def _psycopg() -> Any:
 
 
 _TRANSIENT = {"57P01", "57P02", "57P03", "40001", "40P01"}
+# How libpq reports a login the server refused (it gives no SQLSTATE for a failed connection).
+_LOGIN_REFUSED = re.compile(r"FATAL:\s*(.*(?:authentication failed|no pg_hba\.conf entry).*)")
 
 
 class PostgresStore(RPCStore):
@@ -195,6 +198,10 @@ def _register_vector(conn: Any) -> None:
 
 
 def _call_error(psycopg: Any, error: Any) -> CallError:
+    if refused := _LOGIN_REFUSED.search(str(error)):
+        # A wrong password is not an outage: asking again fails the same way, and the advice differs.
+        return CallError("28000", f"the server refused the login ({refused.group(1).strip()}): check the user "
+                                  "and password in the DSN (AGENT_RETRIEVAL_DSN)")
     diag = error.diag
     code = error.sqlstate or ("connection" if isinstance(error, psycopg.OperationalError) else "unknown")
     # lost or refused connections, the server shutting down or starting up, and conflicts with other writers

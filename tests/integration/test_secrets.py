@@ -284,7 +284,8 @@ async def test_an_api_that_cannot_be_reached_leaves_no_trace(supabase_stack, see
 
 
 @pytest.mark.parametrize("fault", ["wrong password", "closed port"])
-async def test_database_errors_leave_no_trace_of_the_dsn_or_its_password(supabase_stack, seen, tmp_path, fault):
+async def test_database_errors_leave_no_trace_of_the_dsn_or_its_password(supabase_stack, seen, caplog, tmp_path,
+                                                                        fault):
     right = supabase_stack.postgres.authenticator_password
     wrong = "pg-LEAKCHECK-" + right[::-1]
     if fault == "wrong password":
@@ -296,6 +297,10 @@ async def test_database_errors_leave_no_trace_of_the_dsn_or_its_password(supabas
         readers, errors = await every_reader(store, tmp_path)
     finally:
         store.close()
+    if fault == "wrong password":
+        assert all("password authentication failed" in str(e) and "AGENT_RETRIEVAL_DSN" in str(e)
+                   for e in errors), [str(e) for e in errors]
+        assert retries(caplog) == 0  # a wrong password is not an outage
     text = seen(*readers, *(rendered(e) for e in errors))
     for secret in (right, wrong, dsn):
         assert secret not in text
