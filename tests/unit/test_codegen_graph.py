@@ -292,7 +292,8 @@ def test_retrieved_text_cannot_close_the_tags_it_is_quoted_in():
 async def test_every_field_of_a_hostile_schema_stays_inside_its_own_passage(schemas, context, variant):
     document = hostile_document(variant)
     # A table named with the payload: validation reports table names, so they reach the retry's prompt too.
-    document.content += f'\nCREATE TABLE "deposits{PAYLOADS[variant]}" (id INTEGER);\n'
+    table = f"deposits{PAYLOADS[variant]}".replace('"', '""')
+    document.content += f'\nCREATE TABLE "{table}" (id INTEGER);\n'
     ingest([document], schemas.store, schemas.embedder, context, progress=False)
     chat = CountingChatModel(responses=["SELECT x FROM nowhere WHERE a < 1", GOOD_SQL])
     out = await run(schemas, context, chat, request="deposit protected within thirty days of receipt")
