@@ -200,8 +200,9 @@ def _register_vector(conn: Any) -> None:
 def _call_error(psycopg: Any, error: Any) -> CallError:
     if refused := _LOGIN_REFUSED.search(str(error)):
         # A wrong password is not an outage: asking again fails the same way, and the advice differs.
-        return CallError("28000", f"the server refused the login ({refused.group(1).strip()}): check the user "
-                                  "and password in the DSN (AGENT_RETRIEVAL_DSN)")
+        reason = refused.group(1).strip()
+        return CallError("28000", f"the server refused the login ({reason}): check the user and password in "
+                                  "the DSN (AGENT_RETRIEVAL_DSN)")
     diag = error.diag
     code = error.sqlstate or ("connection" if isinstance(error, psycopg.OperationalError) else "unknown")
     # lost or refused connections, the server shutting down or starting up, and conflicts with other writers

@@ -130,7 +130,6 @@ def test_store_errors_never_carry_the_service_key_or_the_database_password(supab
         assert secret not in text
 
 
-
 # --- keys and tokens as configured ---------------------------------------------------------------------
 
 def test_a_key_or_token_is_stripped_or_refused_by_setting_name_never_by_value(supabase_stack):
@@ -151,7 +150,8 @@ def test_a_key_or_token_is_stripped_or_refused_by_setting_name_never_by_value(su
                                                      user_token=f"{head}.\x00{tail}"),
         "AGENT_RETRIEVAL_DSN": lambda: PostgresStore(
             f"postgresql://u:{urllib.parse.quote(password[:9] + chr(10) + password[9:])}@127.0.0.1:1/db"),
-        "VOYAGE_API_KEY": lambda: VoyageEmbeddings(model="voyage-3.5", api_key=f"{VOYAGE_KEY[:8]}\t{VOYAGE_KEY}"),
+        "VOYAGE_API_KEY": lambda: VoyageEmbeddings(model="voyage-3.5",
+                                                   api_key=f"{VOYAGE_KEY[:8]}\t{VOYAGE_KEY}"),
     }
     for setting, make in refused.items():
         with pytest.raises(ConfigError) as error:
@@ -284,8 +284,8 @@ async def test_an_api_that_cannot_be_reached_leaves_no_trace(supabase_stack, see
 
 
 @pytest.mark.parametrize("fault", ["wrong password", "closed port"])
-async def test_database_errors_leave_no_trace_of_the_dsn_or_its_password(supabase_stack, seen, caplog, tmp_path,
-                                                                        fault):
+async def test_database_errors_leave_no_trace_of_the_dsn_or_its_password(supabase_stack, seen, caplog,
+                                                                        tmp_path, fault):
     right = supabase_stack.postgres.authenticator_password
     wrong = "pg-LEAKCHECK-" + right[::-1]
     if fault == "wrong password":
