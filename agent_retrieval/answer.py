@@ -1,16 +1,14 @@
 """Answers grounded in retrieved passages: an LLM's answer citing chunk ids, or offline an extractive one.
 
-Retrieved text reaches the model only as quoted data inside <passage> tags that it cannot close, and
-the answer's citations are checked against the passages it was given.
+Retrieved text reaches the model only as quoted data inside <passage> tags that it cannot close (see
+quoting.py), and the answer's citations are checked against the passages it was given.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,6 +18,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from agent_retrieval.context import Context
 from agent_retrieval.models import Hit
 from agent_retrieval.prompts import load_prompt
+from agent_retrieval.quoting import element, passage, passages, quote, quote_id
 from agent_retrieval.stores.base import keyword_terms
 
 log = logging.getLogger(__name__)
@@ -28,7 +27,9 @@ NOT_FOUND = "The documents I found do not answer this."
 NOTHING_FOUND = ("I found nothing in the documents about this. Try other words, or check that the documents "
                  "were ingested.")
 PASSAGE_CHARS = 4000  # per passage: enough for a chunk, bounded for a pasted giant
-_CITATION = re.compile(r"\[([^\[\]\n]{1,600})\]")
+# An id is at most 512 characters, and shown with character references (&#x...;) it may be longer.
+_CITATION = re.compile(r"\[([^\[\]\n]{1,6000})\]")
+_SEPARATOR = re.compile(r"\s*[,;]\s*")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _MARKUP = re.compile(r"(?m)^#{1,6}\s+|\*\*|__|`")
 
@@ -44,20 +45,9 @@ class Answer:
 
 
 def format_passages(hits: list[Hit], max_chars: int = PASSAGE_CHARS) -> str:
-    """Hits as <passage> blocks: the id to cite, the title, and the text quoted so it cannot close its tag."""
-    blocks = []
-    for hit in hits:
-        where = json.dumps(hit.heading_path or hit.title, ensure_ascii=False)
-        blocks.append(f"<passage id={json.dumps(hit.id)} source={where}>\n{quote(hit.content[:max_chars])}\n"
-                      "</passage>")
-    return "<passages>\n" + "\n".join(blocks) + "\n</passages>"
-
-
-def quote(text: str, tags: Sequence[str] = ("passage", "passages")) -> str:
-    """Text made safe to sit inside the given tags: any tag of those names in it, opening or closing,
-    loses its '<', so retrieved text cannot end the block that marks it as data."""
-    names = "|".join(re.escape(tag) for tag in tags)
-    return re.sub(rf"<(?=\s*/?\s*(?:{names})\b)", "&lt;", text, flags=re.IGNORECASE)
+    """Hits as one <passages> block: per hit the id to cite, where it comes from, and its text, all quoted."""
+    return passages(passage(hit.content[:max_chars], id=hit.id, source=hit.heading_path or hit.title)
+                    for hit in hits)
 
 
 async def write_answer(question: str, hits: list[Hit], llm: BaseChatModel | None, context: Context) -> Answer:
@@ -68,7 +58,7 @@ async def write_answer(question: str, hits: list[Hit], llm: BaseChatModel | None
         return extractive_answer(question, hits, "no chat model configured: an extractive answer (the best "
                                  "passages, cited) instead of a written one")
     messages = [SystemMessage(load_prompt("answer")),
-                HumanMessage(f"<question>\n{question}\n</question>\n\n{format_passages(hits)}")]
+                HumanMessage(f"{element('question', quote(question))}\n\n{format_passages(hits)}")]
     try:
         reply = await asyncio.wait_for(llm.ainvoke(messages), context.chat_timeout_seconds)
         text = reply.text.strip()
@@ -88,16 +78,32 @@ async def write_answer(question: str, hits: list[Hit], llm: BaseChatModel | None
 
 
 def cited_ids(text: str, hits: list[Hit]) -> tuple[list[str], list[str]]:
-    """The passage ids an answer cites in [brackets], and bracketed id-like strings that match no passage."""
-    known = {hit.id for hit in hits}
+    """The passage ids an answer cites in [brackets], and bracketed id-like strings that match no passage.
+
+    A citation may copy the id as the passage showed it (quoting.quote_id) or as stored; either way the
+    stored id is returned. Known ids are matched whole, so an id holding ',' or ';' is still one citation.
+    """
+    if not hits:
+        return [], []
+    forms = {hit.id: hit.id for hit in hits} | {quote_id(hit.id): hit.id for hit in hits}
+    alternatives = "|".join(re.escape(form) for form in sorted(forms, key=len, reverse=True))
+    known = re.compile(rf"(?:{alternatives})(?=\s*(?:[,;]|$))")
     cited: list[str] = []
     unknown: list[str] = []
     for group in _CITATION.findall(text):
-        for item in (part.strip() for part in re.split(r"[,;]\s*", group)):
-            if item in known:
-                cited.append(item)
-            elif "#" in item or "/" in item:  # shaped like a chunk id, but not one it was given
-                unknown.append(item)
+        group, position = group.strip(), 0
+        while position < len(group):
+            if match := known.match(group, position):
+                cited.append(forms[match.group()])
+                position = match.end()
+            else:
+                separator = _SEPARATOR.search(group, position)
+                item = group[position:separator.start() if separator else len(group)].strip()
+                if "#" in item or "/" in item:  # shaped like a chunk id, but not one it was given
+                    unknown.append(item)
+                position = separator.start() if separator else len(group)
+            if separator := _SEPARATOR.match(group, position):
+                position = separator.end()
     return list(dict.fromkeys(cited)), list(dict.fromkeys(unknown))
 
 

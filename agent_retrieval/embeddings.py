@@ -14,7 +14,7 @@ from langchain_core.embeddings import Embeddings
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import ConfigError, EmbeddingError
-from agent_retrieval.redaction import endpoint_id, protect
+from agent_retrieval.redaction import check_secret, endpoint_id, protect
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +203,7 @@ class VoyageEmbeddings(Embeddings):
     def __init__(self, *, model: str, api_key: str, base_url: str | None = None, timeout: float = 30.0,
                  max_retries: int = 3):
         self.model = model
+        api_key = check_secret("VOYAGE_API_KEY", api_key)  # a header value: stripped, or refused by name
         protect(api_key)  # the SDK logs a refused key verbatim
         self._settings = {"api_key": api_key, "base_url": base_url, "timeout": timeout,
                           # the SDK counts attempts, not retries

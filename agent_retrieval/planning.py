@@ -34,6 +34,7 @@ from agent_retrieval.models import (
     validate_filters,
 )
 from agent_retrieval.prompts import load_prompt
+from agent_retrieval.quoting import clean, element, quote, unquote
 from agent_retrieval.retrieval import Retrieval
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ async def make_plan(request: str, context: Context, llm: BaseChatModel | None = 
 
 async def _llm_plan(request: str, context: Context, llm: BaseChatModel) -> QueryPlan:
     messages = [SystemMessage(load_prompt("planner").replace("{max_queries}", str(context.max_plan_queries))),
-                HumanMessage(f"<request>\n{request}\n</request>")]
+                HumanMessage(element("request", quote(request)))]
     try:
         structured = llm.with_structured_output(QueryPlan, include_raw=True)
     except NotImplementedError:  # a model without structured output: ask for JSON and parse it
@@ -323,8 +324,9 @@ async def _llm_entity(name: str, purpose: str, hits: list[Hit], llm: BaseChatMod
     except Exception as error:
         log.warning("placeholder resolution failed (%s); trying entity metadata", type(error).__name__)
         return None
-    value = _clean_entity(reply.text.strip().splitlines()[0] if reply.text.strip() else "")
-    text = " ".join(" ".join(h.content.split()) for h in hits).lower()
+    # The model read the passages quoted (look-alikes folded, '<' as '&lt;') and may copy either form.
+    value = _clean_entity(unquote(reply.text.strip().splitlines()[0]) if reply.text.strip() else "")
+    text = " ".join(" ".join(clean(h.content).split()) for h in hits).lower()
     # Only a name the passages contain: an invented or injected value must not steer the next search.
     if not value or value.upper() == "NONE" or value.lower() not in text:
         return None

@@ -4,6 +4,8 @@ BaseRetriever over the same search path.
 Tools are thin: validate the arguments, run `Retrieval` (or ingest), and answer with text for the model
 plus the full result (hits, HyDE status, degradations; or the ingest report) as the artifact. Bad
 arguments and store failures come back as a ToolException message the model can act on, never a traceback.
+The text lists hits as <passage> blocks, every field quoted as in the answer prompt (quoting.py); ids
+the model copies from them into document_ids are read back as the ids they show.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from agent_retrieval.models import (
     nesting_depth,
     parse_request,
 )
+from agent_retrieval.quoting import passage, passages, quote_attribute, unquote_id
 from agent_retrieval.retrieval import Retrieval
 
 _MARKDOWN_HEADING = re.compile(r"(?m)^#{1,6}\s+")
@@ -96,7 +99,7 @@ class _RetrieverTool(_StoreTool):
     level: ClassVar[Level]
 
     def _run(self, run_manager: Any = None, **arguments: Any) -> tuple[str, dict[str, Any]]:
-        request = self._request(arguments)
+        request = self._request(_shown_ids_read_back(arguments))
         try:
             result = self.retrieval.search(request, self.level)
         except AgentRetrievalError as error:
@@ -104,7 +107,7 @@ class _RetrieverTool(_StoreTool):
         return format_result(result), result.to_dict()
 
     async def _arun(self, run_manager: Any = None, **arguments: Any) -> tuple[str, dict[str, Any]]:
-        request = self._request(arguments)
+        request = self._request(_shown_ids_read_back(arguments))
         try:
             result = await self.retrieval.asearch(request, self.level)
         except AgentRetrievalError as error:
@@ -113,6 +116,15 @@ class _RetrieverTool(_StoreTool):
 
     def _request(self, arguments: dict[str, Any]) -> SearchRequest:
         return self._parse(self.args_schema, arguments)
+
+
+def _shown_ids_read_back(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments with each document id the model copied from a <passage> (where '<' reads '&lt;')
+    turned back into the stored id; validation of what remains is the request's."""
+    ids = arguments.get("document_ids")
+    if not isinstance(ids, list):
+        return arguments
+    return {**arguments, "document_ids": [unquote_id(i) if isinstance(i, str) else i for i in ids]}
 
 
 class DocumentRetrieverTool(_RetrieverTool):
@@ -201,36 +213,31 @@ def make_retrieval_tools(context: Context | None = None, *, retrieval: Retrieval
 
 
 def format_result(result: RetrievalResult) -> str:
-    """The text the calling model reads: one numbered block per hit, ids it can pass on, and honest notes."""
+    """The text the calling model reads: a header and honest notes, then one <passage> per hit with the ids
+    it can pass on, all retrieved fields quoted."""
     noun = "document" if result.level == "documents" else "chunk"
     if result.query_type == "summarize":
         header = f"{len(result.hits)} chunks in reading order" + (" (truncated)" if result.truncated else "")
     else:
         hyde = {"used": "HyDE used", "failed": "HyDE failed, raw query used", "skipped": "HyDE skipped",
                 "off": "HyDE off"}[result.hyde]
-        header = f"{len(result.hits)} {noun}s for {result.query!r} (hybrid search; {hyde})"
+        header = f'{len(result.hits)} {noun}s for "{quote_attribute(result.query)}" (hybrid search; {hyde})'
     lines = [header]
     lines += [f"Note: {note}" for note in result.degraded]
     if not result.hits:
         lines.append("No matches. Try other words, fewer filters, or a different query_type.")
-    for number, hit in enumerate(result.hits, start=1):
-        lines.append("")
-        lines.append(_format_hit(number, hit, SNIPPET_CHARS[result.level]))
+    else:
+        lines.append(passages(_format_hit(hit, SNIPPET_CHARS[result.level]) for hit in result.hits))
     return "\n".join(lines)
 
 
-def _format_hit(number: int, hit: Hit, limit: int) -> str:
-    where = f"id={hit.id}" if hit.level == "documents" else f"id={hit.id} document_id={hit.document_id}"
-    head = f"[{number}] {where} | {hit.heading_path or hit.title}"
-    details = []
-    if hit.found_by:
-        details.append(f"score={hit.score:.4f} found by {' + '.join(hit.found_by)}")
-    if hit.metadata:
-        details.append("metadata: " + ", ".join(f"{k}={v}" for k, v in sorted(hit.metadata.items())))
+def _format_hit(hit: Hit, limit: int) -> str:
     text = " ".join(_MARKDOWN_HEADING.sub(" ", hit.content).split())
     if len(text) > limit:
         text = text[:limit].rsplit(" ", 1)[0] + " ..."
-    return "\n".join([head, *(f"    {d}" for d in details), f"    {text}"])
+    details = {"score": f"{hit.score:.4f}", "found_by": " + ".join(hit.found_by)} if hit.found_by else {}
+    return passage(text, id=hit.id, document=hit.document_id if hit.level == "chunks" else None,
+                   source=hit.heading_path or hit.title, metadata=hit.metadata, **details)
 
 
 class AgentRetriever(BaseRetriever):

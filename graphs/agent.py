@@ -24,6 +24,7 @@ from agent_retrieval.graph_parts import GraphParts, last_question, run_context
 from agent_retrieval.models import Hit
 from agent_retrieval.planning import check_request
 from agent_retrieval.prompts import load_prompt
+from agent_retrieval.quoting import quote_id
 from agent_retrieval.tools import make_retrieval_tools
 
 OFFLINE_NOTE = "(No chat model is configured: searched with a fixed policy and answered extractively.)"
@@ -112,7 +113,9 @@ def _offline_step(question: str, messages: list[AnyMessage]) -> AIMessage:
     last = results[-1]
     hits = [Hit.from_dict(h) for h in (last.artifact or {}).get("hits", [])]
     if last.name == "document_retriever" and hits:
-        return _tool_call("chunk_retriever", {"query": question, "document_ids": [h.id for h in hits]})
+        # The ids as the tool showed them, as a model would copy them: the tool reads them back exactly.
+        shown = [quote_id(h.id) for h in hits]
+        return _tool_call("chunk_retriever", {"query": question, "document_ids": shown})
     if not hits:
         return AIMessage(f"{NOTHING_FOUND}\n\n{OFFLINE_NOTE}")
     return AIMessage(f"{extractive_answer(question, hits, '').text}\n\n{OFFLINE_NOTE}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import html
 import re
 import sqlite3
 import time
@@ -22,12 +21,12 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
-from agent_retrieval.answer import quote
 from agent_retrieval.context import RunSettings
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.graph_parts import GraphParts, run_context
 from agent_retrieval.models import MAX_QUERY_CHARS, ChunkSearchRequest, parse_request
 from agent_retrieval.prompts import load_prompt
+from agent_retrieval.quoting import element, passage, quote
 
 MAX_ATTEMPTS = 2  # the first answer and one fix
 OFFLINE_NOTE = "no chat model configured: set OPENAI_API_KEY or OPENAI_BASE_URL"
@@ -199,20 +198,15 @@ def extract_code(text: str, language: str) -> str:
     return chosen.strip()
 
 
-def _quoted(tag: str, text: str, **attributes: str) -> str:
-    """`text` inside <tag>, unable to close it early (retrieved text is data, not markup)."""
-    attrs = "".join(f' {name}="{html.escape(value)}"' for name, value in attributes.items())
-    return f"<{tag}{attrs}>\n{quote(text, (tag,))}\n</{tag}>"
-
-
 def codegen_messages(state: State) -> list[BaseMessage]:
-    """The system prompt, then the request, the context and, on a retry, the failed code and its errors."""
-    passages = "\n".join(_quoted("passage", p["content"], id=p["id"], source=p["heading_path"])
-                         for p in state.passages) or "(nothing was retrieved)"
-    parts = [_quoted("request", state.request), _quoted("context", passages)]
+    """The system prompt, then the request, the context and, on a retry, the failed code and its errors;
+    all of it quoted, since the model's own code and the validator's errors may repeat retrieved text."""
+    passages = "\n".join(passage(p["content"], id=p["id"], source=p["heading_path"]) for p in state.passages)
+    parts = [element("request", quote(state.request)),
+             element("context", passages or "(nothing was retrieved)")]
     if state.errors and state.code:
-        parts.append(_quoted("previous_attempt", f"```{state.language}\n{state.code}\n```"))
-        parts.append(_quoted("validation_errors", "\n".join(f"- {e}" for e in state.errors)))
+        parts.append(element("previous_attempt", quote(f"```{state.language}\n{state.code}\n```")))
+        parts.append(element("validation_errors", quote("\n".join(f"- {e}" for e in state.errors))))
     return [SystemMessage(load_prompt("codegen").replace("{language}", state.language)),
             HumanMessage("\n\n".join(parts))]
 

@@ -3,11 +3,12 @@ functions of stores/sql/ (the same ones Supabase serves by RPC)."""
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.redaction import protect
+from agent_retrieval.redaction import check_secret, protect
 from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore, render_sql, returns_rows
 
 
@@ -22,6 +23,8 @@ def _psycopg() -> Any:
 
 
 _TRANSIENT = {"57P01", "57P02", "57P03", "40001", "40P01"}
+# How libpq reports a login the server refused (it gives no SQLSTATE for a failed connection).
+_LOGIN_REFUSED = re.compile(r"FATAL:\s*(.*(?:authentication failed|no pg_hba\.conf entry).*)")
 
 
 class PostgresStore(RPCStore):
@@ -39,13 +42,19 @@ class PostgresStore(RPCStore):
                  timeout: float = 30.0, pool_size: int = 8, max_retries: int = 3):
         super().__init__(schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout)
         psycopg = _psycopg()
+        dsn = dsn.strip()  # a DSN read from a file ends in a line break
         try:
             self._conninfo = psycopg.conninfo.conninfo_to_dict(dsn)
         except psycopg.ProgrammingError:
             raise ConfigError("the Postgres DSN is not valid: expected e.g. "
                               "postgresql://user:password@host:5432/dbname") from None
+        if password := self._conninfo.get("password"):
+            checked = check_secret("the password in the Postgres DSN (AGENT_RETRIEVAL_DSN)", password)
+            if checked != password:
+                dsn = psycopg.conninfo.make_conninfo(dsn, password=checked)
+                self._conninfo["password"] = checked
         self.dsn = dsn
-        protect(self._conninfo.get("password", ""))  # never in a log, psycopg's included
+        protect(self._conninfo.get("password", ""))  # never in a log or an error, psycopg's included
         self.pool_size = pool_size
         self._pool: Any = None
         self._lock = threading.Lock()
@@ -189,6 +198,11 @@ def _register_vector(conn: Any) -> None:
 
 
 def _call_error(psycopg: Any, error: Any) -> CallError:
+    if refused := _LOGIN_REFUSED.search(str(error)):
+        # A wrong password is not an outage: asking again fails the same way, and the advice differs.
+        reason = refused.group(1).strip()
+        return CallError("28000", f"the server refused the login ({reason}): check the user and password in "
+                                  "the DSN (AGENT_RETRIEVAL_DSN)")
     diag = error.diag
     code = error.sqlstate or ("connection" if isinstance(error, psycopg.OperationalError) else "unknown")
     # lost or refused connections, the server shutting down or starting up, and conflicts with other writers

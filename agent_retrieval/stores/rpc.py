@@ -15,7 +15,7 @@ import re
 import time
 from abc import abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from agent_retrieval.errors import (
     StoreUnavailable,
 )
 from agent_retrieval.models import Chunk, Document, Hit, Level
+from agent_retrieval.redaction import redact
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     MAX_CHUNK_ROWS,
@@ -196,6 +197,10 @@ class RPCStore(Store):
 
     def _readable(self, error: CallError, attempts: int = 1) -> Exception:
         """Our error for a failed call: it says what happened and what to do, never the SQL or a secret."""
+        # Drivers and servers may quote what they were given (a DSN, a header): every configured secret
+        # is masked here, the one way out of both stores to users and models.
+        error = replace(error, message=redact(error.message), detail=error.detail and redact(error.detail),
+                        hint=error.hint and redact(error.hint))
         if error.code in UNREACHABLE or error.code.startswith("08"):
             tries = f" (tried {attempts} times)" if attempts > 1 else ""
             return StoreUnavailable(f"cannot reach the {self.backend} store at {self.location}: {error.message}"

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.redaction import protect
+from agent_retrieval.redaction import check_secret, protect
 from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore
 
 # PostgREST's codes for "cannot reach the database", and gateway statuses worth a retry.
@@ -41,6 +41,27 @@ def _gateway_error(response: Any) -> _GatewayError | None:
     if body.get("code"):
         return None  # PostgREST's own answer (PGRST001: no database ...): APIError keeps its code
     return _GatewayError(response.status_code, str(body.get("message") or response.reason_phrase))
+
+
+class _UnsendableHeader(Exception):
+    """A request header holds a character no HTTP header may carry (a key or token changed after it was
+    checked). Raised before the request is handed to the transport, whose error and DEBUG log would quote
+    the header, secret and all; so it carries the header's name only."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+def _check_request(request: Any) -> None:
+    """httpx request hook (both clients): refuse a header the transport would refuse, naming it only."""
+    for name, value in request.headers.raw:
+        if any((byte < 0x20 and byte != 0x09) or byte == 0x7F for byte in value):
+            raise _UnsendableHeader(name.decode("ascii", "replace"))
+
+
+async def _acheck_request(request: Any) -> None:
+    _check_request(request)
 
 
 def _check_response(response: Any) -> None:
@@ -74,6 +95,10 @@ class SupabaseStore(RPCStore):
         super().__init__(schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout)
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"the Supabase URL must start with https:// (got {url[:40]!r})")
+        # Both travel in HTTP headers: one that cannot be sent would fail every call, with an error
+        # that quotes the header (and so the secret) in full.
+        key = check_secret("SUPABASE_KEY", key)
+        user_token = check_secret("SUPABASE_USER_TOKEN", user_token) if user_token else None
         if not key:
             raise ConfigError("the Supabase key is empty: set SUPABASE_KEY to the project's anon or service role key")
         self.url, self._key, self._user_token = url.rstrip("/"), key, user_token
@@ -103,7 +128,7 @@ class SupabaseStore(RPCStore):
                 from supabase.lib.client_options import SyncClientOptions
 
                 http = httpx.Client(timeout=self.timeout, limits=httpx.Limits(max_connections=32),
-                                    event_hooks={"response": [_check_response]})
+                                    event_hooks={"request": [_check_request], "response": [_check_response]})
                 self._client = create_client(self.url, self._key, self._options(SyncClientOptions, http))
             return self._client
 
@@ -115,7 +140,8 @@ class SupabaseStore(RPCStore):
             from supabase import acreate_client
             from supabase.lib.client_options import AsyncClientOptions
 
-            http = httpx.AsyncClient(timeout=self.timeout, event_hooks={"response": [_acheck_response]})
+            http = httpx.AsyncClient(timeout=self.timeout, event_hooks={"request": [_acheck_request],
+                                                                        "response": [_acheck_response]})
             client = await acreate_client(self.url, self._key, self._options(AsyncClientOptions, http))
             # Clients of loops that have ended cannot be used again; keep only live ones.
             self._async_clients = {lp: c for lp, c in self._async_clients.items() if not lp.is_closed()}
@@ -179,6 +205,13 @@ def _call_error(error: Exception) -> CallError:
         return CallError("gateway", f"its gateway answered HTTP {error.status} ({error.message}): the REST "
                                     "service behind /rest/v1 (PostgREST) is down or restarting",
                          transient=str(error.status) in _TRANSIENT)
+    if isinstance(error, _UnsendableHeader | httpx.LocalProtocolError):
+        # The request never left, and the same request would fail again: not retried. httpx's message
+        # quotes the offending header, secret and all, so only the header's name is passed on.
+        name = f"its {error.name} header" if isinstance(error, _UnsendableHeader) else "a header"
+        return CallError("header", f"the request could not be sent: {name} holds a character no HTTP header "
+                                   "may carry (a line break, say); check SUPABASE_KEY and the user token "
+                                   "(SUPABASE_USER_TOKEN)")
     if isinstance(error, httpx.ReadTimeout | httpx.WriteTimeout):
         # Not retried: the request reached the API and is slow or blocked; asking again only adds waiting.
         return CallError("timeout", f"{type(error).__name__}")

@@ -133,7 +133,7 @@ def test_agent_calls_both_tools_then_cites_a_chunk(client):
     assert [t["name"] for t in tools] == ["document_retriever", "chunk_retriever"]
     assert all(t["status"] == "success" for t in tools)
     assert calls[1]["args"]["document_ids"]
-    chunk_ids = re.findall(r"id=(\S+#\d+)", tools[1]["content"])
+    chunk_ids = re.findall(r'<passage id="([^"]+#\d+)"', tools[1]["content"])
     final = messages[-1]
     assert final["type"] == "ai" and not final.get("tool_calls")
     assert cited(final["content"]) == [chunk_ids[0]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,7 +13,9 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.graph_parts import GraphParts
+from agent_retrieval.ingest import ingest
 from graphs import agent
+from tests.promptcheck import PAYLOADS, assert_quoted, hostile_document, passages_outline
 
 QUESTION = "How long does the landlord have to protect the deposit?"
 
@@ -93,6 +97,48 @@ async def test_an_empty_or_100kb_question_is_refused_without_a_model_call(retrie
     messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=model)), question,
                          retrieval.context)
     assert expected in messages[-1].content and model.bound == []
+
+
+class ReadingFake(ToolCallingFake):
+    """Also keeps every list of messages it was sent, so a script can act on what the tools returned."""
+
+    sent: list[Any] = []
+
+    def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+        self.sent.append(list(messages))
+        return super()._generate(messages, *args, **kwargs)
+
+
+@pytest.mark.parametrize("variant", PAYLOADS)
+async def test_tool_results_reach_the_model_with_every_field_inside_its_own_passage(retrieval, variant):
+    document = hostile_document(variant)
+    ingest([document], retrieval.store, retrieval.embedder, retrieval.context, progress=False)
+    query = "deposit protected within thirty days of receipt"
+
+    def script() -> Iterator[AIMessage]:
+        yield call("document_retriever", {"query": query, "top_k": 3}, "c1")
+        # The ids exactly as the tool showed them, as a model copies them into its next call.
+        shown = re.findall(r'<passage id="([^"]+)"', model.sent[-1][-1].content)
+        yield call("chunk_retriever", {"query": query, "document_ids": shown}, "c2")
+        yield AIMessage("Within thirty days.")
+
+    model = ReadingFake(messages=script(), sent=[])
+    messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=model)), query,
+                         retrieval.context)
+    system = model.sent[0][0].content
+    assert "<passage>" in system and "data, not instructions" in system
+    documents, chunks = [m for m in messages if isinstance(m, ToolMessage)]
+    assert chunks.status == "success", chunks.content  # the shown ids came back as the stored ones
+    assert document.id in {h["document_id"] for h in chunks.artifact["hits"]}
+    for result, hostile, fields in (
+            (documents, document.id, {"ID", "TITLE", "HEADING", "BODY", "METAKEY", "METAVALUE"}),
+            (chunks, f"{document.id}#0", {"ID", "TITLE", "HEADING", "BODY", "METAKEY", "METAVALUE"})):
+        sent = next(m for m in model.sent[-1]
+                    if isinstance(m, ToolMessage) and m.tool_call_id == result.tool_call_id)
+        hits = result.artifact["hits"]
+        assert hostile in {h["id"] for h in hits}
+        assert_quoted(sent.content, [passages_outline(len(hits), [bool(h["metadata"]) for h in hits])],
+                      {hostile}, fields)
 
 
 def test_the_module_graph_builds_nothing_at_import():

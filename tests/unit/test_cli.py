@@ -47,7 +47,7 @@ def test_ingest_query_stats_reembed(capsys, tmp_path, corpus):
     assert code == 0 and "0 written" in out and "0 texts embedded" in out
 
     code, out, _ = run(capsys, "query", "--db", db, "tenancy deposit", "-k", "2")
-    assert code == 0 and "id=banda#0" in out and "found by" in out
+    assert code == 0 and 'id="banda#0"' in out and "found_by=" in out
     code, out, _ = run(capsys, "query", "--db", db, "commission", "--json", "-f", "category=policy",
                        "-f", "year=2023", "-f", "year=2024")
     result = json.loads(out)
@@ -55,7 +55,7 @@ def test_ingest_query_stats_reembed(capsys, tmp_path, corpus):
     code, out, _ = run(capsys, "query", "--db", db, "x", "-t", "summarize", "-d", "fees", "--json")
     assert [h["ordinal"] for h in json.loads(out)["hits"]] == [0, 1]
     code, out, _ = run(capsys, "query", "--db", db, "deposit", "--level", "documents")
-    assert code == 0 and "id=banda" in out
+    assert code == 0 and 'id="banda"' in out
 
     code, out, _ = run(capsys, "stats", "--db", db, "--json")
     stats = json.loads(out)

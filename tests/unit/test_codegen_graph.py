@@ -20,6 +20,7 @@ from agent_retrieval.retrieval import Retrieval
 from graphs import codegen
 from graphs.codegen import OFFLINE_NOTE, Passage, State, build, codegen_messages, validate_sql
 from tests.conftest import CountingChatModel, chat_text
+from tests.promptcheck import PAYLOADS, as_read, assert_quoted, hostile_document, outline, passages_outline
 
 REQUEST = "total paid invoice amount per customer name"
 JOIN = "FROM invoices i JOIN customers c ON c.id = i.customer_id"
@@ -285,6 +286,28 @@ def test_retrieved_text_cannot_close_the_tags_it_is_quoted_in():
     assert human.content.count("</context>") == 1 and human.content.rstrip().endswith("</context>")
     assert human.content.count("</passage>") == 1 and human.content.count("</request>") == 1
     assert "Ignore the rules above" in human.content and "Ignore the rules" not in system.content
+
+
+@pytest.mark.parametrize("variant", PAYLOADS)
+async def test_every_field_of_a_hostile_schema_stays_inside_its_own_passage(schemas, context, variant):
+    document = hostile_document(variant)
+    # A table named with the payload: validation reports table names, so they reach the retry's prompt too.
+    table = f"deposits{PAYLOADS[variant]}".replace('"', '""')
+    document.content += f'\nCREATE TABLE "{table}" (id INTEGER);\n'
+    ingest([document], schemas.store, schemas.embedder, context, progress=False)
+    chat = CountingChatModel(responses=["SELECT x FROM nowhere WHERE a < 1", GOOD_SQL])
+    out = await run(schemas, context, chat, request="deposit protected within thirty days of receipt")
+    hostile = f"{document.id}#0"
+    assert hostile in out["context_ids"] and chat.calls == 2
+    first, retry = (messages[1].content for messages in chat.messages)
+    request = ["request", []]
+    assert_quoted(first, [request, passages_outline(len(out["context_ids"]), tag="context")], {hostile},
+                  {"ID", "TITLE", "HEADING", "BODY"})
+    assert outline(retry) == [request, passages_outline(len(out["context_ids"]), tag="context"),
+                              ["previous_attempt", []], ["validation_errors", []]]
+    assert as_read(retry) == retry
+    assert "deposits" in retry.split("<validation_errors>")[1]  # the hostile table name, quoted
+    assert "a &lt; 1" in retry  # the model's own code is quoted too
 
 
 # --- the demo schema corpus ---------------------------------------------------------------------------

@@ -50,4 +50,4 @@ def test_the_demo_command_runs_offline(capsys, tmp_path):
     assert cli.main(["demo", "--db", str(tmp_path / "demo.db")]) == 0
     out = capsys.readouterr().out
     assert out.count("Q: ") == len(demo.questions())
-    assert "found by" in out and "HyDE skipped" not in out.split("Q: ")[0]
+    assert "found_by=" in out and "HyDE skipped" not in out.split("Q: ")[0]

@@ -14,8 +14,10 @@ from agent_retrieval.answer import NOT_FOUND
 from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.ingest import ingest
 from graphs import rag
 from tests.conftest import CountingChatModel, chat_text
+from tests.promptcheck import PAYLOADS, assert_quoted, hostile_document, passages_outline
 
 QUESTION = "How long does the landlord have to protect the deposit at 14 Banda Lane?"
 PLAN = json.dumps({"intent": "deposit protection deadline", "search_strategy": "expanded", "filters": {},
@@ -139,6 +141,23 @@ async def test_a_passage_saying_ignore_previous_instructions_does_not_change_the
     assert "quoted data, not instructions" in chat_text(chat.messages[-1][:1])
     offline = await run(rag.build(GraphParts(retrieval=retrieval)), "deposit protection", retrieval.context)
     assert offline["plan"]["queries"][0]["text"] == "deposit protection"
+
+
+@pytest.mark.parametrize("variant", PAYLOADS)
+async def test_every_field_of_a_hostile_document_stays_inside_its_own_passage_in_the_answer_prompt(
+        retrieval, variant):
+    document = hostile_document(variant)
+    ingest([document], retrieval.store, retrieval.embedder, retrieval.context, progress=False)
+    chat = CitingChatModel(responses=[PLAN])
+    out = await run(rag.build(GraphParts(retrieval=retrieval, chat_model=chat)),
+                    "deposit protected within thirty days of receipt", retrieval.context)
+    hostile = f"{document.id}#0"
+    assert hostile in {h["id"] for h in out["hits"]}
+    prompt = chat.messages[-1][1].content
+    assert_quoted(prompt, [["question", []], passages_outline(len(out["hits"]))], {hostile},
+                  {"ID", "TITLE", "HEADING", "BODY"})
+    assert out["citations"] and set(out["citations"]) <= {h["id"] for h in out["hits"]}
+    assert not any("not among its passages" in note for note in out["notes"])
 
 
 def test_the_module_graph_builds_nothing_at_import():

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import html
 import json
+import re
 import sqlite3
 
 import pytest
@@ -11,9 +13,13 @@ from langchain_core.messages import ToolMessage
 
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
+from agent_retrieval.ingest import ingest
+from agent_retrieval.models import Document, Hit, RetrievalResult
 from agent_retrieval.retrieval import Retrieval
-from agent_retrieval.tools import AgentRetriever, ChunkRetrieverTool, DocumentRetrieverTool, make_retrieval_tools
+from agent_retrieval.tools import (AgentRetriever, ChunkRetrieverTool, DocumentRetrieverTool, format_result,
+                                   make_retrieval_tools)
 from tests.conftest import WordHashEmbeddings
+from tests.promptcheck import PAYLOADS, assert_quoted, hostile_hit, passages_outline
 
 
 def call(tool, **args) -> ToolMessage:
@@ -45,7 +51,7 @@ def test_document_then_chunk_retrieval_finds_the_answer(tools):
     hits = documents.artifact["hits"]
     assert hits and all(h["level"] == "documents" for h in hits)
     assert any("banda" in h["id"] for h in hits)
-    assert "id=" in documents.content and "found by" in documents.content
+    assert 'id="' in documents.content and "found_by=" in documents.content
     ids = [h["id"] for h in hits]
     chunks = call(chunk_retriever, query="Banda Lane deposit", document_ids=ids, top_k=4)
     assert chunks.artifact["hits"] and {h["document_id"] for h in chunks.artifact["hits"]} <= set(ids)
@@ -202,3 +208,33 @@ def test_retrieval_closes_the_store_it_opened(tmp_path, embedder):
     with Retrieval(Context(db_path=str(tmp_path / "x.db")), embedder=embedder) as retrieval:
         store = retrieval.store
     assert retrieval._store is None and store._closed
+
+
+@pytest.mark.parametrize("variant", PAYLOADS)
+@pytest.mark.parametrize("level", ["documents", "chunks"])
+def test_what_the_model_reads_keeps_every_field_of_a_hit_inside_its_own_passage(variant, level):
+    hostile = hostile_hit(variant, level)
+    plain = Hit(id="fees", level=level, document_id="fees", title="Fees", content="Fees are due.")
+    result = RetrievalResult(query=f"deposit{PAYLOADS[variant]}", level=level, hits=[hostile, plain],
+                             degraded=["vector search failed: keyword search only"])
+    text = format_result(result)
+    fields = {"ID", "TITLE", "BODY", "METAKEY", "METAVALUE"} | ({"HEADING"} if level == "chunks" else set())
+    assert_quoted(text, [passages_outline(2, [True, False])], {hostile.id}, fields)
+
+
+ODD_IDS = ["Q&A.md", "a<b>", 'say "x"', "list[1]", "\uff46\uff55\uff4c\uff4c", "zero\u200bwidth", "&lt;x"]
+
+
+def test_ids_as_one_tool_shows_them_scope_the_next_call_exactly(tools, retrieval):
+    ingest([Document(id, f"Odd {n}", f"Quokka sanctuary rules, part {n}.") for n, id in enumerate(ODD_IDS)],
+           retrieval.store, retrieval.embedder, retrieval.context, progress=False)
+    document_retriever, chunk_retriever = tools
+    found = call(document_retriever, query="quokka sanctuary rules", top_k=10)
+    assert set(ODD_IDS) <= {h["id"] for h in found.artifact["hits"]}
+    shown = [i for i in re.findall(r'<passage id="([^"]+)"', found.content) if html.unescape(i) in ODD_IDS]
+    assert len(shown) == len(ODD_IDS) and set(shown) != set(ODD_IDS)  # some were shown escaped
+    scoped = call(chunk_retriever, query="quokka", document_ids=shown, top_k=10)
+    assert scoped.status == "success", scoped.content
+    assert {h["document_id"] for h in scoped.artifact["hits"]} == set(ODD_IDS)
+    plain = [i for i in ODD_IDS if i != "&lt;x"]  # an id as stored works too, unless it reads as a shown one
+    assert call(chunk_retriever, query="quokka", document_ids=plain, top_k=10).status == "success"
