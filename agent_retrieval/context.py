@@ -290,7 +290,8 @@ def _check(f: Any, value: Any, kind: Any) -> Any:
     if bounds and not bounds[0] <= value <= bounds[1]:
         raise ConfigError(f"{name} must be between {bounds[0]:g} and {bounds[1]:g} (got {value!r})")
     if kind is str:
-        value = check_secret(name, value) if secret else _check_text(name, value)
+        # Keys and tokens travel in HTTP headers; the DSN (and its password) only to the database.
+        value = check_secret(name, value, header=name != "postgres_dsn") if secret else _check_text(name, value)
         if f.metadata.get("url") and value and not value.startswith(("http://", "https://")):
             raise ConfigError(f"{name} must be an http:// or https:// URL (got {value[:60]!r})")
     return value

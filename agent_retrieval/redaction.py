@@ -35,12 +35,13 @@ def protect(*values: str) -> None:
             _installed = True
 
 
-def check_secret(name: str, value: str) -> str:
+def check_secret(name: str, value: str, *, header: bool = True) -> str:
     """A configured key, token or password with surrounding whitespace removed (a value read from a file
-    often ends in a newline), refused when it still holds a character no HTTP header may carry. The error
-    names the setting, never the value."""
+    often ends in a newline), refused when it still holds a character no HTTP header may carry (any
+    control character, for a password that travels in no header). The error names the setting, never
+    the value."""
     value = value.strip()
-    bad = next((c for c in value if not " " <= c <= "~"), None)
+    bad = next((c for c in value if not (" " <= c <= "~" if header else c.isprintable())), None)
     if bad is not None:
         raise ConfigError(f"{name} holds a character no key or token contains (U+{ord(bad):04X}); copy the "
                           "value again, without line breaks")

@@ -49,7 +49,7 @@ class PostgresStore(RPCStore):
             raise ConfigError("the Postgres DSN is not valid: expected e.g. "
                               "postgresql://user:password@host:5432/dbname") from None
         if password := self._conninfo.get("password"):
-            checked = check_secret("the password in the Postgres DSN (AGENT_RETRIEVAL_DSN)", password)
+            checked = check_secret("the password in the Postgres DSN (AGENT_RETRIEVAL_DSN)", password, header=False)
             if checked != password:
                 dsn = psycopg.conninfo.make_conninfo(dsn, password=checked)
                 self._conninfo["password"] = checked
