@@ -47,6 +47,7 @@ NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 # Every row's FTS entry also holds this token, in a column of its own: "(rare) AND (common OR EVERY_ROW)"
 # then matches the rows holding a rare term and scores them with every term (see keyword_search).
 EVERY_ROW = "zzagentretrievaleveryrow"
+IDF_CACHE_TERMS = 50_000  # words whose document frequency is kept per level until the next write
 
 
 def _every_row_column(level: str, heading: str) -> list[str]:
@@ -510,15 +511,19 @@ class SQLiteStore(Store):
             rows = conn.execute(f"SELECT count(*) FROM {_TABLE[level]}").fetchone()[0]
             cache = self._frequencies[level] = (generation, rows, {})
         _, rows, frequencies = cache
-        if len(frequencies) > 50_000:  # a long-lived reader sees many words between writes
+        if len(frequencies) > IDF_CACHE_TERMS:
             frequencies.clear()
+        # Other threads share the cache and may empty it at any moment: this call's counts are kept in its
+        # own dict, and the shared one is only ever asked with get() and added to.
+        counts: dict[str, int] = {}
         for term in terms:
-            if term not in frequencies:
-                frequencies[term] = conn.execute(f"SELECT count(*) FROM {level}_fts WHERE {level}_fts MATCH ?",
-                                                 (_fts_any([term]),)).fetchone()[0]
+            count = frequencies.get(term)
+            if count is None:
+                sql = f"SELECT count(*) FROM {level}_fts WHERE {level}_fts MATCH ?"
+                count = frequencies[term] = conn.execute(sql, (_fts_any([term]),)).fetchone()[0]
+            counts[term] = count
         # As FTS5: idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6, for a term in n of N rows.
-        return {t: max(1e-6, math.log((rows - frequencies[t] + 0.5) / (frequencies[t] + 0.5)))
-                if frequencies[t] else 0.0 for t in terms}
+        return {t: max(1e-6, math.log((rows - n + 0.5) / (n + 0.5))) if n else 0.0 for t, n in counts.items()}
 
     def _hits(self, conn: sqlite3.Connection, level: Level, scores: dict[int, float], score_field: str) -> list[Hit]:
         """The rows of `scores` (rowid -> score) as hits in that order, the score in `score_field`."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import threading
 
 import numpy as np
 import pytest
 
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore
+from agent_retrieval.stores import sqlite as sqlite_store
 from agent_retrieval.stores.base import keyword_terms
 from agent_retrieval.stores.sqlite import MIGRATIONS
 
@@ -107,3 +109,31 @@ def test_the_embedded_store_switches_to_a_model_of_another_dimension_after_reemb
     store.set_embedding_model("new/model", 2)
     assert store.embedding_model() == ("new/model", 2)
     assert [h.id for h in store.vector_search("documents", np.ones(2, dtype=np.float32) / np.sqrt(2), 5)] == ["a"]
+
+
+def test_concurrent_keyword_searches_survive_the_idf_cache_being_emptied(tmp_path, monkeypatch):
+    """A long-lived server's cache passes its limit and is emptied while other threads still read it; a tiny
+    limit makes that happen every few calls instead of once per 50,000 words."""
+    monkeypatch.setattr(sqlite_store, "IDF_CACHE_TERMS", 4)
+    store = SQLiteStore(tmp_path / "idf.db")
+    store.upsert(*zipf_corpus(300), "test/none")
+    rng = random.Random(5)
+    queries = [" ".join(f"w{rng.randint(0, 399)}x" for _ in range(6)) for _ in range(150)]
+    want = {q: [h.id for h in store.keyword_search("chunks", q, 5)] for q in queries}
+    got: dict[int, list[list[str]]] = {}
+    failures: list[BaseException] = []
+
+    def search(worker: int) -> None:
+        try:
+            got[worker] = [[h.id for h in store.keyword_search("chunks", q, 5)] for q in queries]
+        except BaseException as error:  # noqa: BLE001 - the assertion below shows what it was
+            failures.append(error)
+
+    threads = [threading.Thread(target=search, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert all(results == [want[q] for q in queries] for results in got.values())
+
