@@ -536,13 +536,16 @@ class SQLiteStore(Store):
 
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
         document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
-        order = {doc_id: i for i, doc_id in enumerate(document_ids)}
-        marks = ",".join("?" * len(order))
+        rows: list[Any] = []
         with self._read() as conn:
-            rows = conn.execute(f"""SELECT {_COLUMNS['chunks']} FROM {_FROM['chunks']}
-                WHERE d.document_id IN ({marks}) ORDER BY d.document_id, d.ordinal""", list(order)).fetchall()
-        rows.sort(key=lambda r: (order[r[2]], r[6]))
-        return [_hit("chunks", r) for r in rows[:limit]]
+            # One document at a time, in the caller's order, each read along the (document_id, ordinal) index
+            # and stopped at what is still wanted: a 100K-chunk document costs no more than `limit` rows.
+            for doc_id in document_ids:
+                if len(rows) == limit:
+                    break
+                rows += conn.execute(f"""SELECT {_COLUMNS['chunks']} FROM {_FROM['chunks']}
+                    WHERE d.document_id = ? ORDER BY d.ordinal LIMIT ?""", (doc_id, limit - len(rows)))
+        return [_hit("chunks", r) for r in rows]
 
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
         ids = check_ids(ids, "ids")

@@ -137,3 +137,34 @@ def test_concurrent_keyword_searches_survive_the_idf_cache_being_emptied(tmp_pat
     assert failures == []
     assert all(results == [want[q] for q in queries] for results in got.values())
 
+
+def test_summarize_reads_only_the_chunks_it_returns(tmp_path):
+    """Counted in SQLite's virtual-machine steps (a progress handler called on each): returning the first 11
+    chunks of a 5,000-chunk document takes no more steps than returning all 11 of an 11-chunk one."""
+    store = SQLiteStore(tmp_path / "long.db")
+    docs = [Document(name, name.title(), "text", content_hash=name) for name in ("long", "short")]
+    chunks = [Chunk(f"{doc}#{i}", doc, i, f"part {i} of {doc}", doc.title(), text_hash=f"{doc}{i}")
+              for doc, count in (("long", 5000), ("short", 11)) for i in range(count)]
+    store.upsert(docs, chunks, "test/none")
+
+    def summarize(ids: list[str], limit: int) -> tuple[list[str], int]:
+        steps = 0
+
+        def count() -> int:
+            nonlocal steps
+            steps += 1
+            return 0  # go on
+
+        conn = store._conn()
+        conn.set_progress_handler(count, 1)
+        try:
+            return [h.id for h in store.document_chunks(ids, limit)], steps
+        finally:
+            conn.set_progress_handler(None, 1)
+
+    long_ids, long_steps = summarize(["long"], 11)
+    short_ids, short_steps = summarize(["short"], 11)
+    assert long_ids == [f"long#{i}" for i in range(11)] and short_ids == [f"short#{i}" for i in range(11)]
+    assert long_steps <= 2 * short_steps
+    both, _ = summarize(["short", "ghost", "long"], 14)  # the caller's order, then reading order, `limit` in all
+    assert both == [f"short#{i}" for i in range(11)] + ["long#0", "long#1", "long#2"]
