@@ -105,6 +105,21 @@ async def test_bad_items_are_reported_one_line_each_and_good_ones_still_ingested
     assert store.store.unknown_documents(stored) == [] and store.store.stats().documents == 3
 
 
+async def test_text_that_is_not_unicode_is_an_error_line_and_the_rest_is_ingested(graph, store, context):
+    """A lone surrogate (what a JSON "\\ud800" escape decodes to) in a pasted title, text or id is named per
+    document; it was a UnicodeEncodeError that stopped the whole run."""
+    out = await graph.ainvoke({"documents": [
+        {"title": "Fees \ud800", "content": "text"}, {"title": "T", "content": "text \udfff"},
+        {"title": "T", "content": "text", "id": "x\udc80"}, FEES]}, context=context)
+    assert out["errors"] == [
+        "documents[0]: title: must be valid Unicode text: it holds a lone surrogate ('\\ud800' at position 5)",
+        "documents[1]: content: must be valid Unicode text: it holds a lone surrogate ('\\udfff' at position 5)",
+        "documents[2]: id: must be valid Unicode text: it holds a lone surrogate ('\\udc80' at position 1)",
+    ]
+    assert out["report"]["written"] == 1 and search(store, "Zephyrine letting fee")[0] == title_document_id(
+        "Letting fees")
+
+
 async def test_a_folder_without_supported_files_is_an_error_not_silence(graph, context, tmp_path):
     (tmp_path / "only.csv").write_text("a,b\n")
     out = await graph.ainvoke({"paths": [str(tmp_path)]}, context=context)
