@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -25,7 +26,7 @@ from tqdm import tqdm  # text bars: tqdm.auto warns in notebooks without ipywidg
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import EmbeddingError, EmbeddingModelMismatch, InvalidRequest, StoreError
-from agent_retrieval.models import Chunk, Document, Level
+from agent_retrieval.models import MAX_NESTING, Chunk, Document, Level, is_unicode, nesting_depth
 from agent_retrieval.stores.base import Store
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,11 @@ log = logging.getLogger(__name__)
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".jsonl", ".pdf")
 DOCUMENT_LEAD_CHARS = 1000  # a document is embedded by its title and opening; chunks carry the rest
 DOCUMENTS_PER_BATCH = 32
+MAX_METADATA_CHARS = 20_000  # of a document's metadata as JSON: every one of its chunks stores a copy
 _HEADINGS = [("#", "h1"), ("##", "h2"), ("###", "h3")]
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # in JSON text; usually half of a valid pair
+_LONE_SURROGATE = ("a lone surrogate (an unpaired \\ud800 to \\udfff escape), which is not text; fix or remove "
+                   "that escape")
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -74,24 +79,67 @@ def load_file(path: Path, doc_id: str) -> list[Document]:
     if suffix in (".md", ".markdown"):
         metadata, text = _front_matter(path, text)
     elif suffix in (".html", ".htm"):
-        title, text = _html_to_markdown(text)
+        title, text = _html_to_markdown(path, text)
         metadata = {"title": title} if title else {}
     title = str(metadata.pop("title", "") or _first_heading(text) or _name_as_title(path))
     doc_id = str(metadata.pop("id", doc_id))
     return [Document(id=doc_id, title=title, content=text.strip(), metadata=metadata, source=str(path))]
 
 
+class _Refused(yaml.MarkedYAMLError):
+    """Front matter that is valid YAML but is not read (the problem says why)."""
+
+
+class _FrontMatterLoader(yaml.SafeLoader):
+    """YAML's safe subset without what a hostile file abuses: anchors and aliases (an alias repeats a node,
+    so a few hundred bytes of aliases to aliases expand to gigabytes) and nesting past MAX_NESTING (the
+    composer recurses once per level)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _Refused(problem="uses a YAML anchor or alias (&name or *name); write each value out in full "
+                           "(aliases can expand a few bytes into gigabytes)", problem_mark=event.start_mark)
+        nests = isinstance(event, yaml.CollectionStartEvent)
+        if nests and self.depth == MAX_NESTING:
+            raise _Refused(problem=f"is nested more than {MAX_NESTING} levels deep; flatten it",
+                           problem_mark=event.start_mark)
+        self.depth += nests
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= nests
+
+
 def _front_matter(path: Path, text: str) -> tuple[dict[str, Any], str]:
     match = re.match(r"^---\s*\n(.*?)\n---\s*(?:\n|$)", text, re.DOTALL)
     if not match:
         return {}, text
+    yaml_text, first_line = match.group(1), text.count("\n", 0, match.start(1)) + 1
     try:
-        data = yaml.safe_load(match.group(1)) or {}
+        data = yaml.load(yaml_text, Loader=_FrontMatterLoader) or {}  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as error:
-        raise InvalidRequest(f"{path}: front matter is not valid YAML ({error.problem})") from None
+        mark, where = getattr(error, "problem_mark", None), str(path)
+        if mark is not None:
+            where = f"{path}:{first_line + mark.line}"
+        elif isinstance(error, yaml.reader.ReaderError):  # a character YAML refuses: it knows only the offset
+            lines_before = yaml_text.count("\n", 0, error.position)
+            where = f"{path}:{first_line + lines_before}"
+        if isinstance(error, _Refused):
+            raise InvalidRequest(f"{where}: front matter {error.problem}") from None
+        problem = getattr(error, "problem", None) or getattr(error, "reason", None) or type(error).__name__
+        raise InvalidRequest(f"{where}: front matter is not valid YAML ({problem})") from None
+    except ValueError as error:  # a date that does not exist; an integer of more digits than Python converts
+        raise InvalidRequest(f"{path}: front matter holds a value YAML cannot convert ({str(error)[:100]}); "
+                             "quote it to keep it as text") from None
     if not isinstance(data, dict):
         raise InvalidRequest(f"{path}: front matter must be a mapping of keys to values")
-    return {str(k): _plain(v) for k, v in data.items()}, text[match.end():]
+    metadata = {str(k): _plain(v) for k, v in data.items()}
+    return _checked_metadata(str(path), metadata), text[match.end():]
 
 
 def _plain(value: Any) -> Any:
@@ -105,6 +153,23 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def _checked_metadata(where: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """Metadata as a store keeps it: JSON (no NaN or infinity), valid Unicode, at most MAX_METADATA_CHARS.
+    Its depth is bounded where it is parsed."""
+    try:
+        text = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise InvalidRequest(f"{where}: metadata holds NaN or infinity, which JSON cannot store; quote the "
+                             "value or leave it out") from None
+    if not is_unicode(text):
+        raise InvalidRequest(f"{where}: metadata holds {_LONE_SURROGATE}")
+    if len(text) > MAX_METADATA_CHARS:
+        raise InvalidRequest(f"{where}: metadata is {len(text):,} characters of JSON, over the "
+                             f"{MAX_METADATA_CHARS:,} allowed (every chunk keeps a copy); keep metadata to short "
+                             "facts and put long text in the body")
+    return metadata
+
+
 def _name_as_title(path: Path) -> str:
     """The title of a file that names none: its name, words apart."""
     return path.stem.replace("-", " ").replace("_", " ")
@@ -116,16 +181,31 @@ def _first_heading(text: str) -> str | None:
 
 
 def jsonl_records(path: Path, error: type[InvalidRequest] = InvalidRequest) -> Iterator[tuple[str, Any]]:
-    """Each non-blank line's JSON value with its place ("file:line"); `error` names the line that is not JSON."""
-    with path.open(encoding="utf-8") as lines:
+    """Each non-blank line's JSON value with its place ("file:line"). `error` names the line that is not
+    UTF-8, not JSON, nested past MAX_NESTING or holds a lone surrogate."""
+    # Undecodable bytes are kept as lone surrogates, so the line holding them can be named.
+    with path.open(encoding="utf-8", errors="surrogateescape") as lines:
         for number, line in enumerate(lines, start=1):
+            where = f"{path}:{number}"
             if not line.strip():
                 continue
+            if not is_unicode(line):
+                raise error(f"{where}: not UTF-8 text")
             try:
                 record = json.loads(line)
+                too_deep = nesting_depth(record) > MAX_NESTING
+            except RecursionError:  # nested thousands deep: json gives up before we could count
+                too_deep = True
             except json.JSONDecodeError as problem:
-                raise error(f"{path}:{number}: not valid JSON ({problem.msg})") from None
-            yield f"{path}:{number}", record
+                raise error(f"{where}: not valid JSON ({problem.msg})") from None
+            except ValueError:  # json reads every integer, and Python refuses to convert the longest
+                raise error(f"{where}: not valid JSON (a number of more than {sys.get_int_max_str_digits()} "
+                            "digits); quote it to keep it as text") from None
+            if too_deep:
+                raise error(f"{where}: nested more than {MAX_NESTING} levels deep; flatten the record")
+            if _SURROGATE_ESCAPE.search(line) and not is_unicode(json.dumps(record, ensure_ascii=False)):
+                raise error(f"{where}: holds {_LONE_SURROGATE}")
+            yield where, record
 
 
 def _load_jsonl(path: Path) -> Iterator[Document]:
@@ -140,7 +220,7 @@ def _load_jsonl(path: Path) -> Iterator[Document]:
         if not isinstance(metadata, dict):
             raise InvalidRequest(f"{where}: 'metadata' must be an object")
         yield Document(id=str(doc_id), title=str(record.get("title") or doc_id), content=text.strip(),
-                       metadata=_plain(metadata), source=where)
+                       metadata=_checked_metadata(where, metadata), source=where)
 
 
 def _load_pdf(path: Path, doc_id: str) -> Document:
@@ -203,10 +283,13 @@ class _HTMLText(HTMLParser):
             self.parts.append(re.sub(r"\s+", " ", data))
 
 
-def _html_to_markdown(html: str) -> tuple[str, str]:
+def _html_to_markdown(path: Path, html: str) -> tuple[str, str]:
     parser = _HTMLText()
-    parser.feed(html)
-    parser.close()
+    try:
+        parser.feed(html)
+        parser.close()
+    except AssertionError as error:  # html.parser's answer to a marked section it does not know, "<![x["
+        raise InvalidRequest(f"{path}: not readable HTML ({error})") from None
     text = re.sub(r"[ \t]*\n[ \t]*", "\n", "".join(parser.parts))
     return " ".join(parser.title.split()), re.sub(r"\n{3,}", "\n\n", text).strip()
 
