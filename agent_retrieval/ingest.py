@@ -9,15 +9,18 @@ chunks, in one transaction: a crash leaves whole documents or none.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
+import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 from langchain_text_splitters import MarkdownHeaderTextSplitter, RecursiveCharacterTextSplitter
@@ -43,38 +46,106 @@ _LONE_SURROGATE = ("a lone surrogate (an unpaired \\ud800 to \\udfff escape), wh
 
 # --- loading ------------------------------------------------------------------------------------
 
-def load_documents(paths: Iterable[str | Path]) -> Iterator[Document]:
+def load_documents(paths: Iterable[str | Path], *, skipped: list[str] | None = None) -> Iterator[Document]:
     """Documents from files and folders (searched recursively for the supported suffixes).
 
     Ids are the path relative to the folder given, without suffix ("policies/fees"); a file given
     directly is named by its stem; JSONL records carry their own ids.
+
+    A file that cannot be loaded (gone, unreadable, not a regular file, malformed, nested or sized past the
+    limits) raises InvalidRequest naming it, and the line where it has lines; given `skipped`, it becomes
+    one line there instead and the other files still load. A path given that names nothing or an
+    unsupported file is always raised: the caller named it.
     """
+
+    def refuse(problem: InvalidRequest) -> None:
+        if skipped is None:
+            raise problem
+        skipped.append(str(problem))
+
     for raw in paths:
         path = Path(raw).expanduser()
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES)
-            for file in files:
-                yield from load_file(file, file.relative_to(path).with_suffix("").as_posix())
+            for file in _folder_files(path, refuse):
+                yield from _load_or_refuse(file, file.relative_to(path).with_suffix("").as_posix(), refuse)
         elif path.is_file():
             if path.suffix.lower() not in SUPPORTED_SUFFIXES:
                 raise InvalidRequest(f"{path}: unsupported file type {path.suffix or '(none)'}; "
                                      f"supported: {', '.join(SUPPORTED_SUFFIXES)}")
-            yield from load_file(path, path.stem)
+            yield from _load_or_refuse(path, path.stem, refuse)
         else:
             raise InvalidRequest(f"{path}: no such file or folder")
 
 
+def _folder_files(folder: Path, refuse: Callable[[InvalidRequest], None]) -> list[Path]:
+    """The files under `folder` with a supported suffix, sorted; a subfolder that cannot be listed is refused.
+    Symlinked folders are not followed (a link to a parent would never end)."""
+    def unlistable(error: OSError) -> None:
+        refuse(InvalidRequest(f"{error.filename}: cannot be listed ({error.strerror}); check its permissions, "
+                              "then load it again"))
+
+    files: list[Path] = []
+    for where, folders, names in os.walk(folder, onerror=unlistable):
+        here = Path(where)
+        files += [here / name for name in names if Path(name).suffix.lower() in SUPPORTED_SUFFIXES]
+    return sorted(files)
+
+
+def _load_or_refuse(path: Path, doc_id: str, refuse: Callable[[InvalidRequest], None]) -> list[Document]:
+    try:
+        return load_file(path, doc_id)
+    except InvalidRequest as problem:
+        refuse(problem)
+        return []
+
+
+def _open(path: Path, *, binary: bool = False) -> IO[Any]:
+    """`path` opened for reading; as text, UTF-8 with each undecodable byte kept as a lone surrogate, so the
+    reader can name the line. Only a regular file is read (a pipe named notes.md would block the read
+    forever)."""
+    if binary:
+        file: IO[Any] = open(path, "rb", opener=_open_without_waiting)  # noqa: SIM115 - the caller closes it
+    else:
+        file = open(path, encoding="utf-8", errors="surrogateescape", opener=_open_without_waiting)  # noqa: SIM115
+    try:
+        opened = os.fstat(file.fileno())
+        if not stat.S_ISREG(opened.st_mode):
+            raise InvalidRequest(f"{path}: not a regular file (a pipe, socket or device); only files are loaded")
+    except BaseException:
+        file.close()
+        raise
+    return file
+
+
+def _open_without_waiting(name: str, flags: int) -> int:
+    # Opening a pipe for reading waits for a writer; non-blocking, it opens at once and fstat refuses it.
+    return os.open(name, flags | getattr(os, "O_NONBLOCK", 0))
+
+
+def _unreadable(path: Path, error: OSError) -> str:
+    """What to say about a file whose opening or reading failed."""
+    if isinstance(error, FileNotFoundError):
+        return (f"{path}: does not exist (deleted or moved while loading, or a symlink to nothing); nothing of it "
+                "was loaded")
+    reason = error.strerror or type(error).__name__
+    return f"{path}: cannot be read ({reason}); check its permissions, then load it again"
+
+
 def load_file(path: Path, doc_id: str) -> list[Document]:
-    """The documents in one file."""
+    """The documents in one file; any problem with it is an InvalidRequest naming it (see load_documents)."""
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return list(_load_jsonl(path))
-    if suffix == ".pdf":
-        return [_load_pdf(path, doc_id)]
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InvalidRequest(f"{path}: not UTF-8 text") from None
+        with _open(path, binary=suffix == ".pdf") as file:
+            data = file.read()
+    except OSError as error:
+        raise InvalidRequest(_unreadable(path, error)) from None
+    if isinstance(data, bytes):
+        return [_load_pdf(path, doc_id, data)]
+    if not is_unicode(data):
+        raise InvalidRequest(f"{path}: not UTF-8 text")
+    text: str = data
     metadata: dict[str, Any] = {}
     if suffix in (".md", ".markdown"):
         metadata, text = _front_matter(path, text)
@@ -181,31 +252,33 @@ def _first_heading(text: str) -> str | None:
 
 
 def jsonl_records(path: Path, error: type[InvalidRequest] = InvalidRequest) -> Iterator[tuple[str, Any]]:
-    """Each non-blank line's JSON value with its place ("file:line"). `error` names the line that is not
-    UTF-8, not JSON, nested past MAX_NESTING or holds a lone surrogate."""
-    # Undecodable bytes are kept as lone surrogates, so the line holding them can be named.
-    with path.open(encoding="utf-8", errors="surrogateescape") as lines:
-        for number, line in enumerate(lines, start=1):
-            where = f"{path}:{number}"
-            if not line.strip():
-                continue
-            if not is_unicode(line):
-                raise error(f"{where}: not UTF-8 text")
-            try:
-                record = json.loads(line)
-                too_deep = nesting_depth(record) > MAX_NESTING
-            except RecursionError:  # nested thousands deep: json gives up before we could count
-                too_deep = True
-            except json.JSONDecodeError as problem:
-                raise error(f"{where}: not valid JSON ({problem.msg})") from None
-            except ValueError:  # json reads every integer, and Python refuses to convert the longest
-                raise error(f"{where}: not valid JSON (a number of more than {sys.get_int_max_str_digits()} "
-                            "digits); quote it to keep it as text") from None
-            if too_deep:
-                raise error(f"{where}: nested more than {MAX_NESTING} levels deep; flatten the record")
-            if _SURROGATE_ESCAPE.search(line) and not is_unicode(json.dumps(record, ensure_ascii=False)):
-                raise error(f"{where}: holds {_LONE_SURROGATE}")
-            yield where, record
+    """Each non-blank line's JSON value with its place ("file:line"). `error` names the file that cannot be
+    read, or the line that is not UTF-8, not JSON, nested past MAX_NESTING or holds a lone surrogate."""
+    try:
+        with _open(path) as lines:
+            for number, line in enumerate(lines, start=1):
+                where = f"{path}:{number}"
+                if not line.strip():
+                    continue
+                if not is_unicode(line):  # the reader kept undecodable bytes as lone surrogates
+                    raise error(f"{where}: not UTF-8 text")
+                try:
+                    record = json.loads(line)
+                    too_deep = nesting_depth(record) > MAX_NESTING
+                except RecursionError:  # nested thousands deep: json gives up before we could count
+                    too_deep = True
+                except json.JSONDecodeError as problem:
+                    raise error(f"{where}: not valid JSON ({problem.msg})") from None
+                except ValueError:  # json reads every integer, and Python refuses to convert the longest
+                    raise error(f"{where}: not valid JSON (a number of more than {sys.get_int_max_str_digits()} "
+                                "digits); quote it to keep it as text") from None
+                if too_deep:
+                    raise error(f"{where}: nested more than {MAX_NESTING} levels deep; flatten the record")
+                if _SURROGATE_ESCAPE.search(line) and not is_unicode(json.dumps(record, ensure_ascii=False)):
+                    raise error(f"{where}: holds {_LONE_SURROGATE}")
+                yield where, record
+    except OSError as problem:
+        raise error(_unreadable(path, problem)) from None
 
 
 def _load_jsonl(path: Path) -> Iterator[Document]:
@@ -223,7 +296,7 @@ def _load_jsonl(path: Path) -> Iterator[Document]:
                        metadata=_checked_metadata(where, metadata), source=where)
 
 
-def _load_pdf(path: Path, doc_id: str) -> Document:
+def _load_pdf(path: Path, doc_id: str, data: bytes) -> Document:
     """A PDF's text layer, page after page (scanned pages without text yield nothing: no OCR here)."""
     try:
         from pypdf import PdfReader
@@ -232,7 +305,7 @@ def _load_pdf(path: Path, doc_id: str) -> Document:
         raise InvalidRequest(f"{path}: reading PDF needs the 'pdf' extra: pip install 'agent-retrieval[pdf]'") \
             from None
     try:
-        reader = PdfReader(path)
+        reader = PdfReader(io.BytesIO(data))
         pages = [(page.extract_text() or "").strip() for page in reader.pages]
         title = str((reader.metadata or {}).get("/Title") or "").strip()
     except (PdfReadError, ValueError, OSError) as error:

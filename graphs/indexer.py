@@ -67,9 +67,12 @@ async def collect_documents(state: State) -> dict[str, Any]:
     for number, raw in enumerate(paths):
         try:
             # Reading files (and parsing PDFs) blocks: a worker thread keeps the event loop free.
-            documents += await asyncio.to_thread(_load_path, raw)
+            found, skipped = await asyncio.to_thread(_load_path, raw)
         except AgentRetrievalError as error:
             errors.append(f"paths[{number}]: {error}")
+            continue
+        documents += found
+        errors += [f"paths[{number}]: {problem}" for problem in skipped]
     if not items and not paths:
         errors.append('Nothing to index: give "documents" (a list of {"title", "content"} objects) and/or '
                       '"paths" (a list of files or folders to load).')
@@ -104,14 +107,16 @@ def _pasted_documents(items: list[Any], errors: list[str]) -> list[Document]:
     return documents
 
 
-def _load_path(raw: Any) -> list[Document]:
+def _load_path(raw: Any) -> tuple[list[Document], list[str]]:
+    """The documents of one path, and a line for each file under it that could not be loaded."""
     if not isinstance(raw, str) or not raw.strip():
         # An empty path would mean the server's working directory: never load that by accident.
         raise InvalidRequest(f"must be a file or folder path (got {raw!r})")
-    documents = list(load_documents([raw.strip()]))
-    if not documents:
+    skipped: list[str] = []
+    documents = list(load_documents([raw.strip()], skipped=skipped))
+    if not documents and not skipped:
         raise InvalidRequest(f"{raw}: no documents found (supported: {', '.join(SUPPORTED_SUFFIXES)})")
-    return documents
+    return documents, skipped
 
 
 def _ingest(documents: list[Document], retrieval: Retrieval) -> tuple[IngestReport, list[str]]:

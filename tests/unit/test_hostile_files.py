@@ -1,8 +1,18 @@
-"""Files as an untrusted author leaves them: each problem is an error naming the file (and line)."""
+"""Files as an untrusted author (or a racing process) leaves them: each problem is an error naming the file
+(and line), and with a `skipped` list a folder loads the rest and says which files it skipped and why.
+
+The race is real: a file is deleted between the folder's listing and its reading (load_documents is a
+generator, so the test acts between two documents). Unreadable files are real too: root reads 0000 files
+anyway, so that test runs in a process without CAP_DAC_OVERRIDE.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +20,8 @@ import pytest
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.ingest import MAX_METADATA_CHARS, load_documents
 from agent_retrieval.models import MAX_NESTING
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def billion_laughs(levels: int) -> str:
@@ -123,3 +135,81 @@ def test_windows_line_ends_read_as_before(tmp_path):
     md, a, b = load_documents([tmp_path / "crlf.md", tmp_path / "crlf.jsonl"])
     assert (md.title, md.metadata, md.content) == ("Fees", {"year": 2024}, "# Fees\n\nSix per cent.")
     assert (a.content, b.source) == ("one", f"{tmp_path / 'crlf.jsonl'}:2")
+
+
+# --- files that vanish or cannot be read -------------------------------------------------------------
+
+def three_notes(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("a", "b", "c"):
+        (folder / f"{name}.md").write_text(f"# Note {name}\n\nText of {name}.\n", encoding="utf-8")
+    return folder
+
+
+def test_a_file_deleted_between_listing_and_reading_is_skipped_by_name_and_the_rest_load(tmp_path):
+    folder = three_notes(tmp_path / "notes")
+    skipped: list[str] = []
+    documents = load_documents([folder], skipped=skipped)
+    first = next(documents)  # the folder is listed, a.md read
+    (folder / "b.md").unlink()
+    assert [first.id, *(d.id for d in documents)] == ["a", "c"]
+    assert skipped == [f"{folder / 'b.md'}: does not exist (deleted or moved while loading, or a symlink to "
+                       "nothing); nothing of it was loaded"]
+
+
+def test_without_a_skipped_list_the_first_bad_file_is_the_error(tmp_path):
+    folder = three_notes(tmp_path / "notes")
+    documents = load_documents([folder])
+    next(documents)
+    (folder / "b.md").unlink()
+    with pytest.raises(InvalidRequest, match=r"b\.md: does not exist"):
+        next(documents)
+
+
+def test_a_folder_ingest_skips_each_bad_file_with_its_reason(tmp_path):
+    folder = three_notes(tmp_path / "notes")
+    (folder / "laughs.md").write_text(billion_laughs(9), encoding="utf-8")
+    (folder / "sub").mkdir()
+    (folder / "sub" / "deep.jsonl").write_text('{"id": "x", "text": ' + "[" * 3000 + "]" * 3000 + "}\n")
+    os.mkfifo(folder / "pipe.md")  # a pipe is never opened for a read that would wait for a writer
+    (folder / "gone.md").symlink_to(folder / "nowhere.md")
+    skipped: list[str] = []
+    assert [d.id for d in load_documents([folder], skipped=skipped)] == ["a", "b", "c"]
+    assert [line.split(": ", 1)[0] for line in skipped] == [
+        str(folder / name) for name in ("gone.md", "laughs.md:2", "pipe.md", "sub/deep.jsonl:1")]
+    assert "not a regular file" in skipped[2] and "nested more than" in skipped[3]
+
+
+UNREADABLE_SCRIPT = """
+import json, sys
+from agent_retrieval.ingest import load_documents
+skipped = []
+ids = [d.id for d in load_documents([sys.argv[1]], skipped=skipped)]
+print(json.dumps({"ids": ids, "skipped": skipped}))
+"""
+
+
+def test_unreadable_files_and_folders_are_skipped_by_name_and_the_rest_load(tmp_path):
+    folder = three_notes(tmp_path / "notes")
+    three_notes(folder / "locked")
+    (folder / "b.md").chmod(0o000)
+    (folder / "locked").chmod(0o000)
+    command = [sys.executable, "-c", UNREADABLE_SCRIPT, str(folder)]
+    if os.geteuid() == 0:  # root reads a 0000 file anyway; without CAP_DAC_OVERRIDE the mode binds it
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root needs setpriv to drop CAP_DAC_OVERRIDE")
+        caps = "-dac_override,-dac_read_search"
+        command = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", *command]
+    try:
+        done = subprocess.run(command, check=False, capture_output=True, text=True, cwd=REPO, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    finally:
+        (folder / "b.md").chmod(0o644)
+        (folder / "locked").chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["ids"] == ["a", "c"]
+    assert out["skipped"] == [
+        f"{folder / 'locked'}: cannot be listed (Permission denied); check its permissions, then load it again",
+        f"{folder / 'b.md'}: cannot be read (Permission denied); check its permissions, then load it again",
+    ]

@@ -120,6 +120,22 @@ async def test_text_that_is_not_unicode_is_an_error_line_and_the_rest_is_ingeste
         "Letting fees")
 
 
+async def test_files_a_folder_cannot_load_are_error_lines_and_the_rest_is_ingested(graph, store, context, files):
+    folder = files / "docs"
+    (folder / "laughs.md").write_text("---\na: &a [x, x]\nb: [*a, *a]\n---\nBody.\n")
+    (folder / "deep.jsonl").write_text('{"id": "deep", "text": "t", "metadata": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    (folder / "gone.md").symlink_to(folder / "nowhere.md")
+    out = await graph.ainvoke({"paths": [str(folder)]}, context=context)
+    assert out["errors"] == [
+        f"paths[0]: {folder / 'deep.jsonl'}:1: nested more than 32 levels deep; flatten the record",
+        (f"paths[0]: {folder / 'gone.md'}: does not exist (deleted or moved while loading, or a symlink to nothing); "
+         "nothing of it was loaded"),
+        (f"paths[0]: {folder / 'laughs.md'}:2: front matter uses a YAML anchor or alias (&name or *name); write "
+         "each value out in full (aliases can expand a few bytes into gigabytes)"),
+    ]
+    assert out["report"]["written"] == 2 and search(store, "Quokkadex tenancy deposit")[0] == "guides/deposits"
+
+
 async def test_a_folder_without_supported_files_is_an_error_not_silence(graph, context, tmp_path):
     (tmp_path / "only.csv").write_text("a,b\n")
     out = await graph.ainvoke({"paths": [str(tmp_path)]}, context=context)
