@@ -46,7 +46,8 @@ _LONE_SURROGATE = ("a lone surrogate (an unpaired \\ud800 to \\udfff escape), wh
 
 # --- loading ------------------------------------------------------------------------------------
 
-def load_documents(paths: Iterable[str | Path], *, skipped: list[str] | None = None) -> Iterator[Document]:
+def load_documents(paths: Iterable[str | Path], *, root: str | Path | None = None,
+                   skipped: list[str] | None = None) -> Iterator[Document]:
     """Documents from files and folders (searched recursively for the supported suffixes).
 
     Ids are the path relative to the folder given, without suffix ("policies/fees"); a file given
@@ -54,9 +55,12 @@ def load_documents(paths: Iterable[str | Path], *, skipped: list[str] | None = N
 
     A file that cannot be loaded (gone, unreadable, not a regular file, malformed, nested or sized past the
     limits) raises InvalidRequest naming it, and the line where it has lines; given `skipped`, it becomes
-    one line there instead and the other files still load. A path given that names nothing or an
-    unsupported file is always raised: the caller named it.
+    one line there instead and the other files still load. With `root`, every file read must lie inside
+    that folder once symlinks are resolved (those met inside a folder too): a path or symlink leading out
+    is refused, naming it. A path given that names nothing, an unsupported file or a place outside `root`
+    is always raised: the caller named it.
     """
+    inside = Path(os.path.realpath(Path(root).expanduser())) if root is not None else None
 
     def refuse(problem: InvalidRequest) -> None:
         if skipped is None:
@@ -65,21 +69,25 @@ def load_documents(paths: Iterable[str | Path], *, skipped: list[str] | None = N
 
     for raw in paths:
         path = Path(raw).expanduser()
+        if inside is not None:
+            _inside(path, inside)  # first, so nothing tells whether a path outside exists
         if path.is_dir():
-            for file in _folder_files(path, refuse):
-                yield from _load_or_refuse(file, file.relative_to(path).with_suffix("").as_posix(), refuse)
+            for file in _folder_files(path, inside, refuse):
+                yield from _load_or_refuse(file, file.relative_to(path).with_suffix("").as_posix(), inside, refuse)
         elif path.is_file():
             if path.suffix.lower() not in SUPPORTED_SUFFIXES:
                 raise InvalidRequest(f"{path}: unsupported file type {path.suffix or '(none)'}; "
                                      f"supported: {', '.join(SUPPORTED_SUFFIXES)}")
-            yield from _load_or_refuse(path, path.stem, refuse)
+            yield from _load_or_refuse(path, path.stem, inside, refuse)
         else:
             raise InvalidRequest(f"{path}: no such file or folder")
 
 
-def _folder_files(folder: Path, refuse: Callable[[InvalidRequest], None]) -> list[Path]:
+def _folder_files(folder: Path, root: Path | None, refuse: Callable[[InvalidRequest], None]) -> list[Path]:
     """The files under `folder` with a supported suffix, sorted; a subfolder that cannot be listed is refused.
-    Symlinked folders are not followed (a link to a parent would never end)."""
+
+    Symlinked folders are not followed (a link to a parent would never end); with `root`, one leading out
+    of it is refused by name rather than passed over in silence."""
     def unlistable(error: OSError) -> None:
         refuse(InvalidRequest(f"{error.filename}: cannot be listed ({error.strerror}); check its permissions, "
                               "then load it again"))
@@ -87,22 +95,41 @@ def _folder_files(folder: Path, refuse: Callable[[InvalidRequest], None]) -> lis
     files: list[Path] = []
     for where, folders, names in os.walk(folder, onerror=unlistable):
         here = Path(where)
+        for name in folders if root is not None else ():
+            if (here / name).is_symlink():
+                try:
+                    _inside(here / name, root)
+                except InvalidRequest as problem:
+                    refuse(problem)
         files += [here / name for name in names if Path(name).suffix.lower() in SUPPORTED_SUFFIXES]
     return sorted(files)
 
 
-def _load_or_refuse(path: Path, doc_id: str, refuse: Callable[[InvalidRequest], None]) -> list[Document]:
+def _load_or_refuse(path: Path, doc_id: str, root: Path | None,
+                    refuse: Callable[[InvalidRequest], None]) -> list[Document]:
     try:
-        return load_file(path, doc_id)
+        return load_file(path, doc_id, root=root)
     except InvalidRequest as problem:
         refuse(problem)
         return []
 
 
-def _open(path: Path, *, binary: bool = False) -> IO[Any]:
+def _inside(path: Path, root: Path) -> Path:
+    """Where `path` leads, symlinks and '..' resolved; refused unless that is inside `root` (resolved)."""
+    target = Path(os.path.realpath(path))
+    if not target.is_relative_to(root):
+        raise InvalidRequest(f"{path}: leads outside {root}; refused: only files inside {root} may be loaded "
+                             "(symlinks resolved)")
+    return target
+
+
+def _open(path: Path, root: Path | None, *, binary: bool = False) -> IO[Any]:
     """`path` opened for reading; as text, UTF-8 with each undecodable byte kept as a lone surrogate, so the
     reader can name the line. Only a regular file is read (a pipe named notes.md would block the read
-    forever)."""
+    forever); with `root`, only one inside it, checked again once open, as the path may have been swapped
+    for a symlink in between."""
+    if root is not None:
+        _inside(path, root)
     if binary:
         file: IO[Any] = open(path, "rb", opener=_open_without_waiting)  # noqa: SIM115 - the caller closes it
     else:
@@ -111,6 +138,8 @@ def _open(path: Path, *, binary: bool = False) -> IO[Any]:
         opened = os.fstat(file.fileno())
         if not stat.S_ISREG(opened.st_mode):
             raise InvalidRequest(f"{path}: not a regular file (a pipe, socket or device); only files are loaded")
+        if root is not None and not os.path.samestat(opened, os.stat(_inside(path, root))):
+            raise InvalidRequest(f"{path}: changed while it was opened (replaced by another file); refused")
     except BaseException:
         file.close()
         raise
@@ -131,13 +160,13 @@ def _unreadable(path: Path, error: OSError) -> str:
     return f"{path}: cannot be read ({reason}); check its permissions, then load it again"
 
 
-def load_file(path: Path, doc_id: str) -> list[Document]:
-    """The documents in one file; any problem with it is an InvalidRequest naming it (see load_documents)."""
+def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Document]:
+    """The documents in one file (only inside the resolved folder `root`, if given; see load_documents)."""
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return list(_load_jsonl(path))
+        return list(_load_jsonl(path, root))
     try:
-        with _open(path, binary=suffix == ".pdf") as file:
+        with _open(path, root, binary=suffix == ".pdf") as file:
             data = file.read()
     except OSError as error:
         raise InvalidRequest(_unreadable(path, error)) from None
@@ -251,11 +280,13 @@ def _first_heading(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def jsonl_records(path: Path, error: type[InvalidRequest] = InvalidRequest) -> Iterator[tuple[str, Any]]:
+def jsonl_records(path: Path, error: type[InvalidRequest] = InvalidRequest, *,
+                  root: Path | None = None) -> Iterator[tuple[str, Any]]:
     """Each non-blank line's JSON value with its place ("file:line"). `error` names the file that cannot be
-    read, or the line that is not UTF-8, not JSON, nested past MAX_NESTING or holds a lone surrogate."""
+    read, or the line that is not UTF-8, not JSON, nested past MAX_NESTING or holds a lone surrogate.
+    `root` confines the file as load_documents does."""
     try:
-        with _open(path) as lines:
+        with _open(path, root) as lines:
             for number, line in enumerate(lines, start=1):
                 where = f"{path}:{number}"
                 if not line.strip():
@@ -281,8 +312,8 @@ def jsonl_records(path: Path, error: type[InvalidRequest] = InvalidRequest) -> I
         raise error(_unreadable(path, problem)) from None
 
 
-def _load_jsonl(path: Path) -> Iterator[Document]:
-    for where, record in jsonl_records(path):
+def _load_jsonl(path: Path, root: Path | None) -> Iterator[Document]:
+    for where, record in jsonl_records(path, root=root):
         if not isinstance(record, dict):
             raise InvalidRequest(f"{where}: each line must be a JSON object with id and text")
         doc_id, text = record.get("id", record.get("_id")), record.get("text")

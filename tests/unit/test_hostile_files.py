@@ -1,9 +1,9 @@
 """Files as an untrusted author (or a racing process) leaves them: each problem is an error naming the file
 (and line), and with a `skipped` list a folder loads the rest and says which files it skipped and why.
 
-The race is real: a file is deleted between the folder's listing and its reading (load_documents is a
-generator, so the test acts between two documents). Unreadable files are real too: root reads 0000 files
-anyway, so that test runs in a process without CAP_DAC_OVERRIDE.
+The races are real: a file is deleted, or swapped for a symlink, between the folder's listing and its
+reading (load_documents is a generator, so the test acts between two documents). Unreadable files are
+real too: root reads 0444 and 0000 files anyway, so that test runs in a process without CAP_DAC_OVERRIDE.
 """
 
 from __future__ import annotations
@@ -213,3 +213,86 @@ def test_unreadable_files_and_folders_are_skipped_by_name_and_the_rest_load(tmp_
         f"{folder / 'locked'}: cannot be listed (Permission denied); check its permissions, then load it again",
         f"{folder / 'b.md'}: cannot be read (Permission denied); check its permissions, then load it again",
     ]
+
+
+# --- confinement to a root folder ------------------------------------------------------------------
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """root/docs holds a note, a symlink to a note elsewhere inside root, and two symlinks out of root."""
+    root = tmp_path / "root"
+    three_notes(root / "docs")
+    three_notes(root / "shared")
+    secret = three_notes(tmp_path / "outside")
+    (secret / "secret.md").write_text("# Secret\n\nThe server's private notes.\n", encoding="utf-8")
+    (root / "docs" / "linked.md").symlink_to(root / "shared" / "a.md")
+    (root / "docs" / "escape.md").symlink_to(secret / "secret.md")
+    (root / "docs" / "escape-folder").symlink_to(secret)
+    return tmp_path
+
+
+def test_with_a_root_symlinks_out_of_it_are_refused_by_name_and_the_rest_load(tree):
+    root, docs = tree / "root", tree / "root" / "docs"
+    skipped: list[str] = []
+    loaded = list(load_documents([docs], root=root, skipped=skipped))
+    assert [d.id for d in loaded] == ["a", "b", "c", "linked"]
+    assert "private" not in " ".join(d.content for d in loaded)
+    assert skipped == [f"{docs / name}: leads outside {root}; refused: only files inside {root} may be loaded "
+                       "(symlinks resolved)" for name in ("escape-folder", "escape.md")]
+    with pytest.raises(InvalidRequest, match=r"escape-folder: leads outside"):
+        list(load_documents([docs], root=root))
+
+
+@pytest.mark.parametrize("given", ["outside/secret.md", "root/docs/escape.md", "root/docs/../../outside",
+                                   "root/docs/escape-folder", "outside/absent.md"])
+def test_with_a_root_a_path_outside_it_is_refused_naming_it(tree, given):
+    with pytest.raises(InvalidRequest, match="leads outside") as error:
+        list(load_documents([tree / given], root=tree / "root", skipped=[]))
+    assert str(error.value).startswith(f"{tree / given}: ")
+
+
+def test_a_root_reached_through_a_symlink_confines_the_same_files(tree):
+    (tree / "root-link").symlink_to(tree / "root")
+    for root, given in [(tree / "root-link", tree / "root" / "docs"), (tree / "root", tree / "root-link" / "docs")]:
+        skipped: list[str] = []
+        assert [d.id for d in load_documents([given], root=root, skipped=skipped)] == ["a", "b", "c", "linked"]
+        assert len(skipped) == 2
+
+
+def test_a_file_swapped_for_a_symlink_out_of_root_after_listing_is_refused(tree):
+    docs = tree / "root" / "docs"
+    skipped: list[str] = []
+    documents = load_documents([docs], root=tree / "root", skipped=skipped)
+    first = next(documents)  # listed: b.md is still a plain file inside root
+    (docs / "b.md").unlink()
+    (docs / "b.md").symlink_to(tree / "outside" / "secret.md")
+    rest = list(documents)
+    assert [first.id, *(d.id for d in rest)] == ["a", "c", "linked"]
+    assert "private" not in " ".join(d.content for d in rest)
+    assert [line.split(": ", 1)[0] for line in skipped] == [str(docs / n) for n in ("escape-folder", "b.md", "escape.md")]
+    assert "leads outside" in skipped[1]
+
+
+def test_a_file_swapped_between_the_check_and_the_open_is_refused(tree, monkeypatch):
+    """The race the check after opening is for: b.md is inside root when checked, and a symlink out of it by
+    the time it is opened (the swap is made, for real, just before the open)."""
+    docs, real_open = tree / "root" / "docs", os.open
+
+    def swap_then_open(name, flags, *args, **kwargs):
+        if str(name) == str(docs / "b.md"):
+            (docs / "b.md").unlink()
+            (docs / "b.md").symlink_to(tree / "outside" / "secret.md")
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", swap_then_open)
+    skipped: list[str] = []
+    loaded = list(load_documents([docs / "b.md", docs / "a.md"], root=tree / "root", skipped=skipped))
+    monkeypatch.undo()
+    assert [d.id for d in loaded] == ["a"] and "private" not in loaded[0].content
+    assert skipped == [f"{docs / 'b.md'}: leads outside {tree / 'root'}; refused: only files inside "
+                       f"{tree / 'root'} may be loaded (symlinks resolved)"]
+
+
+def test_without_a_root_symlinks_are_followed_as_before(tree):
+    ids = [d.id for d in load_documents([tree / "root" / "docs"])]
+    assert ids == ["a", "b", "c", "escape", "linked"]
