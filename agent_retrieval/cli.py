@@ -130,7 +130,8 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
 
     skipped: list[str] = []  # files that could not be loaded: each named with its reason, the rest ingested
     with _retrieval(context) as retrieval:
-        report = ingest(load_documents(args.paths, skipped=skipped), retrieval.store, retrieval.embedder, context,
+        documents = load_documents(args.paths, skipped=skipped)
+        report = ingest(documents, retrieval.store, retrieval.embedder, context,
                         progress=not args.no_progress)
     for problem in skipped:
         print(f"skipped: {problem}", file=sys.stderr)

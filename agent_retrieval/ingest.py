@@ -40,8 +40,8 @@ DOCUMENTS_PER_BATCH = 32
 MAX_METADATA_CHARS = 20_000  # of a document's metadata as JSON: every one of its chunks stores a copy
 _HEADINGS = [("#", "h1"), ("##", "h2"), ("###", "h3")]
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # in JSON text; usually half of a valid pair
-_LONE_SURROGATE = ("a lone surrogate (an unpaired \\ud800 to \\udfff escape), which is not text; fix or remove "
-                   "that escape")
+_LONE_SURROGATE = ("a lone surrogate (an unpaired \\ud800 to \\udfff escape), which is not text; fix or "
+                   "remove that escape")
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -73,7 +73,8 @@ def load_documents(paths: Iterable[str | Path], *, root: str | Path | None = Non
             _inside(path, inside)  # first, so nothing tells whether a path outside exists
         if path.is_dir():
             for file in _folder_files(path, inside, refuse):
-                yield from _load_or_refuse(file, file.relative_to(path).with_suffix("").as_posix(), inside, refuse)
+                doc_id = file.relative_to(path).with_suffix("").as_posix()
+                yield from _load_or_refuse(file, doc_id, inside, refuse)
         elif path.is_file():
             if path.suffix.lower() not in SUPPORTED_SUFFIXES:
                 raise InvalidRequest(f"{path}: unsupported file type {path.suffix or '(none)'}; "
@@ -89,8 +90,8 @@ def _folder_files(folder: Path, root: Path | None, refuse: Callable[[InvalidRequ
     Symlinked folders are not followed (a link to a parent would never end); with `root`, one leading out
     of it is refused by name rather than passed over in silence."""
     def unlistable(error: OSError) -> None:
-        refuse(InvalidRequest(f"{error.filename}: cannot be listed ({error.strerror}); check its permissions, "
-                              "then load it again"))
+        refuse(InvalidRequest(f"{error.filename}: cannot be listed ({error.strerror}); check its "
+                              "permissions, then load it again"))
 
     files: list[Path] = []
     for where, folders, names in os.walk(folder, onerror=unlistable):
@@ -130,14 +131,16 @@ def _open(path: Path, root: Path | None, *, binary: bool = False) -> IO[Any]:
     for a symlink in between."""
     if root is not None:
         _inside(path, root)
+    opener = _open_without_waiting
     if binary:
-        file: IO[Any] = open(path, "rb", opener=_open_without_waiting)  # noqa: SIM115 - the caller closes it
+        file: IO[Any] = open(path, "rb", opener=opener)  # noqa: SIM115 - the caller closes it
     else:
-        file = open(path, encoding="utf-8", errors="surrogateescape", opener=_open_without_waiting)  # noqa: SIM115
+        file = open(path, encoding="utf-8", errors="surrogateescape", opener=opener)  # noqa: SIM115
     try:
         opened = os.fstat(file.fileno())
         if not stat.S_ISREG(opened.st_mode):
-            raise InvalidRequest(f"{path}: not a regular file (a pipe, socket or device); only files are loaded")
+            raise InvalidRequest(f"{path}: not a regular file (a pipe, socket or device); only files are "
+                                 "loaded")
         if root is not None and not os.path.samestat(opened, os.stat(_inside(path, root))):
             raise InvalidRequest(f"{path}: changed while it was opened (replaced by another file); refused")
     except BaseException:
@@ -154,8 +157,8 @@ def _open_without_waiting(name: str, flags: int) -> int:
 def _unreadable(path: Path, error: OSError) -> str:
     """What to say about a file whose opening or reading failed."""
     if isinstance(error, FileNotFoundError):
-        return (f"{path}: does not exist (deleted or moved while loading, or a symlink to nothing); nothing of it "
-                "was loaded")
+        return (f"{path}: does not exist (deleted or moved while loading, or a symlink to nothing); nothing "
+                "of it was loaded")
     reason = error.strerror or type(error).__name__
     return f"{path}: cannot be read ({reason}); check its permissions, then load it again"
 
@@ -202,8 +205,9 @@ class _FrontMatterLoader(yaml.SafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise _Refused(problem="uses a YAML anchor or alias (&name or *name); write each value out in full "
-                           "(aliases can expand a few bytes into gigabytes)", problem_mark=event.start_mark)
+            raise _Refused(problem="uses a YAML anchor or alias (&name or *name); write each value out in "
+                           "full (aliases can expand a few bytes into gigabytes)",
+                           problem_mark=event.start_mark)
         nests = isinstance(event, yaml.CollectionStartEvent)
         if nests and self.depth == MAX_NESTING:
             raise _Refused(problem=f"is nested more than {MAX_NESTING} levels deep; flatten it",
@@ -265,8 +269,8 @@ def _checked_metadata(where: str, metadata: dict[str, Any]) -> dict[str, Any]:
         raise InvalidRequest(f"{where}: metadata holds {_LONE_SURROGATE}")
     if len(text) > MAX_METADATA_CHARS:
         raise InvalidRequest(f"{where}: metadata is {len(text):,} characters of JSON, over the "
-                             f"{MAX_METADATA_CHARS:,} allowed (every chunk keeps a copy); keep metadata to short "
-                             "facts and put long text in the body")
+                             f"{MAX_METADATA_CHARS:,} allowed (every chunk keeps a copy); keep metadata to "
+                             "short facts and put long text in the body")
     return metadata
 
 
@@ -301,8 +305,9 @@ def jsonl_records(path: Path, error: type[InvalidRequest] = InvalidRequest, *,
                 except json.JSONDecodeError as problem:
                     raise error(f"{where}: not valid JSON ({problem.msg})") from None
                 except ValueError:  # json reads every integer, and Python refuses to convert the longest
-                    raise error(f"{where}: not valid JSON (a number of more than {sys.get_int_max_str_digits()} "
-                                "digits); quote it to keep it as text") from None
+                    digits = sys.get_int_max_str_digits()
+                    raise error(f"{where}: not valid JSON (a number of more than {digits} digits); quote it "
+                                "to keep it as text") from None
                 if too_deep:
                     raise error(f"{where}: nested more than {MAX_NESTING} levels deep; flatten the record")
                 if _SURROGATE_ESCAPE.search(line) and not is_unicode(json.dumps(record, ensure_ascii=False)):

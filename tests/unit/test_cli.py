@@ -73,10 +73,10 @@ def test_ingest_skips_files_it_cannot_load_names_each_and_exits_1(capsys, tmp_pa
     assert code == 1
     assert out.startswith("2 documents: 2 written") and out.endswith("; 2 files skipped\n")
     assert err.splitlines() == [
-        (f"skipped: {corpus / 'gone.md'}: does not exist (deleted or moved while loading, or a symlink to nothing); "
-         "nothing of it was loaded"),
-        (f"skipped: {corpus / 'laughs.md'}:2: front matter uses a YAML anchor or alias (&name or *name); write each "
-         "value out in full (aliases can expand a few bytes into gigabytes)"),
+        (f"skipped: {corpus / 'gone.md'}: does not exist (deleted or moved while loading, or a symlink to "
+         "nothing); nothing of it was loaded"),
+        (f"skipped: {corpus / 'laughs.md'}:2: front matter uses a YAML anchor or alias (&name or *name); "
+         "write each value out in full (aliases can expand a few bytes into gigabytes)"),
     ]
 
 

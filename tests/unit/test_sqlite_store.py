@@ -166,5 +166,5 @@ def test_summarize_reads_only_the_chunks_it_returns(tmp_path):
     short_ids, short_steps = summarize(["short"], 11)
     assert long_ids == [f"long#{i}" for i in range(11)] and short_ids == [f"short#{i}" for i in range(11)]
     assert long_steps <= 2 * short_steps
-    both, _ = summarize(["short", "ghost", "long"], 14)  # the caller's order, then reading order, `limit` in all
+    both, _ = summarize(["short", "ghost", "long"], 14)  # the caller's order, then reading order, 14 rows
     assert both == [f"short#{i}" for i in range(11)] + ["long#0", "long#1", "long#2"]
