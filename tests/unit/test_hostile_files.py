@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -170,16 +171,39 @@ def test_without_a_skipped_list_the_first_bad_file_is_the_error(tmp_path):
 
 def test_a_folder_ingest_skips_each_bad_file_with_its_reason(tmp_path):
     folder = three_notes(tmp_path / "notes")
-    (folder / "laughs.md").write_text(billion_laughs(9), encoding="utf-8")
+    (folder / "laughs.md").write_text(billion_laughs(6), encoding="utf-8")
     (folder / "sub").mkdir()
     (folder / "sub" / "deep.jsonl").write_text('{"id": "x", "text": ' + "[" * 3000 + "]" * 3000 + "}\n")
-    os.mkfifo(folder / "pipe.md")  # a pipe is never opened for a read that would wait for a writer
     (folder / "gone.md").symlink_to(folder / "nowhere.md")
     skipped: list[str] = []
     assert [d.id for d in load_documents([folder], skipped=skipped)] == ["a", "b", "c"]
     assert [line.split(": ", 1)[0] for line in skipped] == [
-        str(folder / name) for name in ("gone.md", "laughs.md:2", "pipe.md", "sub/deep.jsonl:1")]
-    assert "not a regular file" in skipped[2] and "nested more than" in skipped[3]
+        str(folder / name) for name in ("gone.md", "laughs.md:2", "sub/deep.jsonl:1")]
+    assert "anchor or alias" in skipped[1] and "nested more than" in skipped[2]
+
+
+def test_a_pipe_named_like_a_document_is_refused_without_waiting_for_a_writer(tmp_path):
+    """Opening a pipe for reading blocks until something writes: the load runs in a thread, and if it is still
+    waiting after 30 s the test opens the pipe's other end to free it, then fails."""
+    folder = three_notes(tmp_path / "notes")
+    os.mkfifo(folder / "pipe.md")
+    skipped: list[str] = []
+    loaded: list[str] = []
+
+    def load_folder() -> None:
+        loaded.extend(d.id for d in load_documents([folder], skipped=skipped))
+
+    worker = threading.Thread(target=load_folder, daemon=True)
+    worker.start()
+    worker.join(30)
+    waited = worker.is_alive()
+    if waited:
+        os.close(os.open(folder / "pipe.md", os.O_WRONLY | os.O_NONBLOCK))
+        worker.join()
+    assert not waited, "the load waited for a writer on pipe.md"
+    assert loaded == ["a", "b", "c"]
+    assert skipped == [f"{folder / 'pipe.md'}: not a regular file (a pipe, socket or device); only files are "
+                       "loaded"]
 
 
 UNREADABLE_SCRIPT = """
@@ -234,12 +258,22 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_with_a_root_symlinks_out_of_it_are_refused_by_name_and_the_rest_load(tree):
+def test_with_a_root_symlinks_out_of_it_are_refused_by_name_and_the_rest_load(tree, monkeypatch):
     root, docs = tree / "root", tree / "root" / "docs"
+    opened: list[str] = []
+    real_open = os.open
+
+    def recording_open(name, flags, *args, **kwargs):
+        opened.append(os.path.realpath(name))
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", recording_open)
     skipped: list[str] = []
     loaded = list(load_documents([docs], root=root, skipped=skipped))
+    monkeypatch.undo()
     assert [d.id for d in loaded] == ["a", "b", "c", "linked"]
     assert "private" not in " ".join(d.content for d in loaded)
+    assert opened and all(Path(name).is_relative_to(root) for name in opened)  # not even opened outside
     assert skipped == [f"{docs / name}: leads outside {root}; refused: only files inside {root} may be "
                        "loaded (symlinks resolved)" for name in ("escape-folder", "escape.md")]
     with pytest.raises(InvalidRequest, match=r"escape-folder: leads outside"):
