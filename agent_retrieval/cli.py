@@ -128,11 +128,15 @@ def _retrieval(context: Context) -> Any:
 def _ingest(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval.ingest import ingest, load_documents
 
+    skipped: list[str] = []  # files that could not be loaded: each named with its reason, the rest ingested
     with _retrieval(context) as retrieval:
-        report = ingest(load_documents(args.paths), retrieval.store, retrieval.embedder, context,
+        documents = load_documents(args.paths, skipped=skipped)
+        report = ingest(documents, retrieval.store, retrieval.embedder, context,
                         progress=not args.no_progress)
-    print(report.summary())
-    return 1 if report.unembedded else 0
+    for problem in skipped:
+        print(f"skipped: {problem}", file=sys.stderr)
+    print(report.summary() + (f"; {len(skipped)} files skipped" if skipped else ""))
+    return 1 if report.unembedded or skipped else 0
 
 
 def _query(args: argparse.Namespace, context: Context) -> int:

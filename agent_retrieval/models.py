@@ -405,6 +405,7 @@ class IndexDocumentRequest(BaseModel):
         value = " ".join(value.split())  # a title is one line
         if not 1 <= len(value) <= MAX_TITLE_CHARS or "\x00" in value:
             raise ValueError(f"must be 1 to {MAX_TITLE_CHARS} characters without NUL (got {len(value)})")
+        _check_unicode(value)
         return value
 
     @field_validator("content")
@@ -416,6 +417,7 @@ class IndexDocumentRequest(BaseModel):
         if len(value) > MAX_CONTENT_CHARS or "\x00" in value:
             raise ValueError(f"must be at most {MAX_CONTENT_CHARS:,} characters without NUL (got "
                              f"{len(value):,}); split a longer text into several documents")
+        _check_unicode(value)
         return value
 
     @field_validator("metadata")
@@ -432,6 +434,8 @@ class IndexDocumentRequest(BaseModel):
     def _id(cls, value: str | None) -> str | None:
         if value is not None and (not value.strip() or len(value) > MAX_ID_CHARS or "\x00" in value):
             raise ValueError(f"must be 1 to {MAX_ID_CHARS} characters without NUL (got {value[:40]!r})")
+        if value is not None:
+            _check_unicode(value)
         return value
 
     def document(self, source: str) -> Document:

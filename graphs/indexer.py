@@ -70,9 +70,12 @@ async def collect_documents(state: State, runtime: Runtime[RunSettings]) -> dict
     for number, raw in enumerate(paths):
         try:
             # Reading files (and parsing PDFs) blocks: a worker thread keeps the event loop free.
-            documents += await asyncio.to_thread(_load_path, raw, root)
+            found, skipped = await asyncio.to_thread(_load_path, raw, root)
         except AgentRetrievalError as error:
             errors.append(f"paths[{number}]: {error}")
+            continue
+        documents += found
+        errors += [f"paths[{number}]: {problem}" for problem in skipped]
     if not items and not paths:
         errors.append('Nothing to index: give "documents" (a list of {"title", "content"} objects) and/or '
                       '"paths" (a list of files or folders to load).')
@@ -116,17 +119,19 @@ def _file_root(runtime: Runtime[RunSettings]) -> Path | Literal[False] | None:
     return Path(root) if root else False
 
 
-def _load_path(raw: Any, root: Path | Literal[False] | None) -> list[Document]:
+def _load_path(raw: Any, root: Path | Literal[False] | None) -> tuple[list[Document], list[str]]:
+    """The documents of one path, and a line for each file under it that could not be loaded."""
     if not isinstance(raw, str) or not raw.strip():
         # An empty path would mean the server's working directory: never load that by accident.
         raise InvalidRequest(f"must be a file or folder path (got {raw!r})")
     if root is False:
         raise InvalidRequest("this server loads no files for its callers: its operator may allow a folder with "
                              "AGENT_RETRIEVAL_INGEST_ROOT; paste the documents into `documents` instead")
-    documents = list(load_documents([raw.strip()], root=root))
-    if not documents:
+    skipped: list[str] = []
+    documents = list(load_documents([raw.strip()], root=root, skipped=skipped))
+    if not documents and not skipped:
         raise InvalidRequest(f"{raw}: no documents found (supported: {', '.join(SUPPORTED_SUFFIXES)})")
-    return documents
+    return documents, skipped
 
 
 def _ingest(documents: list[Document], retrieval: Retrieval) -> tuple[IngestReport, list[str]]:

@@ -47,6 +47,7 @@ NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 # Every row's FTS entry also holds this token, in a column of its own: "(rare) AND (common OR EVERY_ROW)"
 # then matches the rows holding a rare term and scores them with every term (see keyword_search).
 EVERY_ROW = "zzagentretrievaleveryrow"
+IDF_CACHE_TERMS = 50_000  # words whose document frequency is kept per level until the next write
 
 
 def _every_row_column(level: str, heading: str) -> list[str]:
@@ -510,15 +511,19 @@ class SQLiteStore(Store):
             rows = conn.execute(f"SELECT count(*) FROM {_TABLE[level]}").fetchone()[0]
             cache = self._frequencies[level] = (generation, rows, {})
         _, rows, frequencies = cache
-        if len(frequencies) > 50_000:  # a long-lived reader sees many words between writes
+        if len(frequencies) > IDF_CACHE_TERMS:
             frequencies.clear()
+        # Other threads share the cache and may empty it at any moment: this call's counts are kept in its
+        # own dict, and the shared one is only ever asked with get() and added to.
+        counts: dict[str, int] = {}
         for term in terms:
-            if term not in frequencies:
-                frequencies[term] = conn.execute(f"SELECT count(*) FROM {level}_fts WHERE {level}_fts MATCH ?",
-                                                 (_fts_any([term]),)).fetchone()[0]
+            count = frequencies.get(term)
+            if count is None:
+                sql = f"SELECT count(*) FROM {level}_fts WHERE {level}_fts MATCH ?"
+                count = frequencies[term] = conn.execute(sql, (_fts_any([term]),)).fetchone()[0]
+            counts[term] = count
         # As FTS5: idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6, for a term in n of N rows.
-        return {t: max(1e-6, math.log((rows - frequencies[t] + 0.5) / (frequencies[t] + 0.5)))
-                if frequencies[t] else 0.0 for t in terms}
+        return {t: max(1e-6, math.log((rows - n + 0.5) / (n + 0.5))) if n else 0.0 for t, n in counts.items()}
 
     def _hits(self, conn: sqlite3.Connection, level: Level, scores: dict[int, float], score_field: str) -> list[Hit]:
         """The rows of `scores` (rowid -> score) as hits in that order, the score in `score_field`."""
@@ -531,13 +536,16 @@ class SQLiteStore(Store):
 
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
         document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
-        order = {doc_id: i for i, doc_id in enumerate(document_ids)}
-        marks = ",".join("?" * len(order))
+        rows: list[Any] = []
         with self._read() as conn:
-            rows = conn.execute(f"""SELECT {_COLUMNS['chunks']} FROM {_FROM['chunks']}
-                WHERE d.document_id IN ({marks}) ORDER BY d.document_id, d.ordinal""", list(order)).fetchall()
-        rows.sort(key=lambda r: (order[r[2]], r[6]))
-        return [_hit("chunks", r) for r in rows[:limit]]
+            # One document at a time, in the caller's order, each read along the (document_id, ordinal) index
+            # and stopped at what is still wanted: a 100K-chunk document costs no more than `limit` rows.
+            for doc_id in document_ids:
+                if len(rows) == limit:
+                    break
+                rows += conn.execute(f"""SELECT {_COLUMNS['chunks']} FROM {_FROM['chunks']}
+                    WHERE d.document_id = ? ORDER BY d.ordinal LIMIT ?""", (doc_id, limit - len(rows)))
+        return [_hit("chunks", r) for r in rows]
 
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
         ids = check_ids(ids, "ids")

@@ -66,6 +66,20 @@ def test_ingest_query_stats_reembed(capsys, tmp_path, corpus):
     assert code == 0 and "0 texts embedded" in out
 
 
+def test_ingest_skips_files_it_cannot_load_names_each_and_exits_1(capsys, tmp_path, corpus):
+    (corpus / "laughs.md").write_text("---\na: &a [x, x]\nb: [*a, *a]\n---\nBody.\n", encoding="utf-8")
+    (corpus / "gone.md").symlink_to(corpus / "nowhere.md")
+    code, out, err = run(capsys, "ingest", "--db", str(tmp_path / "cli.db"), "--no-progress", str(corpus))
+    assert code == 1
+    assert out.startswith("2 documents: 2 written") and out.endswith("; 2 files skipped\n")
+    assert err.splitlines() == [
+        (f"skipped: {corpus / 'gone.md'}: does not exist (deleted or moved while loading, or a symlink to "
+         "nothing); nothing of it was loaded"),
+        (f"skipped: {corpus / 'laughs.md'}:2: front matter uses a YAML anchor or alias (&name or *name); "
+         "write each value out in full (aliases can expand a few bytes into gigabytes)"),
+    ]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["query", "deposit", "-k", "0"], "top_k: must be between 1 and 50 (got 0)"),
     (["query", "deposit", "-t", "fuzzy"], "query_type"),

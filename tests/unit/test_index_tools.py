@@ -190,6 +190,11 @@ INDEX_BAD = [
     ({"title": "T", "content": "text", "id": "i" * 513}, "id: must be 1 to 512 characters without NUL"),
     ({"title": "T", "content": "text", "id": "a\x00b"}, "id: must be 1 to 512 characters without NUL"),
     ({"title": "T", "content": "text", "source": "web"}, "source: is not an argument of this tool"),
+    # a lone surrogate is no text any database or JSON carries: named, never a UnicodeEncodeError
+    ({"title": "half \ud800 pair", "content": "text"},
+     "title: must be valid Unicode text: it holds a lone surrogate ('\\ud800' at position 5)"),
+    ({"title": "T", "content": "text \udfff"}, "content: must be valid Unicode text: it holds a lone"),
+    ({"title": "T", "content": "text", "id": "id-\udc80"}, "id: must be valid Unicode text: it holds a lone"),
 ]
 
 

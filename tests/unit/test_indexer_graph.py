@@ -105,6 +105,41 @@ async def test_bad_items_are_reported_one_line_each_and_good_ones_still_ingested
     assert store.store.unknown_documents(stored) == [] and store.store.stats().documents == 3
 
 
+async def test_text_that_is_not_unicode_is_an_error_line_and_the_rest_is_ingested(graph, store, context):
+    """A lone surrogate (what a JSON "\\ud800" escape decodes to) in a pasted title, text or id is named per
+    document; it was a UnicodeEncodeError that stopped the whole run."""
+    out = await graph.ainvoke({"documents": [
+        {"title": "Fees \ud800", "content": "text"}, {"title": "T", "content": "text \udfff"},
+        {"title": "T", "content": "text", "id": "x\udc80"}, FEES]}, context=context)
+    lone = "must be valid Unicode text: it holds a lone surrogate"
+    assert out["errors"] == [
+        f"documents[0]: title: {lone} ('\\ud800' at position 5)",
+        f"documents[1]: content: {lone} ('\\udfff' at position 5)",
+        f"documents[2]: id: {lone} ('\\udc80' at position 1)",
+    ]
+    assert out["report"]["written"] == 1 and search(store, "Zephyrine letting fee")[0] == title_document_id(
+        "Letting fees")
+
+
+async def test_files_a_folder_cannot_load_are_error_lines_and_the_rest_is_ingested(graph, store, context,
+                                                                                   files):
+    folder = files / "docs"
+    (folder / "laughs.md").write_text("---\na: &a [x, x]\nb: [*a, *a]\n---\nBody.\n")
+    deep = "[" * 5000 + "]" * 5000
+    (folder / "deep.jsonl").write_text('{"id": "deep", "text": "t", "metadata": ' + deep + "}\n")
+    (folder / "gone.md").symlink_to(folder / "nowhere.md")
+    out = await graph.ainvoke({"paths": [str(folder)]}, context=context)
+    assert out["errors"] == [
+        f"paths[0]: {folder / 'deep.jsonl'}:1: nested more than 32 levels deep; flatten the record",
+        (f"paths[0]: {folder / 'gone.md'}: does not exist (deleted or moved while loading, or a symlink to "
+         "nothing); nothing of it was loaded"),
+        (f"paths[0]: {folder / 'laughs.md'}:2: front matter uses a YAML anchor or alias (&name or *name); "
+         "write each value out in full (aliases can expand a few bytes into gigabytes)"),
+    ]
+    assert out["report"]["written"] == 2
+    assert search(store, "Quokkadex tenancy deposit")[0] == "guides/deposits"
+
+
 async def test_a_folder_without_supported_files_is_an_error_not_silence(graph, context, tmp_path):
     (tmp_path / "only.csv").write_text("a,b\n")
     out = await graph.ainvoke({"paths": [str(tmp_path)]}, context=context)

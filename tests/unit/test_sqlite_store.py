@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import threading
 
 import numpy as np
 import pytest
 
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore
+from agent_retrieval.stores import sqlite as sqlite_store
 from agent_retrieval.stores.base import keyword_terms
 from agent_retrieval.stores.sqlite import MIGRATIONS
 
@@ -107,3 +109,62 @@ def test_the_embedded_store_switches_to_a_model_of_another_dimension_after_reemb
     store.set_embedding_model("new/model", 2)
     assert store.embedding_model() == ("new/model", 2)
     assert [h.id for h in store.vector_search("documents", np.ones(2, dtype=np.float32) / np.sqrt(2), 5)] == ["a"]
+
+
+def test_concurrent_keyword_searches_survive_the_idf_cache_being_emptied(tmp_path, monkeypatch):
+    """A long-lived server's cache passes its limit and is emptied while other threads still read it; a tiny
+    limit makes that happen every few calls instead of once per 50,000 words."""
+    monkeypatch.setattr(sqlite_store, "IDF_CACHE_TERMS", 4)
+    store = SQLiteStore(tmp_path / "idf.db")
+    store.upsert(*zipf_corpus(300), "test/none")
+    rng = random.Random(5)
+    queries = [" ".join(f"w{rng.randint(0, 399)}x" for _ in range(6)) for _ in range(150)]
+    want = {q: [h.id for h in store.keyword_search("chunks", q, 5)] for q in queries}
+    got: dict[int, list[list[str]]] = {}
+    failures: list[BaseException] = []
+
+    def search(worker: int) -> None:
+        try:
+            got[worker] = [[h.id for h in store.keyword_search("chunks", q, 5)] for q in queries]
+        except BaseException as error:  # noqa: BLE001 - the assertion below shows what it was
+            failures.append(error)
+
+    threads = [threading.Thread(target=search, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert all(results == [want[q] for q in queries] for results in got.values())
+
+
+def test_summarize_reads_only_the_chunks_it_returns(tmp_path):
+    """Counted in SQLite's virtual-machine steps (a progress handler called on each): returning the first 11
+    chunks of a 5,000-chunk document takes no more steps than returning all 11 of an 11-chunk one."""
+    store = SQLiteStore(tmp_path / "long.db")
+    docs = [Document(name, name.title(), "text", content_hash=name) for name in ("long", "short")]
+    chunks = [Chunk(f"{doc}#{i}", doc, i, f"part {i} of {doc}", doc.title(), text_hash=f"{doc}{i}")
+              for doc, count in (("long", 5000), ("short", 11)) for i in range(count)]
+    store.upsert(docs, chunks, "test/none")
+
+    def summarize(ids: list[str], limit: int) -> tuple[list[str], int]:
+        steps = 0
+
+        def count() -> int:
+            nonlocal steps
+            steps += 1
+            return 0  # go on
+
+        conn = store._conn()
+        conn.set_progress_handler(count, 1)
+        try:
+            return [h.id for h in store.document_chunks(ids, limit)], steps
+        finally:
+            conn.set_progress_handler(None, 1)
+
+    long_ids, long_steps = summarize(["long"], 11)
+    short_ids, short_steps = summarize(["short"], 11)
+    assert long_ids == [f"long#{i}" for i in range(11)] and short_ids == [f"short#{i}" for i in range(11)]
+    assert long_steps <= 2 * short_steps
+    both, _ = summarize(["short", "ghost", "long"], 14)  # the caller's order, then reading order, 14 rows
+    assert both == [f"short#{i}" for i in range(11)] + ["long#0", "long#1", "long#2"]
