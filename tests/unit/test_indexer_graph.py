@@ -197,3 +197,17 @@ async def test_the_graph_never_blocks_the_event_loop(graph, store, context, file
         out = await graph.ainvoke({"documents": [FEES], "paths": [str(files / "docs"), str(files / "nope")]},
                                   context=context)
     assert out["report"]["written"] == 3 and len(out["errors"]) == 1
+
+
+# --- a run's caller names the paths: on a server only the operator's ingest root may be read ------------------
+
+async def test_a_run_without_its_own_context_loads_files_only_inside_the_ingest_root(graph, files, monkeypatch):
+    docs, outside = files / "docs", files / "repairs.md"
+    out = await graph.ainvoke({"paths": [str(docs)]}, context={})  # a server run: run settings only
+    assert out["report"]["documents"] == 0 and "AGENT_RETRIEVAL_INGEST_ROOT" in out["errors"][0]
+    monkeypatch.setenv("AGENT_RETRIEVAL_INGEST_ROOT", str(docs))
+    out = await graph.ainvoke({"paths": [str(docs / "guides"), str(outside), str(docs / ".." / "repairs.md")]},
+                              context={})
+    assert out["report"]["documents"] == 1
+    assert [e.split(":")[0] for e in out["errors"]] == ["paths[1]", "paths[2]"]
+    assert all("outside" in e for e in out["errors"]), out["errors"]
