@@ -70,8 +70,9 @@ class Chunk:
 class Hit:
     """One search result, with what each path said about it.
 
-    `content` is the chunk's text, or the opening of a document. `queries` names the queries that
-    found it when several ran (query plans).
+    `content` is the chunk's text, or the opening of a document. Ids are unique within a tenant only:
+    `tenant` is the row's tenant ("" on a single-tenant store), and (tenant, id) names a hit. `queries`
+    names the queries that found it when several ran (query plans).
     """
 
     id: str
@@ -88,6 +89,13 @@ class Hit:
     keyword_score: float | None = None
     keyword_rank: int | None = None
     queries: list[str] = field(default_factory=list)
+    tenant: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What names this hit across tenants: the same id may be one tenant's private document and
+        another's public one, which must never merge."""
+        return self.tenant, self.id
 
     @property
     def found_by(self) -> list[Path_]:

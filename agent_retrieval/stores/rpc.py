@@ -55,17 +55,19 @@ MODEL_CACHE_SECONDS = 5.0
 UNREACHABLE = {"connection", "pool", "gateway", "57P01", "57P02", "57P03", "PGRST000", "PGRST001", "PGRST002",
                "PGRST003"}
 _Plan = tuple[str, dict[str, Any]]  # a SQL function and its named arguments
+SCHEMA_VERSION = 2  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 
 # What differs between the two levels in the per-level SQL: the hit columns, their source, the document id.
 _LEVEL_SQL = {
     "documents": {
         "columns": f"d.id, d.id, d.title, left(d.content, {DOCUMENT_PREVIEW_CHARS}), d.metadata, "
-                   "null::int, null::text",
+                   "null::int, null::text, d.tenant_id",
         "from": "{{schema}}.documents d",
         "document_id": "d.id",
     },
     "chunks": {
-        "columns": "d.id, d.document_id, p.title, d.content, d.metadata, d.ordinal, d.heading_path",
+        "columns": "d.id, d.document_id, p.title, d.content, d.metadata, d.ordinal, d.heading_path, "
+                   "d.tenant_id",
         "from": "({{schema}}.chunks d join {{schema}}.documents p "
                 "on p.tenant_id = d.tenant_id and p.id = d.document_id)",
         "document_id": "d.document_id",
@@ -94,7 +96,8 @@ def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384) -> str:
             parts += [_fill(text, _LEVEL_SQL[level] | {"level": level}) for level in ("documents", "chunks")]
         else:
             parts.append(text)
-    values = {"schema": schema, "dimension": str(dimension)} | _fusion_defaults()
+    values = {"schema": schema, "dimension": str(dimension), "schema_version": str(SCHEMA_VERSION)}
+    values |= _fusion_defaults()
     return "\n\n".join(_fill(part, values) for part in parts)
 
 
@@ -384,5 +387,5 @@ def _hit(level: Level, row: dict[str, Any]) -> Hit:
     return Hit(id=row["id"], level=level, document_id=row["document_id"], title=row["title"],
                content=row["content"], metadata=row["metadata"] or {}, ordinal=row.get("ordinal"),
                heading_path=row.get("heading_path"), vector_similarity=row.get("vector_similarity"),
-               keyword_score=row.get("keyword_score"))
+               keyword_score=row.get("keyword_score"), tenant=row.get("tenant_id") or "")
 

@@ -154,14 +154,19 @@ class _Matrix:
 
 
 class SQLiteStore(Store):
-    """The embedded store in one SQLite file (created, and migrated, on open)."""
+    """The embedded store in one SQLite file (created, and migrated, on open).
+
+    A file holds one tenant's rows (`tenant` names it in every hit; open_store gives each tenant a file of
+    its own).
+    """
 
     backend = "sqlite"
 
-    def __init__(self, path: str | Path, *, timeout: float = 10.0):
+    def __init__(self, path: str | Path, *, tenant: str = "", timeout: float = 10.0):
         if str(path) in ("", ":memory:") or str(path).startswith("file:"):
             raise InvalidRequest("the SQLite store needs a file path (each thread opens its own connection)")
         self.path = Path(path).expanduser()
+        self.tenant = tenant
         self.timeout = timeout
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
@@ -527,7 +532,8 @@ class SQLiteStore(Store):
         marks = ",".join("?" * len(scores))
         rows = conn.execute(f"SELECT {_COLUMNS[level]} FROM {_FROM[level]} WHERE d.rowid IN ({marks})", list(scores))
         by_rowid = {r[0]: r for r in rows}
-        return [_hit(level, by_rowid[i], **{score_field: score}) for i, score in scores.items() if i in by_rowid]
+        return [_hit(level, by_rowid[i], self.tenant, **{score_field: score})
+                for i, score in scores.items() if i in by_rowid]
 
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
         document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
@@ -537,7 +543,7 @@ class SQLiteStore(Store):
             rows = conn.execute(f"""SELECT {_COLUMNS['chunks']} FROM {_FROM['chunks']}
                 WHERE d.document_id IN ({marks}) ORDER BY d.document_id, d.ordinal""", list(order)).fetchall()
         rows.sort(key=lambda r: (order[r[2]], r[6]))
-        return [_hit("chunks", r) for r in rows[:limit]]
+        return [_hit("chunks", r, self.tenant) for r in rows[:limit]]
 
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
         ids = check_ids(ids, "ids")
@@ -615,10 +621,10 @@ def _fts_any(terms: Sequence[str]) -> str:
     return "- {every_row} : (" + " OR ".join('"' + term.replace('"', '""') + '"' for term in terms) + ")"
 
 
-def _hit(level: Level, row: Any, **scores: float) -> Hit:
-    """A hit from a row selected with _COLUMNS."""
+def _hit(level: Level, row: Any, tenant: str, **scores: float) -> Hit:
+    """A hit from a row selected with _COLUMNS, of the store's tenant."""
     return Hit(id=row[1], level=level, document_id=row[2], title=row[3], content=row[4],
-               metadata=json.loads(row[5]), ordinal=row[6], heading_path=row[7], **scores)
+               metadata=json.loads(row[5]), ordinal=row[6], heading_path=row[7], tenant=tenant, **scores)
 
 
 def _json(metadata: dict[str, Any]) -> str:

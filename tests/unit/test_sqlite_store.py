@@ -107,3 +107,15 @@ def test_the_embedded_store_switches_to_a_model_of_another_dimension_after_reemb
     store.set_embedding_model("new/model", 2)
     assert store.embedding_model() == ("new/model", 2)
     assert [h.id for h in store.vector_search("documents", np.ones(2, dtype=np.float32) / np.sqrt(2), 5)] == ["a"]
+
+
+def test_open_store_names_the_tenant_in_every_hit(tmp_path):
+    from agent_retrieval.context import Context
+    from agent_retrieval.stores import open_store
+
+    for tenant in ("acme", ""):
+        with open_store(Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant)) as store:
+            store.upsert([Document("d", "Doc", "hours", content_hash="h")],
+                         [Chunk("d#0", "d", 0, "hours", "Doc")], "test/none")
+            assert {h.tenant for h in store.keyword_search("chunks", "hours", 5)} == {tenant}
+            assert {h.tenant for h in store.document_chunks(["d"], 5)} == {tenant}

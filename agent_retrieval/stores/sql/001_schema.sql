@@ -54,8 +54,29 @@ create table if not exists {{schema}}.store_info (
   key text primary key,
   value text not null
 );
-insert into {{schema}}.store_info values ('schema_version', '1'), ('dimension', '{{dimension}}')
+insert into {{schema}}.store_info values ('schema_version', '{{schema_version}}'),
+                                         ('dimension', '{{dimension}}')
   on conflict (key) do nothing;
+
+-- Stores made by an earlier version are brought up to date here, each step once (schema_version says which
+-- ran; 004_security.sql records the new version once everything below is in place).
+-- Version 2: the search functions and document_chunks return each row's tenant_id. "create or replace"
+-- cannot change a function's result type or arguments, so those functions are dropped and made again below.
+do $$
+begin
+  if (select value::int from {{schema}}.store_info where key = 'schema_version') < 2 then
+    drop function if exists
+      {{schema}}.match_documents(vector, int, jsonb, text[], float8, text),
+      {{schema}}.match_chunks(vector, int, jsonb, text[], float8, text),
+      {{schema}}.keyword_search_documents(text, int, jsonb, text[], text),
+      {{schema}}.keyword_search_chunks(text, int, jsonb, text[], text),
+      {{schema}}.hybrid_search_documents(text, vector, int, jsonb, text[], float8, text, text, int, float8,
+                                         float8, int),
+      {{schema}}.hybrid_search_chunks(text, vector, int, jsonb, text[], float8, text, text, int, float8,
+                                      float8, int),
+      {{schema}}.document_chunks(text[], int, text);
+  end if;
+end $$;
 
 -- The caller's tenant, from the JWT PostgREST puts in request.jwt.claims (Supabase's auth.uid() reads
 -- the same setting): app_metadata.tenant_id when the project groups users into tenants, else the user id.

@@ -2,7 +2,8 @@
 -- one implementation. Each call is one transaction. Writes and ingestion bookkeeping act on one tenant
 -- (writing_tenant below).
 -- Reads see the `tenant` argument's rows and public rows, or every row they may read when it is null;
--- row-level security narrows both further for anon and authenticated callers.
+-- row-level security narrows both further for anon and authenticated callers. Ids are unique within a
+-- tenant only: a row is (tenant_id, id), and what a read returns names each row's tenant.
 
 -- The tenant a write or its bookkeeping acts on: the argument, else the caller's, else '' (single tenant).
 create or replace function {{schema}}.writing_tenant(tenant text) returns text
@@ -190,18 +191,21 @@ begin
   end if;
 end $$;
 
--- The chunks of these documents in reading order, documents in the order given.
+-- The chunks of these documents in reading order: documents in the order given and, where an id names
+-- documents of several tenants (the caller's own and another's public one), each of them whole in turn, by
+-- tenant, never interleaved.
 create or replace function {{schema}}.document_chunks(ids text[], max_rows int, tenant text default null)
-returns table (id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text)
+returns table (id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text,
+               tenant_id text)
 language sql stable security invoker
 set search_path = ''
 as $$
-  select c.id, c.document_id, d.title, c.content, c.metadata, c.ordinal, c.heading_path
+  select c.id, c.document_id, d.title, c.content, c.metadata, c.ordinal, c.heading_path, c.tenant_id
   from unnest(ids) with ordinality wanted(id, position)
-  join {{schema}}.chunks c on c.document_id = wanted.id
-  join {{schema}}.documents d on d.tenant_id = c.tenant_id and d.id = c.document_id
-  where tenant is null or c.tenant_id = tenant or c.is_public
-  order by wanted.position, c.ordinal
+  join {{schema}}.documents d on d.id = wanted.id
+  join {{schema}}.chunks c on c.tenant_id = d.tenant_id and c.document_id = d.id
+  where tenant is null or d.tenant_id = tenant or d.is_public
+  order by wanted.position, c.tenant_id, c.ordinal
   limit max_rows
 $$;
 

@@ -1,0 +1,164 @@
+"""Who a row belongs to, on the real stack (Postgres + pgvector, PostgREST, JWTs signed with its secret):
+
+- ids are unique within a tenant only: one tenant's private "handbook" and another's public "handbook" are two
+  documents through every search, the SQL hybrid function, summarize and both tools, never one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_retrieval.context import Context
+from agent_retrieval.embeddings import Embedder
+from agent_retrieval.ingest import ingest
+from agent_retrieval.models import ChunkSearchRequest, Document
+from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.stores import open_store
+from agent_retrieval.stores.postgres import PostgresStore
+from agent_retrieval.stores.supabase import SupabaseStore
+from agent_retrieval.tools import make_retrieval_tools
+from tests.conftest import WordHashEmbeddings
+
+SCHEMA = "agent_retrieval"  # one of the schemas the session's PostgREST serves
+DIM = 256  # the word-hash test embedder's
+MODEL = "test/word-hash"
+QUERY = "annual leave and expenses handbook"
+
+# The same document id in two tenants: acme's own handbook, and the press's, published to everyone.
+HANDBOOKS = {
+    "acme": ("Acme staff handbook", "# Annual leave\n\nAcme staff take 25 days of annual leave a year, "
+             "booked in the rota.\n\n# Expenses\n\nAcme expenses are claimed monthly with receipts."),
+    "press": ("Press contributor handbook", "# Annual leave\n\nContributors agree annual leave with the desk "
+              "editor.\n\n# Expenses\n\nTravel expenses are repaid after the story runs, from the handbook "
+              "rate."),
+}
+
+
+def embedder() -> Embedder:
+    return Embedder(WordHashEmbeddings(), MODEL)
+
+
+def writer(stack, tenant: str) -> Context:
+    """The operator: the service role, writing into `tenant`."""
+    return Context(supabase_url=stack.url, supabase_key=stack.service_key, db_schema=SCHEMA, tenant_id=tenant)
+
+
+def handbook(tenant: str) -> Document:
+    title, text = HANDBOOKS[tenant]
+    published = {"public": True} if tenant == "press" else {}
+    return Document("handbook", title, text, {"owner": tenant, **published})
+
+
+@pytest.fixture(scope="module")
+def stack(supabase_stack):
+    """acme's private handbook, the press's public one (same id), a private note in mallory's own namespace,
+    and a note written without a tenant (the single-tenant rows, tenant '')."""
+    supabase_stack.postgres.execute(f"drop schema if exists {SCHEMA} cascade")
+    PostgresStore(supabase_stack.postgres.dsn, schema=SCHEMA).init(DIM)
+    supabase_stack.postgrest.reload_schema()
+    for tenant in HANDBOOKS:
+        with open_store(writer(supabase_stack, tenant)) as store:
+            ingest([handbook(tenant)], store, embedder(), progress=False)
+    for tenant, doc_id in [("user:mallory", "mallory-note"), ("", "default-note")]:
+        note = Document(doc_id, "Private note", f"The private note {doc_id} about annual leave.")
+        service = SupabaseStore(supabase_stack.url, supabase_stack.service_key, schema=SCHEMA, tenant=tenant)
+        with service:
+            ingest([note], service, embedder(), progress=False)
+    return supabase_stack
+
+
+def as_user(stack, sub: str | None, **claims) -> SupabaseStore:
+    """A user's store: anon key plus a token signed with the stack's secret; `claims` go in app_metadata."""
+    from tests.stack import mint_jwt
+
+    token = mint_jwt(stack.jwt_secret, "authenticated", sub=sub, app_metadata=claims or None) if sub else None
+    return SupabaseStore(stack.url, stack.anon_key, schema=SCHEMA, user_token=token)
+
+
+@pytest.fixture(params=["supabase-user", "postgres-tenant"])
+def acme(request, stack):
+    """acme's view of the store: a signed-in user of acme under row-level security, or the Postgres store by
+    DSN with tenant="acme" (the scope then comes from the argument inside every SQL function)."""
+    if request.param == "supabase-user":
+        store = as_user(stack, "alice", tenant_id="acme")
+    else:
+        store = PostgresStore(stack.postgres.dsn, schema=SCHEMA, tenant="acme")
+    yield store
+    store.close()
+
+
+def keys(hits) -> list[tuple[str, str]]:
+    return [(h.tenant, h.id) for h in hits]
+
+
+def test_the_same_id_in_two_tenants_is_two_rows_in_every_search(acme):
+    vector = embedder().embed_query(QUERY)
+    for level, expected in [("documents", 2), ("chunks", 4)]:
+        vector_hits = acme.vector_search(level, vector, 10)
+        keyword_hits = acme.keyword_search(level, QUERY, 10)
+        tenants = [sorted({h.tenant for h in hits}) for hits in (vector_hits, keyword_hits)]
+        assert tenants == [["acme", "press"], ["acme", "press"]]
+        assert len(set(keys(vector_hits))) == len(vector_hits) == expected
+        rows = acme._call(f"hybrid_search_{level}", query_text=QUERY, query_embedding=vector, match_count=10,
+                          tenant=acme.tenant)
+        # a join on id alone gave 4 and 8 rows
+        assert len(rows) == expected, [(r["tenant_id"], r["id"]) for r in rows]
+        # each row's two scores are its own tenant's row's, never one tenant's paired with the other's
+        similarity = {h.key: h.vector_similarity for h in vector_hits}
+        bm25 = {h.key: h.keyword_score for h in keyword_hits}
+        for row in rows:
+            key = (row["tenant_id"], row["id"])
+            assert row["vector_similarity"] == pytest.approx(similarity[key], abs=1e-9)
+            assert row["keyword_score"] == pytest.approx(bm25[key], rel=1e-9)
+        assert len({r["vector_similarity"] for r in rows}) == expected  # the texts differ, so the scores do
+
+
+def test_summarize_returns_each_tenants_document_whole_and_apart(acme):
+    hits = acme.document_chunks(["default-note", "handbook"], 20)
+    assert [(h.tenant, h.document_id, h.ordinal) for h in hits] == [
+        ("acme", "handbook", 0), ("acme", "handbook", 1), ("press", "handbook", 0), ("press", "handbook", 1)]
+    for hit in hits:  # each chunk is its own tenant's text and title
+        title, _ = HANDBOOKS[hit.tenant]
+        assert hit.title == title and hit.content in HANDBOOKS[hit.tenant][1]
+    assert acme.unknown_documents(["handbook", "mallory-note", "default-note"]) == ["mallory-note",
+                                                                                   "default-note"]
+
+
+def test_summarize_of_two_documents_keeps_the_order_asked(stack):
+    store = PostgresStore(stack.postgres.dsn, schema=SCHEMA)  # the owner: every tenant's rows
+    hits = store.document_chunks(["mallory-note", "handbook", "default-note"], 20)
+    assert [(h.tenant, h.document_id) for h in hits] == [
+        ("user:mallory", "mallory-note"), ("acme", "handbook"), ("acme", "handbook"), ("press", "handbook"),
+        ("press", "handbook"), ("", "default-note")]
+    store.close()
+
+
+def test_both_tools_return_both_documents(stack):
+    reader = Context(supabase_url=stack.url, supabase_key=stack.anon_key, db_schema=SCHEMA,
+                     supabase_user_token=stack.user_token("alice", tenant="acme"))
+    with Retrieval(reader, embedder=embedder()) as retrieval:
+        document_retriever, chunk_retriever = make_retrieval_tools(retrieval=retrieval)
+        docs = document_retriever.invoke({"type": "tool_call", "id": "1", "name": "document_retriever",
+                                          "args": {"query": QUERY, "top_k": 5}}).artifact["hits"]
+        chunks = chunk_retriever.invoke({"type": "tool_call", "id": "2", "name": "chunk_retriever",
+                                         "args": {"query": QUERY, "top_k": 10}}).artifact["hits"]
+        summary = chunk_retriever.invoke({"type": "tool_call", "id": "3", "name": "chunk_retriever",
+                                          "args": {"query": "", "query_type": "summarize",
+                                                   "document_ids": ["handbook"]}}).artifact
+    assert sorted((h["tenant"], h["id"]) for h in docs) == [("acme", "handbook"), ("press", "handbook")]
+    assert {(h["tenant"], h["document_id"]) for h in chunks} == {("acme", "handbook"), ("press", "handbook")}
+    assert len(chunks) == 4 and all(set(h["found_by"]) == {"vector", "keyword"} for h in chunks)
+    assert [h["tenant"] for h in summary["hits"]] == ["acme", "acme", "press", "press"]
+    assert summary["truncated"] is False
+
+
+def test_summarize_through_the_async_path_keeps_tenants_apart(stack):
+    import asyncio
+
+    reader = Context(supabase_url=stack.url, supabase_key=stack.anon_key, db_schema=SCHEMA,
+                     supabase_user_token=stack.user_token("alice", tenant="acme"))
+    request = ChunkSearchRequest(query="", query_type="summarize", document_ids=["handbook"])
+    with Retrieval(reader, embedder=embedder()) as retrieval:
+        result = asyncio.run(retrieval.asearch(request, "chunks"))
+    assert [(h.tenant, h.ordinal) for h in result.hits] == [("acme", 0), ("acme", 1), ("press", 0),
+                                                            ("press", 1)]
