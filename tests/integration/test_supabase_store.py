@@ -103,7 +103,7 @@ def test_crafted_scopes_and_filters_never_widen_what_a_user_reads(stack):
     assert alice.keyword_search("chunks", "REDFALCON", 10, document_ids=["globex-plan"]) == []
     assert alice.document_chunks(["globex-plan"], 10) == []
     assert alice.unknown_documents(["globex-plan"]) == ["globex-plan"]
-    # without a tenant claim a user's tenant is their user id (per-user data): mallory owns nothing
+    # without a tenant claim a user reads their own namespace ("user:mallory"), which holds nothing
     assert visible_ids(user_store(stack, "mallory")) == {"press-plan", "press-plan#0"}
 
 

@@ -1,15 +1,19 @@
 """Who a row belongs to, on the real stack (Postgres + pgvector, PostgREST, JWTs signed with its secret):
 
 - ids are unique within a tenant only: one tenant's private "handbook" and another's public "handbook" are two
-  documents through every search, the SQL hybrid function, summarize and both tools, never one.
+  documents through every search, the SQL hybrid function, summarize and both tools, never one;
+- a token without a tenant claim reads its user's own namespace ("user:<sub>"), which no tenant name equals.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
+from agent_retrieval.identity import tenant_of_claims
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import ChunkSearchRequest, Document
 from agent_retrieval.retrieval import Retrieval
@@ -150,6 +154,74 @@ def test_both_tools_return_both_documents(stack):
     assert len(chunks) == 4 and all(set(h["found_by"]) == {"vector", "keyword"} for h in chunks)
     assert [h["tenant"] for h in summary["hits"]] == ["acme", "acme", "press", "press"]
     assert summary["truncated"] is False
+
+
+# --- user ids and tenant names ------------------------------------------------------------------------------
+
+def readable(store: SupabaseStore) -> set[tuple[str, str]]:
+    """Every (tenant, document id) the store's caller can reach by search or by id."""
+    found = set(keys(store.keyword_search("documents", "annual leave note handbook", 20)))
+    found |= {(h.tenant, h.document_id) for h in store.document_chunks(["handbook", "mallory-note",
+                                                                         "default-note"], 20)}
+    return found
+
+
+PUBLIC = {("press", "handbook")}
+
+
+@pytest.mark.parametrize(("sub", "claims", "expected"), [
+    ("alice", {"tenant_id": "acme"}, {("acme", "handbook")} | PUBLIC),
+    ("acme", {}, PUBLIC),  # a user whose id is a tenant's name: not that tenant (it read acme's rows)
+    ("mallory", {}, {("user:mallory", "mallory-note")} | PUBLIC),  # no tenant claim: the user's own rows
+    ("eve", {"tenant_id": "user:mallory"}, PUBLIC),  # a tenant claim inside the user namespace: no tenant
+    ("eve", {"tenant_id": ""}, PUBLIC),  # an empty claim: no tenant (it read the tenant-less rows)
+    ("eve", {"tenant_id": 7}, PUBLIC),  # a claim that is not text: no tenant
+    ("eve", {"other": "acme"}, PUBLIC),  # app_metadata without tenant_id: eve's own (empty) namespace
+    (None, {}, PUBLIC),  # anon
+])
+def test_a_token_reads_its_tenant_or_else_its_users_own_namespace(stack, sub, claims, expected):
+    with as_user(stack, sub, **claims) as store:
+        assert readable(store) == expected
+
+
+CLAIMS = [
+    {"sub": "alice", "app_metadata": {"tenant_id": "acme"}},
+    {"sub": "acme"},
+    {"sub": "mallory", "app_metadata": {"provider": "email"}},
+    {"sub": "eve", "app_metadata": {"tenant_id": "user:mallory"}},
+    {"sub": "eve", "app_metadata": {"tenant_id": ""}},
+    {"sub": "eve", "app_metadata": {"tenant_id": None}},
+    {"sub": "eve", "app_metadata": {"tenant_id": 7}},
+    {"sub": "eve", "app_metadata": {"tenant_id": ["acme"]}},
+    {"sub": "eve", "app_metadata": "tenant_id"},  # not an object: jsonb's "?" would find the key in it
+    {"sub": "", "app_metadata": {}},
+    {"sub": 42},
+    {"role": "anon"},
+    {},
+    {"sub": "ünï cödé", "app_metadata": {"tenant_id": "Tenant: ünï"}},
+    {"sub": "eve", "app_metadata": {"tenant_id": "User:eve"}},  # another case is another name
+]
+
+
+@pytest.fixture(scope="module")
+def current_tenant(postgres):
+    """The SQL rule: current_tenant() of a store's schema, for the claims PostgREST puts in the request."""
+    postgres.execute("drop schema if exists identity_rule cascade")
+    PostgresStore(postgres.dsn, schema="identity_rule").init(4)
+
+    def in_sql(claims: dict) -> str | None:
+        with postgres.connect() as conn:
+            conn.execute("select set_config('request.jwt.claims', %s, false)", (json.dumps(claims),))
+            return conn.execute("select identity_rule.current_tenant()").fetchone()[0]
+
+    return in_sql
+
+
+@pytest.mark.parametrize("claims", CLAIMS, ids=[json.dumps(c) for c in CLAIMS])
+def test_the_python_rule_is_the_sql_rule(current_tenant, claims):
+    """agent_retrieval.identity.tenant_of_claims (the auth handler's) and the SQL current_tenant() (row-level
+    security's) name the same tenant for every token."""
+    assert current_tenant(claims) == tenant_of_claims(claims)
 
 
 def test_summarize_through_the_async_path_keeps_tenants_apart(stack):

@@ -78,13 +78,29 @@ begin
   end if;
 end $$;
 
--- The caller's tenant, from the JWT PostgREST puts in request.jwt.claims (Supabase's auth.uid() reads
--- the same setting): app_metadata.tenant_id when the project groups users into tenants, else the user id.
+-- The caller's tenant, from the JWT PostgREST puts in request.jwt.claims (Supabase's auth.uid() reads the
+-- same setting). User ids and tenant names are kept in disjoint namespaces, so that no user id reads a
+-- tenant's rows:
+--   a tenant claim (app_metadata.tenant_id; users cannot edit app_metadata) names the tenant, when it is
+--     non-empty text outside the user namespace; any other tenant claim (empty, not text, or beginning with
+--     'user:') names no tenant, and such a caller reads public rows only;
+--   a token without a tenant claim reads its user's own namespace, 'user:' || sub;
+--   a token without either (anon, the service role) has no tenant.
+-- agent_retrieval/identity.py (tenant_of_claims) is the same rule for the LangGraph auth handler.
 create or replace function {{schema}}.current_tenant() returns text
 language sql stable
 set search_path = ''
 as $$
-  select coalesce(claims -> 'app_metadata' ->> 'tenant_id', claims ->> 'sub')
+  select case
+    when pg_catalog.jsonb_typeof(c.claims -> 'app_metadata') = 'object'
+         and c.claims -> 'app_metadata' ? 'tenant_id'
+      then case when pg_catalog.jsonb_typeof(c.claims -> 'app_metadata' -> 'tenant_id') = 'string'
+                     and c.claims -> 'app_metadata' ->> 'tenant_id' <> ''
+                     and not pg_catalog.starts_with(c.claims -> 'app_metadata' ->> 'tenant_id', 'user:')
+                then c.claims -> 'app_metadata' ->> 'tenant_id' end
+    when pg_catalog.jsonb_typeof(c.claims -> 'sub') = 'string' and c.claims ->> 'sub' <> ''
+      then 'user:' || (c.claims ->> 'sub')
+  end
   from (select nullif(current_setting('request.jwt.claims', true), '')::jsonb as claims) c
 $$;
 
