@@ -55,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
                                         "embedding only what changed.")
     ingest.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
     ingest.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    ingest.add_argument("--public", action="store_true",
+                        help="publish these documents to every tenant and to anonymous readers (Postgres "
+                             "and Supabase only): the operator's explicit act, which no file's metadata can "
+                             "make. Without it documents are written private, an earlier published version "
+                             "too")
 
     query = command("query", _query, "Search the store the way the tools do and print the hits.")
     query.add_argument("query", help="what to look for")
@@ -130,7 +135,7 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
 
     with _retrieval(context) as retrieval:
         report = ingest(load_documents(args.paths), retrieval.store, retrieval.embedder, context,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, public=args.public)
     print(report.summary())
     return 1 if report.unembedded else 0
 

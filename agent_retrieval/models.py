@@ -38,8 +38,10 @@ QUERY_TYPES = {
 class Document:
     """A source document; `content` is its full text.
 
-    Stores fill the last three fields: `content_hash` fingerprints what was ingested, `text_hash` the
-    text that was embedded, and `embedding` is its unit vector (None until embedded).
+    Stores fill `content_hash` (a fingerprint of what was ingested), `text_hash` (of the text that was
+    embedded) and `embedding` (its unit vector; None until embedded). `public` publishes the document and its
+    chunks to every tenant and to anonymous readers of a shared store (Postgres, Supabase): the operator's
+    explicit choice, which no loader, metadata key or tool argument makes.
     """
 
     id: str
@@ -50,6 +52,7 @@ class Document:
     content_hash: str = ""
     text_hash: str = ""
     embedding: Any = field(default=None, repr=False)
+    public: bool = False
 
 
 @dataclass

@@ -33,6 +33,7 @@ from agent_retrieval.models import Chunk, Document, Hit, Level
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     MAX_CHUNK_ROWS,
+    DocumentState,
     Store,
     StoreStats,
     check_batch,
@@ -150,6 +151,7 @@ class RPCStore(Store):
 
     # What to do when the store cannot be reached; each backend says where to look.
     unreachable_advice = "check that it is running and reachable"
+    publishes = True
 
     def __init__(self, *, schema: str = DEFAULT_SCHEMA, tenant: str | None = None, max_retries: int = 3,
                  timeout: float = 30.0):
@@ -262,9 +264,9 @@ class RPCStore(Store):
     def delete_documents(self, ids: Sequence[str]) -> int:
         return int(self._call("delete_documents", ids=list(ids), tenant=self.tenant) or 0)
 
-    def document_states(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
+    def document_states(self, ids: Sequence[str]) -> dict[str, DocumentState]:
         rows = self._call("document_states", ids=list(ids), tenant=self.tenant)
-        return {r["id"]: (r["content_hash"], bool(r["embedded"])) for r in rows}
+        return {r["id"]: DocumentState(r["content_hash"], r["embedded"], r["source"], r["public"]) for r in rows}
 
     def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
         rows = self._call("vectors_by_hash", hashes=sorted(set(text_hashes)), model=model_id, tenant=self.tenant)
@@ -373,8 +375,8 @@ def _vector_json(vector: Any) -> list[float] | None:
 
 def _document_json(doc: Document) -> dict[str, Any]:
     return {"id": doc.id, "title": doc.title, "content": doc.content, "metadata": doc.metadata,
-            "source": doc.source, "content_hash": doc.content_hash, "text_hash": doc.text_hash,
-            "embedding": _vector_json(doc.embedding)}
+            "source": doc.source, "public": doc.public, "content_hash": doc.content_hash,
+            "text_hash": doc.text_hash, "embedding": _vector_json(doc.embedding)}
 
 
 def _chunk_json(chunk: Chunk) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     MAX_CHUNK_ROWS,
+    DocumentState,
     Store,
     StoreStats,
     check_batch,
@@ -157,7 +158,7 @@ class SQLiteStore(Store):
     """The embedded store in one SQLite file (created, and migrated, on open).
 
     A file holds one tenant's rows (`tenant` names it in every hit; open_store gives each tenant a file of
-    its own).
+    its own), so it has no public rows: publishing needs a store tenants share.
     """
 
     backend = "sqlite"
@@ -342,6 +343,7 @@ class SQLiteStore(Store):
     # --- writing ---------------------------------------------------------------------------------
     def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
         check_batch(documents, chunks)
+        self.check_public(documents)
         vectors = [r.embedding for r in [*documents, *chunks] if r.embedding is not None]
         with self._write() as conn:
             self._claim_model(conn, model_id, vectors)
@@ -372,8 +374,8 @@ class SQLiteStore(Store):
                 deleted += conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount
             return deleted
 
-    def document_states(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
-        states: dict[str, tuple[str, bool]] = {}
+    def document_states(self, ids: Sequence[str]) -> dict[str, DocumentState]:
+        states: dict[str, DocumentState] = {}
         with self._read() as conn:
             model = self._info(conn).get("embedding_model", "")
             for batch in _batches(list(ids), 500):
@@ -381,9 +383,11 @@ class SQLiteStore(Store):
                 rows = conn.execute(
                     f"""SELECT d.id, d.content_hash,
                           d.embedding_model IS ? AND NOT EXISTS (
-                            SELECT 1 FROM chunks c WHERE c.document_id = d.id AND c.embedding_model IS NOT ?)
+                            SELECT 1 FROM chunks c WHERE c.document_id = d.id AND c.embedding_model IS NOT ?),
+                          d.source
                         FROM documents d WHERE d.id IN ({marks})""", (model, model, *batch))
-                states.update({doc_id: (content_hash, bool(done)) for doc_id, content_hash, done in rows})
+                states.update({doc_id: DocumentState(content_hash, bool(done), source, False)
+                               for doc_id, content_hash, done, source in rows})
         return states
 
     def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:

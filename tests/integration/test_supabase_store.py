@@ -36,9 +36,9 @@ def tenant_corpus(tenant: str, secret: str, public: bool = False) -> tuple[list[
     embedder = WordHashEmbeddings()
     doc_id = f"{tenant}-plan"
     text = f"The {tenant} acquisition plan is codenamed {secret}. Closing is planned for the spring."
-    meta = {"category": "strategy", "owner": tenant, **({"public": True} if public else {})}
+    meta = {"category": "strategy", "owner": tenant}
     doc = Document(doc_id, f"{tenant} plan", text, meta, content_hash=tenant, text_hash=f"d-{tenant}",
-                   embedding=_unit(embedder.vector(text)))
+                   embedding=_unit(embedder.vector(text)), public=public)
     chunk = Chunk(f"{doc_id}#0", doc_id, 0, text, f"{tenant} plan", meta, f"c-{tenant}", _unit(embedder.vector(text)))
     return [doc], [chunk]
 

@@ -2,7 +2,8 @@
 
 - ids are unique within a tenant only: one tenant's private "handbook" and another's public "handbook" are two
   documents through every search, the SQL hybrid function, summarize and both tools, never one;
-- a token without a tenant claim reads its user's own namespace ("user:<sub>"), which no tenant name equals.
+- a token without a tenant claim reads its user's own namespace ("user:<sub>"), which no tenant name equals;
+- publishing is the operator's explicit act (Document.public, ingest(public=True)), never a metadata key.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.identity import tenant_of_claims
-from agent_retrieval.ingest import ingest
+from agent_retrieval.ingest import chunk_document, ingest
 from agent_retrieval.models import ChunkSearchRequest, Document
 from agent_retrieval.retrieval import Retrieval
 from agent_retrieval.stores import open_store
@@ -49,8 +50,7 @@ def writer(stack, tenant: str) -> Context:
 
 def handbook(tenant: str) -> Document:
     title, text = HANDBOOKS[tenant]
-    published = {"public": True} if tenant == "press" else {}
-    return Document("handbook", title, text, {"owner": tenant, **published})
+    return Document("handbook", title, text, {"owner": tenant})
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def stack(supabase_stack):
     supabase_stack.postgrest.reload_schema()
     for tenant in HANDBOOKS:
         with open_store(writer(supabase_stack, tenant)) as store:
-            ingest([handbook(tenant)], store, embedder(), progress=False)
+            ingest([handbook(tenant)], store, embedder(), progress=False, public=tenant == "press")
     for tenant, doc_id in [("user:mallory", "mallory-note"), ("", "default-note")]:
         note = Document(doc_id, "Private note", f"The private note {doc_id} about annual leave.")
         service = SupabaseStore(supabase_stack.url, supabase_stack.service_key, schema=SCHEMA, tenant=tenant)
@@ -222,6 +222,52 @@ def test_the_python_rule_is_the_sql_rule(current_tenant, claims):
     """agent_retrieval.identity.tenant_of_claims (the auth handler's) and the SQL current_tenant() (row-level
     security's) name the same tenant for every token."""
     assert current_tenant(claims) == tenant_of_claims(claims)
+
+
+# --- publishing ---------------------------------------------------------------------------------------------
+
+def test_metadata_never_publishes_only_the_operators_flag_does(stack):
+    vector = embedder().embed_query("quarterly memo")
+    memo = Document("memo", "Quarterly memo", "The quarterly memo is for acme staff only.", {"public": True})
+    notice = Document("notice", "Opening hours notice", "The quarterly opening hours notice.", public=True)
+    for doc in (memo, notice):
+        doc.content_hash, doc.embedding = doc.id, vector
+    with SupabaseStore(stack.url, stack.service_key, schema=SCHEMA, tenant="acme") as service:
+        service.upsert([memo, notice], chunk_document(memo) + chunk_document(notice), MODEL)
+        states = service.document_states(["memo", "notice", "handbook"])
+    assert {i: s.public for i, s in states.items()} == {"memo": False, "notice": True, "handbook": False}
+    try:
+        for store in (as_user(stack, "gina", tenant_id="globex"), as_user(stack, None)):
+            with store:
+                found = {h.id for level in ("documents", "chunks")
+                         for h in store.keyword_search(level, "quarterly memo notice", 10)}
+                assert found == {"notice", "notice#0"}  # chunks inherit the document's visibility
+                assert store.unknown_documents(["memo", "notice"]) == ["memo"]
+    finally:
+        with SupabaseStore(stack.url, stack.service_key, schema=SCHEMA, tenant="acme") as service:
+            service.delete_documents(["memo", "notice"])
+
+
+def test_ingest_publishes_only_when_asked_and_says_where_each_document_came_from(stack, tmp_path):
+    (tmp_path / "rota.md").write_text("---\npublic: true\n---\n# Rota\n\nThe weekend rota starts at nine.\n")
+    from agent_retrieval.ingest import load_documents
+
+    context = writer(stack, "globex")
+    with open_store(context) as store:
+        report = ingest(load_documents([tmp_path]), store, embedder(), context, progress=False)
+        assert report.written == 1
+        state = store.document_states(["rota"])["rota"]
+        assert (state.public, state.embedded, state.source) == (False, True, str(tmp_path / "rota.md"))
+        with as_user(stack, None) as anon:
+            assert anon.keyword_search("documents", "weekend rota", 5) == []  # front matter published nothing
+            again = ingest(load_documents([tmp_path]), store, embedder(), context, progress=False,
+                           public=True)
+            assert (again.written, again.embedded, again.reused) == (1, 0, 2)  # rewritten, not re-embedded
+            assert store.document_states(["rota"])["rota"].public is True
+            assert [h.id for h in anon.keyword_search("chunks", "weekend rota", 5)] == ["rota#0"]
+            same = ingest(load_documents([tmp_path]), store, embedder(), context, progress=False, public=True)
+            assert (same.unchanged, same.written) == (1, 0)
+        store.delete_documents(["rota"])
 
 
 def test_summarize_through_the_async_path_keeps_tenants_apart(stack):

@@ -8,9 +8,10 @@ import sqlite3
 import numpy as np
 import pytest
 
+from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore
-from agent_retrieval.stores.base import keyword_terms
+from agent_retrieval.stores.base import DocumentState, keyword_terms
 from agent_retrieval.stores.sqlite import MIGRATIONS
 
 
@@ -107,6 +108,18 @@ def test_the_embedded_store_switches_to_a_model_of_another_dimension_after_reemb
     store.set_embedding_model("new/model", 2)
     assert store.embedding_model() == ("new/model", 2)
     assert [h.id for h in store.vector_search("documents", np.ones(2, dtype=np.float32) / np.sqrt(2), 5)] == ["a"]
+
+
+def test_publishing_is_refused_the_embedded_store_has_no_rows_shared_by_tenants(tmp_path):
+    store = SQLiteStore(tmp_path / "store.db", tenant="acme")
+    doc = Document("notice", "Notice", "Opening hours", content_hash="h", source="notice.md")
+    with pytest.raises(InvalidRequest, match=r"public: .*Postgres or Supabase"):
+        store.upsert([Document("x", "X", "x", content_hash="h", public=True), doc], [], "test/none")
+    assert store.stats().documents == 0  # refused whole, before any write
+    store.upsert([doc], [], "test/none")
+    assert store.document_states(["notice"]) == {"notice": DocumentState("h", False, "notice.md", False)}
+    found = store.keyword_search("documents", "opening hours", 5)
+    assert [(h.tenant, h.id) for h in found] == [("acme", "notice")]
 
 
 def test_open_store_names_the_tenant_in_every_hit(tmp_path):

@@ -60,8 +60,9 @@ insert into {{schema}}.store_info values ('schema_version', '{{schema_version}}'
 
 -- Stores made by an earlier version are brought up to date here, each step once (schema_version says which
 -- ran; 004_security.sql records the new version once everything below is in place).
--- Version 2: the search functions and document_chunks return each row's tenant_id. "create or replace"
--- cannot change a function's result type or arguments, so those functions are dropped and made again below.
+-- Version 2: the search functions and document_chunks return each row's tenant_id, and document_states each
+-- document's source and visibility. "create or replace" cannot change a function's result type or arguments,
+-- so those functions are dropped and made again below.
 do $$
 begin
   if (select value::int from {{schema}}.store_info where key = 'schema_version') < 2 then
@@ -74,6 +75,7 @@ begin
                                          float8, int),
       {{schema}}.hybrid_search_chunks(text, vector, int, jsonb, text[], float8, text, text, int, float8,
                                       float8, int),
+      {{schema}}.document_states(text[], text),
       {{schema}}.document_chunks(text[], int, text);
   end if;
 end $$;

@@ -63,7 +63,10 @@ begin
 end $$;
 
 -- Documents with their complete chunk lists, replacing earlier versions, in one transaction.
--- Rows whose "embedding" is null are stored unembedded, for reembed to fill in later.
+-- Rows whose "embedding" is null are stored unembedded, for reembed to fill in later. A document is public
+-- (read by every tenant and anon) only when the writer says so in its own "public" field, which the operator
+-- sets (ingest --public); its metadata, written by whoever wrote the document, never publishes it. Chunks
+-- inherit their document's visibility.
 create or replace function {{schema}}.upsert_documents(
   documents jsonb, chunks jsonb, model text, tenant text default null
 ) returns void
@@ -82,7 +85,7 @@ begin
   insert into {{schema}}.documents (tenant_id, id, title, content, metadata, source, is_public, content_hash,
                                     text_hash, embedding, embedding_model)
   select scope, r ->> 'id', r ->> 'title', r ->> 'content', coalesce(r -> 'metadata', '{}'), r ->> 'source',
-         coalesce(r -> 'metadata' -> 'public' = 'true'::jsonb, false), r ->> 'content_hash',
+         coalesce(r -> 'public' = 'true'::jsonb, false), r ->> 'content_hash',
          coalesce(r ->> 'text_hash', ''), (r ->> 'embedding')::vector,
          case when jsonb_typeof(r -> 'embedding') = 'array' then model end
   from jsonb_array_elements(documents) r;
@@ -106,9 +109,10 @@ as $$
   select count(*)::int from gone
 $$;
 
--- For each stored id: its content hash, and whether it and all its chunks hold the store's model's vectors.
+-- For each stored id of the writing tenant: its content hash, whether it and all its chunks hold the
+-- store's model's vectors, its source and whether it is public.
 create or replace function {{schema}}.document_states(ids text[], tenant text default null)
-returns table (id text, content_hash text, embedded boolean)
+returns table (id text, content_hash text, embedded boolean, source text, public boolean)
 language sql stable security invoker
 set search_path = ''
 as $$
@@ -116,7 +120,8 @@ as $$
          d.embedding_model is not distinct from m.model and not exists (
            select 1 from {{schema}}.chunks c
            where c.tenant_id = d.tenant_id and c.document_id = d.id
-             and c.embedding_model is distinct from m.model)
+             and c.embedding_model is distinct from m.model),
+         d.source, d.is_public
   from {{schema}}.documents d
   cross join (select (select value from {{schema}}.store_info where key = 'embedding_model') as model) m
   where d.tenant_id = {{schema}}.writing_tenant(tenant) and d.id = any (ids)
