@@ -61,8 +61,10 @@ insert into {{schema}}.store_info values ('schema_version', '{{schema_version}}'
 -- Stores made by an earlier version are brought up to date here, each step once (schema_version says which
 -- ran; 004_security.sql records the new version once everything below is in place).
 -- Version 2: the search functions and document_chunks return each row's tenant_id, and document_states each
--- document's source and visibility. "create or replace" cannot change a function's result type or arguments,
--- so those functions are dropped and made again below.
+-- document's source and visibility; the functions whose answers can grow (document_chunks, document_states,
+-- vectors_by_hash, pending_embeddings, unknown_documents) answer one jsonb value instead of rows, so that
+-- PostgREST's row cap cannot cut them. "create or replace" cannot change a function's result type or
+-- arguments, so those functions are dropped and made again below.
 do $$
 begin
   if (select value::int from {{schema}}.store_info where key = 'schema_version') < 2 then
@@ -76,7 +78,10 @@ begin
       {{schema}}.hybrid_search_chunks(text, vector, int, jsonb, text[], float8, text, text, int, float8,
                                       float8, int),
       {{schema}}.document_states(text[], text),
-      {{schema}}.document_chunks(text[], int, text);
+      {{schema}}.vectors_by_hash(text[], text, text),
+      {{schema}}.pending_embeddings(text, text, int, text),
+      {{schema}}.document_chunks(text[], int, text),
+      {{schema}}.unknown_documents(text[], text);
   end if;
 end $$;
 
