@@ -146,3 +146,24 @@ def test_every_unknown_id_of_a_scope_is_named_past_the_cap(capped, supabase_stac
         unknown = (user.unknown_documents(asked) if path == "sync"
                    else asyncio.run(user.aunknown_documents(asked)))
     assert unknown == asked[:-1]
+
+
+def test_pages_and_batches_of_any_size_add_up_to_the_whole_answer(monkeypatch, supabase_stack, service,
+                                                                  embeddings):
+    """The same answers when every page and batch is smaller than the cap: each call's cursor or batch picks
+    up exactly where the last one stopped, on the sync and the async path."""
+    ingest(notes(), service, Embedder(embeddings, MODEL), progress=False)
+    doc, chunks = the_long_document()
+    service.upsert([doc], chunks, MODEL)
+    for name in ("PAGE_ROWS", "IDS_PER_CALL", "HASHES_PER_CALL"):
+        monkeypatch.setattr(f"agent_retrieval.stores.rpc.{name}", 7)
+    everything = list(range(LONG_CHUNKS))
+    assert [h.ordinal for h in service.document_chunks(["long"], 1000)] == everything
+    assert [h.ordinal for h in asyncio.run(service.adocument_chunks(["long"], 1000))] == everything
+    assert [h.ordinal for h in service.document_chunks(["long"], 10)] == everything[:10]  # never past the limit
+    ids = [d.id for d in notes()]
+    assert sorted(service.document_states(ids)) == ids
+    hashes = [h for (h,) in supabase_stack.postgres.execute(
+        f"select text_hash from {SCHEMA}.documents where id <> 'long' union all "
+        f"select text_hash from {SCHEMA}.chunks where document_id <> 'long'")]
+    assert len(service.vectors_by_hash(hashes, MODEL)) == 2 * DOCUMENTS

@@ -128,12 +128,15 @@ def test_summarize_returns_each_tenants_document_whole_and_apart(acme):
                                                                                    "default-note"]
 
 
-def test_summarize_of_two_documents_keeps_the_order_asked(stack):
+def test_summarize_of_two_documents_keeps_the_order_asked(stack, monkeypatch):
     store = PostgresStore(stack.postgres.dsn, schema=SCHEMA)  # the owner: every tenant's rows
-    hits = store.document_chunks(["mallory-note", "handbook", "default-note"], 20)
+    asked = ["mallory-note", "handbook", "default-note"]
+    hits = store.document_chunks(asked, 20)
     assert [(h.tenant, h.document_id) for h in hits] == [
         ("user:mallory", "mallory-note"), ("acme", "handbook"), ("acme", "handbook"), ("press", "handbook"),
         ("press", "handbook"), ("", "default-note")]
+    monkeypatch.setattr("agent_retrieval.stores.rpc.PAGE_ROWS", 1)  # each page's cursor crosses a boundary
+    assert [(h.tenant, h.id) for h in store.document_chunks(asked, 20)] == [(h.tenant, h.id) for h in hits]
     store.close()
 
 

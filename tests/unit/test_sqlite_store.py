@@ -132,3 +132,14 @@ def test_open_store_names_the_tenant_in_every_hit(tmp_path):
                          [Chunk("d#0", "d", 0, "hours", "Doc")], "test/none")
             assert {h.tenant for h in store.keyword_search("chunks", "hours", 5)} == {tenant}
             assert {h.tenant for h in store.document_chunks(["d"], 5)} == {tenant}
+
+
+def test_ingest_public_on_the_embedded_store_is_refused_before_embedding_anything(tmp_path, embeddings,
+                                                                                   embedder):
+    from agent_retrieval.ingest import ingest
+
+    with SQLiteStore(tmp_path / "store.db") as store:
+        with pytest.raises(InvalidRequest, match="Postgres or Supabase"):
+            ingest([Document("notice", "Notice", "Opening hours")], store, embedder, progress=False,
+                   public=True)
+        assert embeddings.document_calls == 0 and store.stats().documents == 0
