@@ -55,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
                                         "embedding only what changed.")
     ingest.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
     ingest.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    ingest.add_argument("--public", action="store_true",
+                        help="publish these documents to every tenant and to anonymous readers (Postgres "
+                             "and Supabase only): the operator's explicit act, which no file's metadata can "
+                             "make. Without it documents are written private, an earlier published version "
+                             "too")
 
     query = command("query", _query, "Search the store the way the tools do and print the hits.")
     query.add_argument("query", help="what to look for")
@@ -132,7 +137,7 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
     with _retrieval(context) as retrieval:
         documents = load_documents(args.paths, skipped=skipped)
         report = ingest(documents, retrieval.store, retrieval.embedder, context,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, public=args.public)
     for problem in skipped:
         print(f"skipped: {problem}", file=sys.stderr)
     print(report.summary() + (f"; {len(skipped)} files skipped" if skipped else ""))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from agent_retrieval.models import Hit
 
@@ -27,9 +28,10 @@ PROFILES: dict[str, QueryProfile] = {
 }
 
 
-def rrf(rankings: Mapping[str, Sequence[str]], weights: Mapping[str, float], k: int = 60) -> dict[str, float]:
+def rrf(rankings: Mapping[str, Sequence[Hashable]], weights: Mapping[str, float],
+        k: int = 60) -> dict[Any, float]:
     """Weighted reciprocal-rank fusion: sum over paths of weight / (k + rank), ranks from 1."""
-    fused: dict[str, float] = {}
+    fused: dict[Any, float] = {}
     for path, ids in rankings.items():
         weight = weights.get(path, 1.0)
         for rank, item in enumerate(ids, start=1):
@@ -37,7 +39,7 @@ def rrf(rankings: Mapping[str, Sequence[str]], weights: Mapping[str, float], k: 
     return fused
 
 
-def zscores(scores: Mapping[str, float]) -> dict[str, float]:
+def zscores(scores: Mapping[Any, float]) -> dict[Any, float]:
     """Standard scores: (score - mean) / standard deviation. A list of one score, or of equal ones, gives 1.0
     each (present is all it says)."""
     if not scores:
@@ -49,7 +51,7 @@ def zscores(scores: Mapping[str, float]) -> dict[str, float]:
     return {item: (s - mean) / std for item, s in scores.items()}
 
 
-def convex(scores: Mapping[str, Mapping[str, float]], weights: Mapping[str, float]) -> dict[str, float]:
+def convex(scores: Mapping[str, Mapping[Any, float]], weights: Mapping[str, float]) -> dict[Any, float]:
     """Convex fusion: the weighted mean of each path's standard scores.
 
     An item a path did not return takes that path's lowest standard score (0 when the path's scores say
@@ -101,23 +103,27 @@ def entity_matches(text: str, terms: Sequence[str]) -> int:
 def fuse(vector_hits: Sequence[Hit], keyword_hits: Sequence[Hit], *, mode: str = "rrf",
          vector_weight: float = 1.0, keyword_weight: float = 1.0, k: int = 60,
          entities: Sequence[str] = (), boost: float = 0.0) -> list[Hit]:
-    """Merge the two ranked lists into one, best first, each hit carrying both paths' ranks and scores."""
-    merged: dict[str, Hit] = {}
+    """Merge the two ranked lists into one, best first, each hit carrying both paths' ranks and scores.
+
+    A hit of one list meets its own row in the other by (tenant, id): the same id may be two tenants' rows."""
+    merged: dict[tuple[str, str], Hit] = {}
     for rank, hit in enumerate(vector_hits, start=1):
-        merged[hit.id] = replace(hit, vector_rank=rank)
+        merged[hit.key] = replace(hit, vector_rank=rank)
     for rank, hit in enumerate(keyword_hits, start=1):
-        merged[hit.id] = replace(merged.get(hit.id, hit), keyword_rank=rank, keyword_score=hit.keyword_score)
+        merged[hit.key] = replace(merged.get(hit.key, hit), keyword_rank=rank,
+                                  keyword_score=hit.keyword_score)
     weights = {"vector": vector_weight, "keyword": keyword_weight}
     if mode == "rrf":
-        scores = rrf({"vector": [h.id for h in vector_hits], "keyword": [h.id for h in keyword_hits]},
+        scores = rrf({"vector": [h.key for h in vector_hits], "keyword": [h.key for h in keyword_hits]},
                      weights, k)
     elif mode == "convex":
-        scores = convex({"vector": {h.id: h.vector_similarity or 0.0 for h in vector_hits},
-                         "keyword": {h.id: h.keyword_score or 0.0 for h in keyword_hits}}, weights)
+        scores = convex({"vector": {h.key: h.vector_similarity or 0.0 for h in vector_hits},
+                         "keyword": {h.key: h.keyword_score or 0.0 for h in keyword_hits}}, weights)
     else:
         raise ValueError(f"fusion mode must be rrf or convex (got {mode!r})")
     if entities and boost:
         for item, hit in merged.items():
             scores[item] *= 1.0 + boost * entity_matches(f"{hit.title}\n{hit.content}", entities)
-    ranked = sorted(merged.values(), key=lambda h: (-scores[h.id], h.id))
-    return [replace(h, score=scores[h.id]) for h in ranked]
+    # ties: by id, then tenant, as the SQL hybrid functions order them
+    ranked = sorted(merged.values(), key=lambda h: (-scores[h.key], h.id, h.tenant))
+    return [replace(h, score=scores[h.key]) for h in ranked]

@@ -461,11 +461,14 @@ class IngestReport:
 
 
 def ingest(documents: Iterable[Document], store: Store, embedder: Embedder, context: Context | None = None, *,
-           progress: bool = True, on_batch: Callable[[IngestReport], None] | None = None) -> IngestReport:
+           progress: bool = True, on_batch: Callable[[IngestReport], None] | None = None,
+           public: bool = False) -> IngestReport:
     """Write documents and their chunks, embedding only texts whose (text, model) has no stored vector.
 
     If embedding fails (provider down), rows are stored without vectors, keyword search finds them at
-    once, and `reembed` adds the vectors later: nothing is lost.
+    once, and `reembed` adds the vectors later: nothing is lost. `public` publishes what this call writes
+    to every tenant and to anonymous readers (Postgres and Supabase): the operator's explicit act, never a
+    document's own metadata. Without it documents are written private, an earlier published version too.
     """
     context = context or Context()
     _check_model(store, embedder)
@@ -478,8 +481,11 @@ def ingest(documents: Iterable[Document], store: Store, embedder: Embedder, cont
     docs = list(unique.values())
     for doc in docs:
         doc.content_hash = _hash(doc.title, doc.content, doc.metadata, context.chunk_size, context.chunk_overlap)
+        doc.public = public
+    store.check_public(docs)
     states = store.document_states([d.id for d in docs])
-    todo = [d for d in docs if states.get(d.id) != (d.content_hash, True)]
+    todo = [d for d in docs if (state := states.get(d.id)) is None
+            or (state.content_hash, state.embedded, state.public) != (d.content_hash, True, d.public)]
     report.unchanged = len(docs) - len(todo)
     bar = tqdm(total=len(todo), unit="doc", desc="ingest", disable=not progress or len(todo) < 2)
     for start in range(0, len(todo), DOCUMENTS_PER_BATCH):

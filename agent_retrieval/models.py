@@ -38,8 +38,10 @@ QUERY_TYPES = {
 class Document:
     """A source document; `content` is its full text.
 
-    Stores fill the last three fields: `content_hash` fingerprints what was ingested, `text_hash` the
-    text that was embedded, and `embedding` is its unit vector (None until embedded).
+    Stores fill `content_hash` (a fingerprint of what was ingested), `text_hash` (of the text that was
+    embedded) and `embedding` (its unit vector; None until embedded). `public` publishes the document and its
+    chunks to every tenant and to anonymous readers of a shared store (Postgres, Supabase): the operator's
+    explicit choice, which no loader, metadata key or tool argument makes.
     """
 
     id: str
@@ -50,6 +52,7 @@ class Document:
     content_hash: str = ""
     text_hash: str = ""
     embedding: Any = field(default=None, repr=False)
+    public: bool = False
 
 
 @dataclass
@@ -70,8 +73,9 @@ class Chunk:
 class Hit:
     """One search result, with what each path said about it.
 
-    `content` is the chunk's text, or the opening of a document. `queries` names the queries that
-    found it when several ran (query plans).
+    `content` is the chunk's text, or the opening of a document. Ids are unique within a tenant only:
+    `tenant` is the row's tenant ("" on a single-tenant store), and (tenant, id) names a hit. `queries`
+    names the queries that found it when several ran (query plans).
     """
 
     id: str
@@ -88,6 +92,13 @@ class Hit:
     keyword_score: float | None = None
     keyword_rank: int | None = None
     queries: list[str] = field(default_factory=list)
+    tenant: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What names this hit across tenants: the same id may be one tenant's private document and
+        another's public one, which must never merge."""
+        return self.tenant, self.id
 
     @property
     def found_by(self) -> list[Path_]:

@@ -281,15 +281,16 @@ def _unresolved_note(query: PlannedQuery, resolved: dict[str, str], max_hops: in
 
 def _fuse(ran: list[tuple[PlannedQuery, Search, list[Hit]]], level: Level, top_k: int,
           context: Context) -> list[Hit]:
-    """Reciprocal-rank fusion across queries; each hit lists the queries that found it."""
-    rankings = {str(n): [h.id for h in hits] for n, (q, _, hits) in enumerate(ran) if q.target == level}
+    """Reciprocal-rank fusion across queries; each hit lists the queries that found it. Hits are the same
+    row when their (tenant, id) is: one tenant's document never stands in for another's of the same id."""
+    rankings = {str(n): [h.key for h in hits] for n, (q, _, hits) in enumerate(ran) if q.target == level}
     scores = rrf(rankings, {}, k=context.rrf_k)
-    first: dict[str, Hit] = {}
-    found_by: dict[str, list[str]] = {}
+    first: dict[tuple[str, str], Hit] = {}
+    found_by: dict[tuple[str, str], list[str]] = {}
     for q, search, hits in ran:
         for hit in hits if q.target == level else []:
-            first.setdefault(hit.id, hit)
-            found_by.setdefault(hit.id, []).append(search.query)
+            first.setdefault(hit.key, hit)
+            found_by.setdefault(hit.key, []).append(search.query)
     ordered = sorted(first, key=lambda i: -scores[i])[:top_k]
     return [replace(first[i], score=scores[i], queries=list(dict.fromkeys(found_by[i]))) for i in ordered]
 

@@ -300,8 +300,11 @@ def _launch_postgrest(args: Any, folder: Path) -> subprocess.Popen[bytes]:
 
 
 def start_postgrest(pg: Postgres, *, schemas: list[str], jwt_secret: str, folder: Path | None = None,
-                    timeout: float = 20.0) -> PostgREST:
-    """Start PostgREST on a free port of 127.0.0.1 in front of `pg`, configured as hosted Supabase is."""
+                    max_rows: int = 1000, timeout: float = 20.0) -> PostgREST:
+    """Start PostgREST on a free port of 127.0.0.1 in front of `pg`, configured as hosted Supabase is.
+
+    `max_rows` is db-max-rows, the most rows it returns of any request (it cuts the rest without a word):
+    hosted Supabase's 1000 unless a test wants a smaller cap it can pass with a few rows."""
     binary = install_postgrest()
     folder = folder or pg.folder / "postgrest"
     folder.mkdir(parents=True, exist_ok=True)
@@ -312,7 +315,7 @@ def start_postgrest(pg: Postgres, *, schemas: list[str], jwt_secret: str, folder
         "db-schemas": ",".join(schemas),
         "db-anon-role": "anon",
         "db-extra-search-path": "public, extensions",  # Supabase's setting
-        "db-max-rows": 1000,  # hosted Supabase's cap: the store must page past it
+        "db-max-rows": max_rows,  # hosted Supabase's cap is 1000: the store must page past it
         "db-pool": 10,
         "db-channel-enabled": True,  # NOTIFY pgrst, 'reload schema'
         "jwt-secret": jwt_secret,

@@ -24,6 +24,7 @@ from agent_retrieval.context import Context
 from agent_retrieval.ingest import chunk_document, chunk_text, document_text, load_documents
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore
+from agent_retrieval.stores.base import DocumentState
 
 WORDS = ["tenancy", "deposit", "landlord", "repair", "boiler", "survey", "valuation", "commission", "referral",
          "vendor", "buyer", "inventory", "notice", "rent", "arrears", "keys", "safety", "certificate", "gas",
@@ -106,7 +107,7 @@ def sqlite_snapshot(path: Path) -> Snapshot:
     return Snapshot(model, docs, chunks)
 
 
-def check_snapshot(snapshot: Snapshot, want: Expected, states: dict[str, tuple[str, bool]],
+def check_snapshot(snapshot: Snapshot, want: Expected, states: dict[str, DocumentState],
                    vector_of: Callable[[str], np.ndarray] | None = None) -> set[str]:
     """Assert what must hold after any crash or fault; return the ids of the documents stored.
 
@@ -131,7 +132,7 @@ def check_snapshot(snapshot: Snapshot, want: Expected, states: dict[str, tuple[s
             if row_vector is not None and vector_of is not None:
                 assert np.allclose(row_vector, vector_of(text), atol=1e-5), f"{doc_id}: another text's vector"
     assert set(states) == set(docs)
-    for doc_id, (_, done) in states.items():
+    for doc_id, done in ((doc_id, state.embedded) for doc_id, state in states.items()):
         embedded = docs[doc_id][3] == snapshot.model and all(m == snapshot.model
                                                                for *_, m in chunks.get(doc_id, []))
         assert done == (snapshot.model is not None and embedded), f"{doc_id}: done={done} but embedded={embedded}"

@@ -28,7 +28,7 @@ def open_store(context: Context) -> Store:
 
         return SupabaseStore(context.supabase_url, context.supabase_key, timeout=context.request_timeout_seconds,
                              user_token=context.supabase_user_token or None, **common)
-    return SQLiteStore(sqlite_path(context))
+    return SQLiteStore(sqlite_path(context), tenant=context.tenant_id)
 
 
 def sqlite_path(context: Context) -> Path:

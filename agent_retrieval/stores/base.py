@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Real
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -139,6 +139,16 @@ def check_batch(documents: Sequence[Document], chunks: Sequence[Chunk]) -> None:
         raise InvalidRequest(f"chunks refer to documents not in this batch: {sorted(strays)[:5]}")
 
 
+class DocumentState(NamedTuple):
+    """What a store holds for one document id (of the tenant it writes): enough for ingestion to skip what is
+    unchanged, and for a writer to tell whose document it would replace."""
+
+    content_hash: str
+    embedded: bool  # the document and all its chunks hold vectors of the store's model
+    source: str | None  # where it was loaded from (a file, "file:line"), as the writer gave it
+    public: bool  # published to every tenant and anonymous readers
+
+
 @dataclass
 class StoreStats:
     """What `agent-retrieval stats` shows."""
@@ -163,6 +173,7 @@ class Store(ABC):
     """
 
     backend: str = "store"
+    publishes: bool = False  # whether it holds public rows, read by every tenant (stores tenants share)
 
     # --- what the vectors are ------------------------------------------------------------------
     @abstractmethod
@@ -179,13 +190,22 @@ class Store(ABC):
         """Write documents with their complete chunk lists in one transaction, replacing earlier
         versions; rows with `embedding=None` are stored unembedded (for `reembed` to backfill)."""
 
+    def check_public(self, documents: Sequence[Document]) -> None:
+        """Refuse to publish where no row is shared by tenants (each tenant has its own store file)."""
+        published = [d.id for d in documents if d.public]
+        if published and not self.publishes:
+            raise InvalidRequest(f"public: the {self.backend} store cannot publish documents "
+                                 f"({published[:3]}): each tenant has a store of its own, so nothing is "
+                                 "shared by every tenant. Publishing needs the Postgres or Supabase store; "
+                                 "here, leave public off")
+
     @abstractmethod
     def delete_documents(self, ids: Sequence[str]) -> int:
         """Delete documents and their chunks; returns how many documents were deleted."""
 
     @abstractmethod
-    def document_states(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
-        """For stored ids: (content hash, whether it and all its chunks are embedded with the store's model)."""
+    def document_states(self, ids: Sequence[str]) -> dict[str, DocumentState]:
+        """The state of each of these ids that the store holds for the tenant it writes."""
 
     @abstractmethod
     def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:

@@ -14,7 +14,7 @@ import random
 import re
 import time
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from agent_retrieval.redaction import redact
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     MAX_CHUNK_ROWS,
+    DocumentState,
     Store,
     StoreStats,
     check_batch,
@@ -56,17 +57,25 @@ MODEL_CACHE_SECONDS = 5.0
 UNREACHABLE = {"connection", "pool", "gateway", "57P01", "57P02", "57P03", "PGRST000", "PGRST001", "PGRST002",
                "PGRST003"}
 _Plan = tuple[str, dict[str, Any]]  # a SQL function and its named arguments
+SCHEMA_VERSION = 2  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+# PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
+# the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
+# asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
+PAGE_ROWS = 500
+IDS_PER_CALL = 1000
+HASHES_PER_CALL = 200  # a vector is kilobytes of text: fewer per answer
 
 # What differs between the two levels in the per-level SQL: the hit columns, their source, the document id.
 _LEVEL_SQL = {
     "documents": {
         "columns": f"d.id, d.id, d.title, left(d.content, {DOCUMENT_PREVIEW_CHARS}), d.metadata, "
-                   "null::int, null::text",
+                   "null::int, null::text, d.tenant_id",
         "from": "{{schema}}.documents d",
         "document_id": "d.id",
     },
     "chunks": {
-        "columns": "d.id, d.document_id, p.title, d.content, d.metadata, d.ordinal, d.heading_path",
+        "columns": "d.id, d.document_id, p.title, d.content, d.metadata, d.ordinal, d.heading_path, "
+                   "d.tenant_id",
         "from": "({{schema}}.chunks d join {{schema}}.documents p "
                 "on p.tenant_id = d.tenant_id and p.id = d.document_id)",
         "document_id": "d.document_id",
@@ -95,7 +104,8 @@ def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384) -> str:
             parts += [_fill(text, _LEVEL_SQL[level] | {"level": level}) for level in ("documents", "chunks")]
         else:
             parts.append(text)
-    values = {"schema": schema, "dimension": str(dimension)} | _fusion_defaults()
+    values = {"schema": schema, "dimension": str(dimension), "schema_version": str(SCHEMA_VERSION)}
+    values |= _fusion_defaults()
     return "\n\n".join(_fill(part, values) for part in parts)
 
 
@@ -112,8 +122,7 @@ def _fill(text: str, values: dict[str, str]) -> str:
     return re.sub(r"\{\{(\w+)\}\}", lambda m: values.get(m.group(1), m.group(0)), text)
 
 
-_SET_RETURNING = ("match_", "keyword_search_", "hybrid_search_", "document_states", "vectors_by_hash",
-                  "pending_embeddings", "document_chunks", "unknown_documents")
+_SET_RETURNING = ("match_", "keyword_search_", "hybrid_search_")  # searches: at most 1000 rows (match_count)
 
 
 def returns_rows(function: str) -> bool:
@@ -148,6 +157,7 @@ class RPCStore(Store):
 
     # What to do when the store cannot be reached; each backend says where to look.
     unreachable_advice = "check that it is running and reachable"
+    publishes = True
 
     def __init__(self, *, schema: str = DEFAULT_SCHEMA, tenant: str | None = None, max_retries: int = 3,
                  timeout: float = 30.0):
@@ -184,6 +194,25 @@ class RPCStore(Store):
             except CallError as error:
                 await asyncio.sleep(self._retry_delay(function, error, attempt))
             attempt += 1
+
+    def _run(self, calls: Generator[_Plan, Any, Any]) -> Any:
+        """Make each call a paging generator asks for and send it the answer, until it returns its result."""
+        answer = None
+        try:
+            while True:
+                function, params = calls.send(answer)
+                answer = self._call(function, **params)
+        except StopIteration as done:
+            return done.value
+
+    async def _arun(self, calls: Generator[_Plan, Any, Any]) -> Any:
+        answer = None
+        try:
+            while True:
+                function, params = calls.send(answer)
+                answer = await self._acall(function, **params)
+        except StopIteration as done:
+            return done.value
 
     def _retry_delay(self, function: str, error: CallError, attempt: int) -> float:
         """How long to wait before retrying a failed call; raises our error when it should not be retried.
@@ -264,13 +293,19 @@ class RPCStore(Store):
     def delete_documents(self, ids: Sequence[str]) -> int:
         return int(self._call("delete_documents", ids=list(ids), tenant=self.tenant) or 0)
 
-    def document_states(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
-        rows = self._call("document_states", ids=list(ids), tenant=self.tenant)
-        return {r["id"]: (r["content_hash"], bool(r["embedded"])) for r in rows}
+    def document_states(self, ids: Sequence[str]) -> dict[str, DocumentState]:
+        states: dict[str, DocumentState] = {}
+        for batch in _batches(list(dict.fromkeys(ids)), IDS_PER_CALL):
+            for r in self._call("document_states", ids=batch, tenant=self.tenant):
+                states[r["id"]] = DocumentState(r["content_hash"], r["embedded"], r["source"], r["public"])
+        return states
 
     def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
-        rows = self._call("vectors_by_hash", hashes=sorted(set(text_hashes)), model=model_id, tenant=self.tenant)
-        return {r["text_hash"]: _vector(r["embedding"]) for r in rows}
+        found: dict[str, np.ndarray] = {}
+        for batch in _batches(sorted(set(text_hashes)), HASHES_PER_CALL):
+            vectors = self._call("vectors_by_hash", hashes=batch, model=model_id, tenant=self.tenant)
+            found.update({text_hash: _vector(vector) for text_hash, vector in vectors.items()})
+        return found
 
     def pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
         rows = self._call("pending_embeddings", level=level, model=model_id, max_rows=limit, tenant=self.tenant)
@@ -329,20 +364,30 @@ class RPCStore(Store):
         return [_hit(level, r) for r in await self._acall(plan[0], **plan[1])] if plan else []
 
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
-        document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
-        rows = self._call("document_chunks", ids=document_ids, max_rows=limit, tenant=self.tenant)
-        return [_hit("chunks", r) for r in rows]
+        return self._run(self._chunk_pages(document_ids, limit))
 
     async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
+        return await self._arun(self._chunk_pages(document_ids, limit))
+
+    def _chunk_pages(self, document_ids: Sequence[str], limit: int) -> Generator[_Plan, Any, list[Hit]]:
+        """The calls that read `limit` chunks (or all there are) a page at a time, and the hits they make."""
         document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
-        rows = await self._acall("document_chunks", ids=document_ids, max_rows=limit, tenant=self.tenant)
-        return [_hit("chunks", r) for r in rows]
+        hits: list[Hit] = []
+        after = None
+        while len(hits) < limit:
+            page = yield "document_chunks", {"ids": document_ids, "tenant": self.tenant,
+                                             "max_rows": min(PAGE_ROWS, limit - len(hits)),
+                                             "after": Json(after) if after else None}
+            hits += [_hit("chunks", r) for r in page["rows"]]
+            if (after := page["next"]) is None:
+                break
+        return hits
 
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
-        return _texts(self._call("unknown_documents", ids=check_ids(ids, "ids"), tenant=self.tenant))
+        return self._call("unknown_documents", ids=check_ids(ids, "ids"), tenant=self.tenant)
 
     async def aunknown_documents(self, ids: Sequence[str]) -> list[str]:
-        return _texts(await self._acall("unknown_documents", ids=check_ids(ids, "ids"), tenant=self.tenant))
+        return await self._acall("unknown_documents", ids=check_ids(ids, "ids"), tenant=self.tenant)
 
     def stats(self) -> StoreStats:
         data = self._call("store_stats", tenant=self.tenant)
@@ -354,11 +399,6 @@ class RPCStore(Store):
         """Where the store is, for `stats` (never with a password)."""
 
 
-def _texts(rows: list[Any]) -> list[str]:
-    """A `setof text` result: PostgREST sends plain strings, psycopg one-column rows."""
-    return [r if isinstance(r, str) else next(iter(r.values())) for r in rows]
-
-
 def _vector(value: Any) -> np.ndarray:
     """A vector as either transport returns it: the pgvector adapter's Vector, or PostgREST's "[...]" text."""
     if isinstance(value, str):
@@ -368,6 +408,11 @@ def _vector(value: Any) -> np.ndarray:
     return np.asarray(value, dtype=np.float32)
 
 
+def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
 def _vector_json(vector: Any) -> list[float] | None:
     # Seven decimals keep float32 precision for unit vectors at half the text of a full repr.
     return None if vector is None else np.round(np.asarray(vector, dtype=np.float64), 7).tolist()
@@ -375,8 +420,8 @@ def _vector_json(vector: Any) -> list[float] | None:
 
 def _document_json(doc: Document) -> dict[str, Any]:
     return {"id": doc.id, "title": doc.title, "content": doc.content, "metadata": doc.metadata,
-            "source": doc.source, "content_hash": doc.content_hash, "text_hash": doc.text_hash,
-            "embedding": _vector_json(doc.embedding)}
+            "source": doc.source, "public": doc.public, "content_hash": doc.content_hash,
+            "text_hash": doc.text_hash, "embedding": _vector_json(doc.embedding)}
 
 
 def _chunk_json(chunk: Chunk) -> dict[str, Any]:
@@ -389,5 +434,5 @@ def _hit(level: Level, row: dict[str, Any]) -> Hit:
     return Hit(id=row["id"], level=level, document_id=row["document_id"], title=row["title"],
                content=row["content"], metadata=row["metadata"] or {}, ordinal=row.get("ordinal"),
                heading_path=row.get("heading_path"), vector_similarity=row.get("vector_similarity"),
-               keyword_score=row.get("keyword_score"))
+               keyword_score=row.get("keyword_score"), tenant=row.get("tenant_id") or "")
 

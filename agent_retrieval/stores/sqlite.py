@@ -27,6 +27,7 @@ from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     MAX_CHUNK_ROWS,
+    DocumentState,
     Store,
     StoreStats,
     check_batch,
@@ -155,14 +156,19 @@ class _Matrix:
 
 
 class SQLiteStore(Store):
-    """The embedded store in one SQLite file (created, and migrated, on open)."""
+    """The embedded store in one SQLite file (created, and migrated, on open).
+
+    A file holds one tenant's rows (`tenant` names it in every hit; open_store gives each tenant a file of
+    its own), so it has no public rows: publishing needs a store tenants share.
+    """
 
     backend = "sqlite"
 
-    def __init__(self, path: str | Path, *, timeout: float = 10.0):
+    def __init__(self, path: str | Path, *, tenant: str = "", timeout: float = 10.0):
         if str(path) in ("", ":memory:") or str(path).startswith("file:"):
             raise InvalidRequest("the SQLite store needs a file path (each thread opens its own connection)")
         self.path = Path(path).expanduser()
+        self.tenant = tenant
         self.timeout = timeout
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
@@ -338,6 +344,7 @@ class SQLiteStore(Store):
     # --- writing ---------------------------------------------------------------------------------
     def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
         check_batch(documents, chunks)
+        self.check_public(documents)
         vectors = [r.embedding for r in [*documents, *chunks] if r.embedding is not None]
         with self._write() as conn:
             self._claim_model(conn, model_id, vectors)
@@ -368,8 +375,8 @@ class SQLiteStore(Store):
                 deleted += conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount
             return deleted
 
-    def document_states(self, ids: Sequence[str]) -> dict[str, tuple[str, bool]]:
-        states: dict[str, tuple[str, bool]] = {}
+    def document_states(self, ids: Sequence[str]) -> dict[str, DocumentState]:
+        states: dict[str, DocumentState] = {}
         with self._read() as conn:
             model = self._info(conn).get("embedding_model", "")
             for batch in _batches(list(ids), 500):
@@ -377,9 +384,11 @@ class SQLiteStore(Store):
                 rows = conn.execute(
                     f"""SELECT d.id, d.content_hash,
                           d.embedding_model IS ? AND NOT EXISTS (
-                            SELECT 1 FROM chunks c WHERE c.document_id = d.id AND c.embedding_model IS NOT ?)
+                            SELECT 1 FROM chunks c WHERE c.document_id = d.id AND c.embedding_model IS NOT ?),
+                          d.source
                         FROM documents d WHERE d.id IN ({marks})""", (model, model, *batch))
-                states.update({doc_id: (content_hash, bool(done)) for doc_id, content_hash, done in rows})
+                states.update({doc_id: DocumentState(content_hash, bool(done), source, False)
+                               for doc_id, content_hash, done, source in rows})
         return states
 
     def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
@@ -532,7 +541,8 @@ class SQLiteStore(Store):
         marks = ",".join("?" * len(scores))
         rows = conn.execute(f"SELECT {_COLUMNS[level]} FROM {_FROM[level]} WHERE d.rowid IN ({marks})", list(scores))
         by_rowid = {r[0]: r for r in rows}
-        return [_hit(level, by_rowid[i], **{score_field: score}) for i, score in scores.items() if i in by_rowid]
+        return [_hit(level, by_rowid[i], self.tenant, **{score_field: score})
+                for i, score in scores.items() if i in by_rowid]
 
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
         document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
@@ -545,7 +555,7 @@ class SQLiteStore(Store):
                     break
                 rows += conn.execute(f"""SELECT {_COLUMNS['chunks']} FROM {_FROM['chunks']}
                     WHERE d.document_id = ? ORDER BY d.ordinal LIMIT ?""", (doc_id, limit - len(rows)))
-        return [_hit("chunks", r) for r in rows]
+        return [_hit("chunks", r, self.tenant) for r in rows]
 
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
         ids = check_ids(ids, "ids")
@@ -623,10 +633,10 @@ def _fts_any(terms: Sequence[str]) -> str:
     return "- {every_row} : (" + " OR ".join('"' + term.replace('"', '""') + '"' for term in terms) + ")"
 
 
-def _hit(level: Level, row: Any, **scores: float) -> Hit:
-    """A hit from a row selected with _COLUMNS."""
+def _hit(level: Level, row: Any, tenant: str, **scores: float) -> Hit:
+    """A hit from a row selected with _COLUMNS, of the store's tenant."""
     return Hit(id=row[1], level=level, document_id=row[2], title=row[3], content=row[4],
-               metadata=json.loads(row[5]), ordinal=row[6], heading_path=row[7], **scores)
+               metadata=json.loads(row[5]), ordinal=row[6], heading_path=row[7], tenant=tenant, **scores)
 
 
 def _json(metadata: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ import pytest
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore, Store
+from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
 
@@ -89,7 +90,8 @@ def corpus() -> tuple[list[Document], list[Chunk]]:
     """Three documents whose vectors point along known axes, so the expected ranking is exact."""
     docs = [
         Document("fees", "Fee Schedule", "Commission and referral fees are disclosed in writing.",
-                 {"category": "policy", "year": 2023}, content_hash="h1", text_hash="t-fees", embedding=axis(1)),
+                 {"category": "policy", "year": 2023}, "policies/fees.md", content_hash="h1",
+                 text_hash="t-fees", embedding=axis(1)),
         Document("banda", "14 Banda Lane", "The tenancy deposit of £2,100 is protected.",
                  {"category": "property", "year": 2024}, content_hash="h2", text_hash="t-banda", embedding=axis(0, 1)),
         Document("gifts", "Gifts and Hospitality", "Staff may accept gifts worth up to £50.",
@@ -221,7 +223,8 @@ def test_delete_removes_documents_with_their_chunks(store: Store):
 
 def test_states_hashes_and_backfill(store: Store):
     states = store.document_states(["fees", "banda", "nope"])
-    assert states == {"fees": ("h1", True), "banda": ("h2", True)}
+    assert states == {"fees": DocumentState("h1", True, "policies/fees.md", False),
+                      "banda": DocumentState("h2", True, None, False)}
     found = store.vectors_by_hash(["c-fees0", "t-banda", "unknown"], MODEL)
     assert set(found) == {"c-fees0", "t-banda"}
     np.testing.assert_allclose(found["c-fees0"], axis(1, 0.1), rtol=1e-6)
@@ -230,7 +233,7 @@ def test_states_hashes_and_backfill(store: Store):
     docs, chunks = corpus()
     chunks[1].embedding = None
     store.upsert([docs[0]], chunks[:2], MODEL)
-    assert store.document_states(["fees"])["fees"] == ("h1", False)
+    assert store.document_states(["fees"])["fees"].embedded is False
     assert store.stats().chunks_missing_embeddings == 1
     assert "fees#1" not in ids(store.vector_search("chunks", axis(1), 5))  # unembedded rows stay out of vector search
     assert "fees#1" in ids(store.keyword_search("chunks", "sales", 5))  # ... but keyword search finds them
@@ -240,7 +243,7 @@ def test_states_hashes_and_backfill(store: Store):
     store.set_embeddings("chunks", pending, MODEL)
     assert store.pending_embeddings("chunks", MODEL, 10) == []
     assert "fees#1" in ids(store.vector_search("chunks", axis(1), 5))
-    assert store.document_states(["fees"])["fees"] == ("h1", True)
+    assert store.document_states(["fees"])["fees"] == DocumentState("h1", True, "policies/fees.md", False)
 
 
 def test_switching_models_after_a_full_reembed(store: Store):

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from agent_retrieval.context import Context
+from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from tests.fakeapi import FakeAPI
 from tests.storecheck import (
@@ -165,7 +166,7 @@ class Backend:
 
 
 def sqlite_backend(path: Path) -> Backend:
-    def states(ids: list[str]) -> dict[str, tuple[str, bool]]:
+    def states(ids: list[str]) -> dict[str, DocumentState]:
         from agent_retrieval.stores import SQLiteStore
 
         if not ids:
@@ -300,7 +301,7 @@ def crash_and_recover(driver: Driver, api: FakeAPI, corpus: Path, want: Expected
         landed.append(end["where"] if end["signal"] == signal.SIGKILL else f"finished ({end['where']})")
         assert end["signal"] == signal.SIGKILL or end["code"] in (0, 1), output  # 1: left rows unembedded
         if number == 0:  # its first two batches met the failing provider: stored without vectors, not done
-            assert sum(not done for _, done in backend.states(list(want.documents)).values()) >= 32
+            assert sum(not s.embedded for s in backend.states(list(want.documents)).values()) >= 32
     # the schedule really hit both places: a request in flight, and an open write transaction
     assert landed.count("embedding") >= 1 and landed.count("writing") >= 2, landed
 

@@ -12,6 +12,7 @@ from agent_retrieval import cli
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import DimensionMismatch, StoreError
 from agent_retrieval.models import Chunk, Document
+from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from tests.conftest import WordHashEmbeddings
 
@@ -108,7 +109,7 @@ def test_tenants_are_scoped_inside_the_sql(stores):
     acme = stores(tenant="acme")
     assert [h.content for h in acme.keyword_search("chunks", "secret plan", 5)] == ["secret plan of acme"]
     assert [h.content for h in acme.vector_search("chunks", vector, 5)] == ["secret plan of acme"]
-    assert acme.document_states(["plan"]) == {"plan": ("acme", True)}
+    assert acme.document_states(["plan"]) == {"plan": DocumentState("acme", True, None, False)}
     assert acme.stats().documents == 1
     assert acme.delete_documents(["plan"]) == 1
     assert stores(tenant="globex").stats().documents == 1
@@ -174,3 +175,22 @@ def test_a_search_blocked_on_both_paths_fails_clearly_at_the_tool_deadline(postg
         assert time.monotonic() - started < 5, "the call waited for the statement timeout, not its deadline"
         locker.execute("rollback")
     assert [h.id for h in retrieval.search(request, "chunks").hits] == ["plan#0"]
+
+
+def test_ingest_public_is_the_operators_flag_and_metadata_publishes_nothing(capsys, monkeypatch, postgres,
+                                                                            schema, tmp_path):
+    monkeypatch.setenv("AGENT_RETRIEVAL_DSN", postgres.dsn)
+    monkeypatch.setenv("AGENT_RETRIEVAL_SCHEMA", schema)
+    assert run(capsys, "db", "init")[0] == 0
+    (tmp_path / "hours.md").write_text("---\npublic: true\n---\n# Opening hours\n\nThe office opens at nine.")
+    monkeypatch.setenv("AGENT_RETRIEVAL_TENANT", "press")
+    assert run(capsys, "ingest", "--no-progress", str(tmp_path))[0] == 0
+    with PostgresStore(postgres.dsn, schema=schema, tenant="acme") as acme:
+        assert acme.keyword_search("chunks", "office opens", 5) == []  # the file's own "public: true" is data
+        code, out, _ = run(capsys, "ingest", "--no-progress", "--public", str(tmp_path))
+        assert code == 0 and "1 written" in out and "0 texts embedded" in out
+        found = acme.keyword_search("chunks", "office opens", 5)
+        assert [(h.tenant, h.id) for h in found] == [("press", "hours#0")]
+        assert acme.document_states(["hours"]) == {}  # state and writes are the writing tenant's own
+    with PostgresStore(postgres.dsn, schema=schema, tenant="press") as press:
+        assert press.document_states(["hours"])["hours"].public is True

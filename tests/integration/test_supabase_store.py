@@ -36,9 +36,9 @@ def tenant_corpus(tenant: str, secret: str, public: bool = False) -> tuple[list[
     embedder = WordHashEmbeddings()
     doc_id = f"{tenant}-plan"
     text = f"The {tenant} acquisition plan is codenamed {secret}. Closing is planned for the spring."
-    meta = {"category": "strategy", "owner": tenant, **({"public": True} if public else {})}
+    meta = {"category": "strategy", "owner": tenant}
     doc = Document(doc_id, f"{tenant} plan", text, meta, content_hash=tenant, text_hash=f"d-{tenant}",
-                   embedding=_unit(embedder.vector(text)))
+                   embedding=_unit(embedder.vector(text)), public=public)
     chunk = Chunk(f"{doc_id}#0", doc_id, 0, text, f"{tenant} plan", meta, f"c-{tenant}", _unit(embedder.vector(text)))
     return [doc], [chunk]
 
@@ -103,7 +103,7 @@ def test_crafted_scopes_and_filters_never_widen_what_a_user_reads(stack):
     assert alice.keyword_search("chunks", "REDFALCON", 10, document_ids=["globex-plan"]) == []
     assert alice.document_chunks(["globex-plan"], 10) == []
     assert alice.unknown_documents(["globex-plan"]) == ["globex-plan"]
-    # without a tenant claim a user's tenant is their user id (per-user data): mallory owns nothing
+    # without a tenant claim a user reads their own namespace ("user:mallory"), which holds nothing
     assert visible_ids(user_store(stack, "mallory")) == {"press-plan", "press-plan#0"}
 
 

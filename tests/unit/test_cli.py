@@ -108,3 +108,11 @@ def test_help_everywhere():
         done = subprocess.run([sys.executable, "-m", "agent_retrieval.cli", *args, "--help"], capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == 0 and "usage: agent-retrieval" in done.stdout
+
+
+def test_ingest_public_on_the_embedded_store_is_refused_before_anything_is_written(capsys, tmp_path, corpus):
+    db = str(tmp_path / "cli.db")
+    code, _, err = run(capsys, "ingest", "--db", db, "--no-progress", "--public", str(corpus))
+    assert code == 2 and "Postgres or Supabase" in err and "public" in err and "Traceback" not in err
+    code, out, _ = run(capsys, "stats", "--db", db, "--json")
+    assert json.loads(out)["documents"] == 0

@@ -8,8 +8,9 @@ from agent_retrieval.fusion import PROFILES, convex, entity_matches, entity_term
 from agent_retrieval.models import Hit
 
 
-def hit(id_: str, content: str = "", **scores: float) -> Hit:
-    return Hit(id=id_, level="chunks", document_id=id_.split("#")[0], title=id_, content=content, **scores)
+def hit(id_: str, content: str = "", tenant: str = "", **scores: float) -> Hit:
+    return Hit(id=id_, level="chunks", document_id=id_.split("#")[0], title=id_, content=content,
+               tenant=tenant, **scores)
 
 
 def test_rrf_sums_weighted_reciprocal_ranks():
@@ -89,3 +90,17 @@ def test_the_sql_hybrid_functions_default_to_the_tools_fusion():
         assert f"vector_weight float8 default {defaults['vector_weight']}" in header
         assert f"keyword_weight float8 default {defaults['keyword_weight']}" in header
         assert f"candidates int default {defaults['candidates']}" in header
+
+
+def test_the_same_id_of_two_tenants_stays_two_hits_each_with_its_own_scores():
+    # one tenant's private "handbook" and another's public one: merging by id lost one of them
+    vector = [hit("handbook", vector_similarity=0.9, tenant="acme"),
+              hit("handbook", vector_similarity=0.4, tenant="press")]
+    keyword = [hit("handbook", keyword_score=8.0, tenant="press"),
+               hit("handbook", keyword_score=2.0, tenant="acme")]
+    for mode in ("rrf", "convex"):
+        fused = {h.tenant: h for h in fuse(vector, keyword, mode=mode)}
+        assert sorted(fused) == ["acme", "press"]
+        assert (fused["acme"].vector_similarity, fused["acme"].keyword_score) == (0.9, 2.0)
+        assert (fused["press"].vector_similarity, fused["press"].keyword_score) == (0.4, 8.0)
+        assert (fused["acme"].vector_rank, fused["acme"].keyword_rank) == (1, 2)

@@ -147,7 +147,7 @@ def test_reads_keep_working_while_another_process_holds_the_write_lock(tmp_path,
             assert store.vector_search("chunks", embedder.embed_query("boiler repair"), 3)
             assert store.document_chunks(["note-0001"], 10)
             assert store.stats().documents == len(want.documents)
-            assert all(done for _, done in store.document_states(list(want.documents)).values())
+            assert all(s.embedded for s in store.document_states(list(want.documents)).values())
             with SQLiteStore(path, timeout=0.2) as late:  # a process that opens the store meanwhile
                 assert late.keyword_search("documents", "tenancy deposit", 3)
 
@@ -215,7 +215,7 @@ def test_a_store_on_a_read_only_filesystem_serves_reads_and_refuses_writes_clear
         assert store.vector_search("documents", embedder.embed_query("tenancy deposit"), 3)
         assert store.stats().documents == len(want.documents)
         states = store.document_states(list(want.documents))
-        assert len(states) == len(want.documents) and all(done for _, done in states.values())
+        assert len(states) == len(want.documents) and all(s.embedded for s in states.values())
         assert run_ingest(store, corpus).unchanged == len(want.documents)  # nothing to write: nothing fails
         doc = next(iter(want.documents.values()))
         doc = dataclasses.replace(doc, content=doc.content + " A new closing sentence.")

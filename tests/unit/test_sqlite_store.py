@@ -9,10 +9,11 @@ import threading
 import numpy as np
 import pytest
 
+from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores import sqlite as sqlite_store
-from agent_retrieval.stores.base import keyword_terms
+from agent_retrieval.stores.base import DocumentState, keyword_terms
 from agent_retrieval.stores.sqlite import MIGRATIONS
 
 
@@ -168,3 +169,38 @@ def test_summarize_reads_only_the_chunks_it_returns(tmp_path):
     assert long_steps <= 2 * short_steps
     both, _ = summarize(["short", "ghost", "long"], 14)  # the caller's order, then reading order, 14 rows
     assert both == [f"short#{i}" for i in range(11)] + ["long#0", "long#1", "long#2"]
+
+
+def test_publishing_is_refused_the_embedded_store_has_no_rows_shared_by_tenants(tmp_path):
+    store = SQLiteStore(tmp_path / "store.db", tenant="acme")
+    doc = Document("notice", "Notice", "Opening hours", content_hash="h", source="notice.md")
+    with pytest.raises(InvalidRequest, match=r"public: .*Postgres or Supabase"):
+        store.upsert([Document("x", "X", "x", content_hash="h", public=True), doc], [], "test/none")
+    assert store.stats().documents == 0  # refused whole, before any write
+    store.upsert([doc], [], "test/none")
+    assert store.document_states(["notice"]) == {"notice": DocumentState("h", False, "notice.md", False)}
+    found = store.keyword_search("documents", "opening hours", 5)
+    assert [(h.tenant, h.id) for h in found] == [("acme", "notice")]
+
+
+def test_open_store_names_the_tenant_in_every_hit(tmp_path):
+    from agent_retrieval.context import Context
+    from agent_retrieval.stores import open_store
+
+    for tenant in ("acme", ""):
+        with open_store(Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant)) as store:
+            store.upsert([Document("d", "Doc", "hours", content_hash="h")],
+                         [Chunk("d#0", "d", 0, "hours", "Doc")], "test/none")
+            assert {h.tenant for h in store.keyword_search("chunks", "hours", 5)} == {tenant}
+            assert {h.tenant for h in store.document_chunks(["d"], 5)} == {tenant}
+
+
+def test_ingest_public_on_the_embedded_store_is_refused_before_embedding_anything(tmp_path, embeddings,
+                                                                                   embedder):
+    from agent_retrieval.ingest import ingest
+
+    with SQLiteStore(tmp_path / "store.db") as store:
+        with pytest.raises(InvalidRequest, match="Postgres or Supabase"):
+            ingest([Document("notice", "Notice", "Opening hours")], store, embedder, progress=False,
+                   public=True)
+        assert embeddings.document_calls == 0 and store.stats().documents == 0

@@ -54,16 +54,60 @@ create table if not exists {{schema}}.store_info (
   key text primary key,
   value text not null
 );
-insert into {{schema}}.store_info values ('schema_version', '1'), ('dimension', '{{dimension}}')
+insert into {{schema}}.store_info values ('schema_version', '{{schema_version}}'),
+                                         ('dimension', '{{dimension}}')
   on conflict (key) do nothing;
 
--- The caller's tenant, from the JWT PostgREST puts in request.jwt.claims (Supabase's auth.uid() reads
--- the same setting): app_metadata.tenant_id when the project groups users into tenants, else the user id.
+-- Stores made by an earlier version are brought up to date here, each step once (schema_version says which
+-- ran; 004_security.sql records the new version once everything below is in place).
+-- Version 2: the search functions and document_chunks return each row's tenant_id, and document_states each
+-- document's source and visibility; the functions whose answers can grow (document_chunks, document_states,
+-- vectors_by_hash, pending_embeddings, unknown_documents) answer one jsonb value instead of rows, so that
+-- PostgREST's row cap cannot cut them. "create or replace" cannot change a function's result type or
+-- arguments, so those functions are dropped and made again below.
+do $$
+begin
+  if (select value::int from {{schema}}.store_info where key = 'schema_version') < 2 then
+    drop function if exists
+      {{schema}}.match_documents(vector, int, jsonb, text[], float8, text),
+      {{schema}}.match_chunks(vector, int, jsonb, text[], float8, text),
+      {{schema}}.keyword_search_documents(text, int, jsonb, text[], text),
+      {{schema}}.keyword_search_chunks(text, int, jsonb, text[], text),
+      {{schema}}.hybrid_search_documents(text, vector, int, jsonb, text[], float8, text, text, int, float8,
+                                         float8, int),
+      {{schema}}.hybrid_search_chunks(text, vector, int, jsonb, text[], float8, text, text, int, float8,
+                                      float8, int),
+      {{schema}}.document_states(text[], text),
+      {{schema}}.vectors_by_hash(text[], text, text),
+      {{schema}}.pending_embeddings(text, text, int, text),
+      {{schema}}.document_chunks(text[], int, text),
+      {{schema}}.unknown_documents(text[], text);
+  end if;
+end $$;
+
+-- The caller's tenant, from the JWT PostgREST puts in request.jwt.claims (Supabase's auth.uid() reads the
+-- same setting). User ids and tenant names are kept in disjoint namespaces, so that no user id reads a
+-- tenant's rows:
+--   a tenant claim (app_metadata.tenant_id; users cannot edit app_metadata) names the tenant, when it is
+--     non-empty text outside the user namespace; any other tenant claim (empty, not text, or beginning with
+--     'user:') names no tenant, and such a caller reads public rows only;
+--   a token without a tenant claim reads its user's own namespace, 'user:' || sub;
+--   a token without either (anon, the service role) has no tenant.
+-- agent_retrieval/identity.py (tenant_of_claims) is the same rule for the LangGraph auth handler.
 create or replace function {{schema}}.current_tenant() returns text
 language sql stable
 set search_path = ''
 as $$
-  select coalesce(claims -> 'app_metadata' ->> 'tenant_id', claims ->> 'sub')
+  select case
+    when pg_catalog.jsonb_typeof(c.claims -> 'app_metadata') = 'object'
+         and c.claims -> 'app_metadata' ? 'tenant_id'
+      then case when pg_catalog.jsonb_typeof(c.claims -> 'app_metadata' -> 'tenant_id') = 'string'
+                     and c.claims -> 'app_metadata' ->> 'tenant_id' <> ''
+                     and not pg_catalog.starts_with(c.claims -> 'app_metadata' ->> 'tenant_id', 'user:')
+                then c.claims -> 'app_metadata' ->> 'tenant_id' end
+    when pg_catalog.jsonb_typeof(c.claims -> 'sub') = 'string' and c.claims ->> 'sub' <> ''
+      then 'user:' || (c.claims ->> 'sub')
+  end
   from (select nullif(current_setting('request.jwt.claims', true), '')::jsonb as claims) c
 $$;
 

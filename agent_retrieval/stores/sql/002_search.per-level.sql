@@ -48,7 +48,8 @@ create or replace trigger {{level}}_index_delete after delete on {{schema}}.{{le
 create or replace trigger {{level}}_index_update after update on {{schema}}.{{level}}
   referencing old table as old_rows new table as new_rows for each statement execute function {{schema}}.index_{{level}}();
 
--- Vector search: the match_count rows nearest by cosine, filters and scope applied inside the search.
+-- Vector search: the match_count rows nearest by cosine, filters and scope applied inside the search. Ids are
+-- unique within a tenant only, so each row comes with its tenant_id: (tenant_id, id) names it.
 -- HNSW answers first; when filters, the document scope or row-level security leave it fewer rows than
 -- asked for, an exact scan over the permitted rows answers instead, so a filtered search still fills k.
 create or replace function {{schema}}.match_{{level}}(
@@ -60,7 +61,7 @@ create or replace function {{schema}}.match_{{level}}(
   tenant text default null
 ) returns table (
   id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text,
-  vector_similarity float8
+  tenant_id text, vector_similarity float8
 )
 language plpgsql stable security invoker
 set search_path = {{schema}}, public, extensions
@@ -106,7 +107,7 @@ begin
   select {{columns}}, 1 - b.distance
   from best b join {{from}} on d.rowid = b.rowid
   where 1 - b.distance >= min_similarity
-  order by b.distance, d.id;
+  order by b.distance, d.id, d.tenant_id;
 end $$;
 
 -- Keyword search: Okapi BM25 (k1 = 1.2, b = 0.75, as SQLite FTS5) over the query's own words, stemmed
@@ -120,7 +121,7 @@ create or replace function {{schema}}.keyword_search_{{level}}(
   tenant text default null
 ) returns table (
   id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text,
-  keyword_score float8
+  tenant_id text, keyword_score float8
 )
 language plpgsql stable security invoker
 set search_path = {{schema}}, public, extensions
@@ -177,7 +178,8 @@ begin
 end $$;
 
 -- Hybrid search: both searches with the same filters and scope, fused in SQL by weighted reciprocal
--- rank (fusion => 'rrf') or a convex mix of standard scores ('convex'), as the tools fuse.
+-- rank (fusion => 'rrf') or a convex mix of standard scores ('convex'), as the tools fuse. A row of one
+-- search meets its own row in the other by (tenant_id, id): the same id may be two tenants' rows.
 create or replace function {{schema}}.hybrid_search_{{level}}(
   query_text text,
   query_embedding vector,
@@ -193,7 +195,8 @@ create or replace function {{schema}}.hybrid_search_{{level}}(
   candidates int default {{default_candidates}}
 ) returns table (
   id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text,
-  vector_similarity float8, vector_rank int, keyword_score float8, keyword_rank int, score float8
+  tenant_id text, vector_similarity float8, vector_rank int, keyword_score float8, keyword_rank int,
+  score float8
 )
 language plpgsql stable security invoker
 set search_path = {{schema}}, public, extensions
@@ -212,19 +215,22 @@ begin
   return query
   with v as (
     select * from {{schema}}.match_{{level}}(query_embedding, candidates, filter, document_ids, min_similarity, tenant)
-      with ordinality r(id, document_id, title, content, metadata, ordinal, heading_path, vector_similarity, rank)
+      with ordinality r(id, document_id, title, content, metadata, ordinal, heading_path, tenant_id,
+                        vector_similarity, rank)
   ),
   k as (
     select * from {{schema}}.keyword_search_{{level}}(query_text, candidates, filter, document_ids, tenant)
-      with ordinality r(id, document_id, title, content, metadata, ordinal, heading_path, keyword_score, rank)
+      with ordinality r(id, document_id, title, content, metadata, ordinal, heading_path, tenant_id,
+                        keyword_score, rank)
   ),
   both_sides as (
     select coalesce(v.id, k.id) as id, coalesce(v.document_id, k.document_id) as document_id,
            coalesce(v.title, k.title) as title, coalesce(v.content, k.content) as content,
            coalesce(v.metadata, k.metadata) as metadata, coalesce(v.ordinal, k.ordinal) as ordinal,
            coalesce(v.heading_path, k.heading_path) as heading_path,
+           coalesce(v.tenant_id, k.tenant_id) as tenant_id,
            v.vector_similarity, v.rank::int as vector_rank, k.keyword_score, k.rank::int as keyword_rank
-    from v full join k on k.id = v.id
+    from v full join k on k.tenant_id = v.tenant_id and k.id = v.id
   ),
   stats as (
     select avg(vector_similarity) as v_mean, stddev_pop(vector_similarity) as v_sd, min(vector_similarity) as v_low,
@@ -246,5 +252,5 @@ begin
       end as score
     from both_sides b cross join stats s
   )
-  select * from fused order by score desc, id limit match_count;
+  select * from fused order by score desc, id, tenant_id limit match_count;
 end $$;

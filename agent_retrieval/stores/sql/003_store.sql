@@ -2,7 +2,10 @@
 -- one implementation. Each call is one transaction. Writes and ingestion bookkeeping act on one tenant
 -- (writing_tenant below).
 -- Reads see the `tenant` argument's rows and public rows, or every row they may read when it is null;
--- row-level security narrows both further for anon and authenticated callers.
+-- row-level security narrows both further for anon and authenticated callers. Ids are unique within a
+-- tenant only: a row is (tenant_id, id), and what a read returns names each row's tenant.
+-- Answers that can grow past PostgREST's row cap (db-max-rows: 1000 on hosted Supabase, and cut silently)
+-- are one jsonb value instead of rows: a bounded page, or the answer for a bounded list of ids.
 
 -- The tenant a write or its bookkeeping acts on: the argument, else the caller's, else '' (single tenant).
 create or replace function {{schema}}.writing_tenant(tenant text) returns text
@@ -62,7 +65,10 @@ begin
 end $$;
 
 -- Documents with their complete chunk lists, replacing earlier versions, in one transaction.
--- Rows whose "embedding" is null are stored unembedded, for reembed to fill in later.
+-- Rows whose "embedding" is null are stored unembedded, for reembed to fill in later. A document is public
+-- (read by every tenant and anon) only when the writer says so in its own "public" field, which the operator
+-- sets (ingest --public); its metadata, written by whoever wrote the document, never publishes it. Chunks
+-- inherit their document's visibility.
 create or replace function {{schema}}.upsert_documents(
   documents jsonb, chunks jsonb, model text, tenant text default null
 ) returns void
@@ -81,7 +87,7 @@ begin
   insert into {{schema}}.documents (tenant_id, id, title, content, metadata, source, is_public, content_hash,
                                     text_hash, embedding, embedding_model)
   select scope, r ->> 'id', r ->> 'title', r ->> 'content', coalesce(r -> 'metadata', '{}'), r ->> 'source',
-         coalesce(r -> 'metadata' -> 'public' = 'true'::jsonb, false), r ->> 'content_hash',
+         coalesce(r -> 'public' = 'true'::jsonb, false), r ->> 'content_hash',
          coalesce(r ->> 'text_hash', ''), (r ->> 'embedding')::vector,
          case when jsonb_typeof(r -> 'embedding') = 'array' then model end
   from jsonb_array_elements(documents) r;
@@ -105,62 +111,71 @@ as $$
   select count(*)::int from gone
 $$;
 
--- For each stored id: its content hash, and whether it and all its chunks hold the store's model's vectors.
+-- For each stored id of the writing tenant: its content hash, whether it and all its chunks hold the
+-- store's model's vectors, its source and whether it is public. [{id, content_hash, embedded, source,
+-- public}], at most one per id asked for.
 create or replace function {{schema}}.document_states(ids text[], tenant text default null)
-returns table (id text, content_hash text, embedded boolean)
+returns jsonb
 language sql stable security invoker
 set search_path = ''
 as $$
-  select d.id, d.content_hash,
-         d.embedding_model is not distinct from m.model and not exists (
-           select 1 from {{schema}}.chunks c
-           where c.tenant_id = d.tenant_id and c.document_id = d.id
-             and c.embedding_model is distinct from m.model)
+  select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+           'id', d.id, 'content_hash', d.content_hash, 'source', d.source, 'public', d.is_public,
+           'embedded', d.embedding_model is not distinct from m.model and not exists (
+             select 1 from {{schema}}.chunks c
+             where c.tenant_id = d.tenant_id and c.document_id = d.id
+               and c.embedding_model is distinct from m.model))), '[]')
   from {{schema}}.documents d
   cross join (select (select value from {{schema}}.store_info where key = 'embedding_model') as model) m
   where d.tenant_id = {{schema}}.writing_tenant(tenant) and d.id = any (ids)
 $$;
 
--- Stored vectors of a model for embedding-text hashes, so unchanged text is never embedded twice.
+-- Stored vectors of a model for embedding-text hashes, so unchanged text is never embedded twice:
+-- {text_hash: vector in pgvector's text form}, at most one per hash asked for.
 create or replace function {{schema}}.vectors_by_hash(hashes text[], model text, tenant text default null)
-returns table (text_hash text, embedding vector)
+returns jsonb
 language sql stable security invoker
 set search_path = {{schema}}, public, extensions
 as $$
-  select distinct on (r.text_hash) r.text_hash, r.embedding
+  select coalesce(jsonb_object_agg(v.text_hash, v.embedding::text), '{}')
   from (
-    select d.text_hash, d.embedding, d.tenant_id, d.embedding_model from {{schema}}.documents d
-    where d.text_hash = any (hashes)
-    union all
-    select c.text_hash, c.embedding, c.tenant_id, c.embedding_model from {{schema}}.chunks c
-    where c.text_hash = any (hashes)
-  ) r
-  where r.embedding_model = model and r.embedding is not null
-    and r.tenant_id = {{schema}}.writing_tenant(tenant)
-  order by r.text_hash
+    select distinct on (r.text_hash) r.text_hash, r.embedding
+    from (
+      select d.text_hash, d.embedding, d.tenant_id, d.embedding_model from {{schema}}.documents d
+      where d.text_hash = any (hashes)
+      union all
+      select c.text_hash, c.embedding, c.tenant_id, c.embedding_model from {{schema}}.chunks c
+      where c.text_hash = any (hashes)
+    ) r
+    where r.embedding_model = model and r.embedding is not null
+      and r.tenant_id = {{schema}}.writing_tenant(tenant)
+    order by r.text_hash
+  ) v
 $$;
 
--- Rows without a vector of `model`, oldest first, for backfill and re-embedding.
+-- Up to max_rows rows without a vector of `model`, oldest first, for backfill and re-embedding: [{id,
+-- document_id, title, content, metadata, source, content_hash, ordinal, heading_path}].
 create or replace function {{schema}}.pending_embeddings(
   level text, model text, max_rows int, tenant text default null
-) returns table (
-  id text, document_id text, title text, content text, metadata jsonb, source text, content_hash text,
-  ordinal int, heading_path text
-)
+) returns jsonb
 language sql stable security invoker
 set search_path = ''
 as $$
-  (select d.id, d.id, d.title, d.content, d.metadata, d.source, d.content_hash, null::int, null::text
-   from {{schema}}.documents d
-   where level = 'documents' and d.tenant_id = {{schema}}.writing_tenant(tenant)
-     and d.embedding_model is distinct from model
-   order by d.rowid limit max_rows)
-  union all
-  (select c.id, c.document_id, null, c.content, c.metadata, null, null, c.ordinal, c.heading_path
-   from {{schema}}.chunks c
-   where level = 'chunks' and c.tenant_id = {{schema}}.writing_tenant(tenant)
-     and c.embedding_model is distinct from model
-   order by c.rowid limit max_rows)
+  select coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(p) - 'rowid' order by p.rowid), '[]')
+  from (
+    (select d.rowid, d.id, d.id as document_id, d.title, d.content, d.metadata, d.source, d.content_hash,
+            null::int as ordinal, null::text as heading_path
+     from {{schema}}.documents d
+     where level = 'documents' and d.tenant_id = {{schema}}.writing_tenant(tenant)
+       and d.embedding_model is distinct from model
+     order by d.rowid limit max_rows)
+    union all
+    (select c.rowid, c.id, c.document_id, null, c.content, c.metadata, null, null, c.ordinal, c.heading_path
+     from {{schema}}.chunks c
+     where level = 'chunks' and c.tenant_id = {{schema}}.writing_tenant(tenant)
+       and c.embedding_model is distinct from model
+     order by c.rowid limit max_rows)
+  ) p
 $$;
 
 -- Store the vectors (and embedding-text hashes) of rows already stored: [{id, text_hash, embedding}].
@@ -190,31 +205,69 @@ begin
   end if;
 end $$;
 
--- The chunks of these documents in reading order, documents in the order given.
-create or replace function {{schema}}.document_chunks(ids text[], max_rows int, tenant text default null)
-returns table (id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text)
+-- The chunks of these documents in reading order, a page of at most max_rows at a time: documents in the
+-- order given and, where an id names documents of several tenants (the caller's own and another's public
+-- one), each of them whole in turn, by tenant. {rows: [{id, document_id, title, content, metadata,
+-- ordinal, heading_path, tenant_id}], next}: pass `next` back as `after` for the following page; it is
+-- null at the end.
+-- Each document's chunks are read in ordinal order from the (tenant_id, document_id, ordinal) index, and
+-- only as many as the page holds.
+create or replace function {{schema}}.document_chunks(
+  ids text[], max_rows int, tenant text default null, after jsonb default null
+) returns jsonb
 language sql stable security invoker
 set search_path = ''
 as $$
-  select c.id, c.document_id, d.title, c.content, c.metadata, c.ordinal, c.heading_path
-  from unnest(ids) with ordinality wanted(id, position)
-  join {{schema}}.chunks c on c.document_id = wanted.id
-  join {{schema}}.documents d on d.tenant_id = c.tenant_id and d.id = c.document_id
-  where tenant is null or c.tenant_id = tenant or c.is_public
-  order by wanted.position, c.ordinal
-  limit max_rows
+  with resume as (
+    select (after ->> 'position')::bigint as position, after ->> 'tenant_id' as tenant_id,
+           (after ->> 'ordinal')::int as ordinal
+  ),
+  wanted as (  -- each document named that the caller may read, from the cursor's on
+    select w.position, d.tenant_id, d.id, d.title
+    from unnest(ids) with ordinality w(id, position)
+    join {{schema}}.documents d on d.id = w.id
+    cross join resume k
+    where (tenant is null or d.tenant_id = tenant or d.is_public)
+      and (after is null or (w.position, d.tenant_id) >= (k.position, k.tenant_id))
+  ),
+  page as (  -- one row more than the page holds, to tell whether anything is left
+    select w.position, c.tenant_id, c.id, c.document_id, w.title, c.content, c.metadata, c.ordinal,
+           c.heading_path,
+           pg_catalog.row_number() over (order by w.position, w.tenant_id, c.ordinal) as n
+    from wanted w
+    cross join resume k
+    cross join lateral (
+      select c.* from {{schema}}.chunks c
+      where c.tenant_id = w.tenant_id and c.document_id = w.id
+        and (after is null or (w.position, w.tenant_id) > (k.position, k.tenant_id) or c.ordinal > k.ordinal)
+      order by c.ordinal
+      limit max_rows + 1
+    ) c
+    order by n
+    limit max_rows + 1
+  )
+  select pg_catalog.jsonb_build_object(
+    'rows', coalesce((select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                        'id', p.id, 'document_id', p.document_id, 'title', p.title, 'content', p.content,
+                        'metadata', p.metadata, 'ordinal', p.ordinal, 'heading_path', p.heading_path,
+                        'tenant_id', p.tenant_id) order by p.n)
+                      from page p where p.n <= max_rows), '[]'),
+    'next', (select pg_catalog.jsonb_build_object('position', p.position, 'tenant_id', p.tenant_id,
+                                                  'ordinal', p.ordinal)
+             from page p where p.n = max_rows and exists (select 1 from page q where q.n > max_rows)))
 $$;
 
+-- Those of these ids that name no document the caller may read (in any tenant), in the order given: [id].
 create or replace function {{schema}}.unknown_documents(ids text[], tenant text default null)
-returns setof text
+returns jsonb
 language sql stable security invoker
 set search_path = ''
 as $$
-  select wanted.id from unnest(ids) with ordinality wanted(id, position)
+  select coalesce(pg_catalog.jsonb_agg(wanted.id order by wanted.position), '[]')
+  from unnest(ids) with ordinality wanted(id, position)
   where not exists (
     select 1 from {{schema}}.documents d
     where d.id = wanted.id and (tenant is null or d.tenant_id = tenant or d.is_public))
-  order by wanted.position
 $$;
 
 create or replace function {{schema}}.store_stats(tenant text default null) returns jsonb

@@ -55,5 +55,9 @@ begin
   end if;
 end $$;
 
+-- Everything of this version is in place: record it (a fresh store was created at it).
+update {{schema}}.store_info set value = '{{schema_version}}'
+where key = 'schema_version' and value::int < {{schema_version}};
+
 -- PostgREST (and so Supabase) caches the schema: tell it the functions changed.
 notify pgrst, 'reload schema';
