@@ -510,6 +510,19 @@ def ingest(documents: Iterable[Document], store: Store, embedder: Embedder, cont
     return report
 
 
+# Sources of documents a caller wrote (an agent's index_document, a run's pasted documents): such a writer may
+# replace what callers wrote before, never what the operator ingested or published.
+REQUEST_SOURCES = ("index_document", "indexer")
+
+
+def protected_ids(store: Store, documents: Sequence[Document]) -> list[str]:
+    """The ids among `documents` that a caller may not replace: published documents, and documents the
+    operator ingested (from files, or from code)."""
+    states = store.document_states([d.id for d in documents])
+    return [doc_id for doc_id, state in states.items()
+            if state.public or (state.source or "").split(" ", 1)[0] not in REQUEST_SOURCES]
+
+
 def _check_model(store: Store, embedder: Embedder) -> None:
     stored = store.embedding_model()
     if stored and stored[0] != embedder.model_id:

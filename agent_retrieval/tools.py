@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
-from agent_retrieval.ingest import IngestReport, ingest
+from agent_retrieval.ingest import IngestReport, ingest, protected_ids
 from agent_retrieval.models import (
     MAX_NESTING,
     ChunkSearchRequest,
@@ -179,6 +179,10 @@ class IndexDocumentTool(_StoreTool):
         document = self._parse(IndexDocumentRequest, arguments).document(source=self.name)
         retrieval = self.retrieval
         try:
+            if protected_ids(retrieval.store, [document]):
+                raise ToolException(f"id {document.id!r} names a document this tool may not replace (it was "
+                                    "ingested or published by the store's operator); index under another title "
+                                    "or id")
             report = ingest([document], retrieval.store, retrieval.embedder, retrieval.context, progress=False)
         except AgentRetrievalError as error:
             raise ToolException(str(error)) from None

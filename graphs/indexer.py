@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
 from agent_retrieval.graph_parts import GraphParts, run_context
-from agent_retrieval.ingest import SUPPORTED_SUFFIXES, IngestReport, ingest, load_documents
+from agent_retrieval.ingest import SUPPORTED_SUFFIXES, IngestReport, ingest, load_documents, protected_ids
 from agent_retrieval.models import Document, IndexDocumentRequest, explain
 from agent_retrieval.retrieval import Retrieval
 
@@ -143,11 +143,17 @@ def _ingest(documents: list[Document], retrieval: Retrieval) -> tuple[IngestRepo
         written = report
 
     try:
-        report = ingest(documents, retrieval.store, retrieval.embedder, retrieval.context, progress=False,
+        # Pasted documents are the caller's: they may not replace what the store's operator ingested or published.
+        pasted = [d for d in documents if (d.source or "").startswith("indexer")]
+        protected = set(protected_ids(retrieval.store, pasted)) if pasted else set()
+        refused = [f"{d.source.removeprefix('indexer ')}: id {d.id!r} names a document the store's operator "
+                   "ingested or published; give another id or title" for d in pasted if d.id in protected]
+        kept = [d for d in documents if not (d.id in protected and d in pasted)]
+        report = ingest(kept, retrieval.store, retrieval.embedder, retrieval.context, progress=False,
                         on_batch=note)
     except AgentRetrievalError as error:
         return written, [f"ingest stopped: {error}"]
-    return report, report.errors
+    return report, [*refused, *report.errors]
 
 
 def _counts(report: IngestReport) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from langgraph_sdk import Auth
 
 from agent_retrieval.auth import authenticate, private_to_owner
-from agent_retrieval.identity import tenant_of_claims
 
 SECRET = "a-test-jwt-secret-of-at-least-32-characters"
 
@@ -136,10 +135,3 @@ async def test_a_deployment_setting_in_any_context_is_refused_naming_it():
         await private_to_owner(context("threads", "create_run"), value)
     assert error.value.status_code == 403 and error.value.detail.startswith("openai_base_url: deployment settings")
 
-
-def test_the_tenant_rule_agrees_with_the_sql_function_on_every_shape_of_claims():
-    assert tenant_of_claims({"sub": "t1"}) == "user:t1"
-    assert tenant_of_claims({"sub": "u", "app_metadata": {"tenant_id": "t1"}}) == "t1"
-    assert tenant_of_claims({"sub": "u", "app_metadata": {"tenant_id": ""}}) is None
-    assert tenant_of_claims({"sub": "u", "app_metadata": {"tenant_id": "user:x"}}) is None
-    assert tenant_of_claims({"app_metadata": {}}) is None

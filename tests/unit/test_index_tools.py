@@ -9,7 +9,7 @@ from blockbuster import blockbuster_ctx
 
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
-from agent_retrieval.models import title_document_id
+from agent_retrieval.models import ChunkSearchRequest, title_document_id
 from agent_retrieval.tools import IndexDocumentTool, SimilaritySearchTool, make_retrieval_tools
 from tests.conftest import WordHashEmbeddings
 from tests.unit.test_tools import acall, call, fingerprint
@@ -255,3 +255,16 @@ def test_index_document_refuses_reserved_metadata_with_a_tool_error(tools, retri
                    metadata={key: True, "category": "news"})
     assert message.status == "error" and f"metadata: {key} cannot be set" in message.content
     assert documents(retrieval) == before
+
+
+def test_index_document_cannot_replace_what_the_operator_ingested(tools, retrieval):
+    operator_id = retrieval.store.document_states(
+        [h.document_id for h in retrieval.search(ChunkSearchRequest(query="referral fee"), "chunks").hits])
+    target = next(iter(operator_id))  # a demo file, ingested by the operator
+    before = retrieval.store.document_states([target])[target]
+    message = call(tools["index_document"], title="Fees", content="All fees are waived.", id=target)
+    assert message.status == "error" and "may not replace" in message.content
+    assert retrieval.store.document_states([target])[target] == before
+    first = call(tools["index_document"], title="Agent notes", content="First version.", id="agent-notes")
+    again = call(tools["index_document"], title="Agent notes", content="Second version.", id="agent-notes")
+    assert first.status == again.status == "success"  # what a caller wrote, a caller may replace

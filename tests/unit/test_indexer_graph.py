@@ -211,3 +211,14 @@ async def test_a_run_without_its_own_context_loads_files_only_inside_the_ingest_
     assert out["report"]["documents"] == 1
     assert [e.split(":")[0] for e in out["errors"]] == ["paths[1]", "paths[2]"]
     assert all("outside" in e for e in out["errors"]), out["errors"]
+
+
+async def test_pasted_documents_cannot_replace_what_the_operator_ingested(graph, store, files, context):
+    await graph.ainvoke({"paths": [str(files / "repairs.md")]}, context=context)  # the operator's file
+    (target,) = store.store.document_states([h.document_id for h in store.search(
+        ChunkSearchRequest(query="boiler faults", top_k=1), "chunks").hits])
+    out = await graph.ainvoke({"documents": [{"id": target, "title": "Repairs", "content": "Nothing is fixed."},
+                                             FEES]}, context=context)
+    assert out["report"]["written"] == 1 and len(out["errors"]) == 1
+    assert out["errors"][0].startswith("documents[0]: id") and "operator" in out["errors"][0]
+    assert search(store, "boiler faults")[0] == target
