@@ -278,8 +278,8 @@ def killer(api: FakeAPI, backend: Backend, phase: str, fraction: float, rng: ran
                 time.sleep(rng.uniform(0, 0.01))
                 if backend.writing():
                     break
-        else:
-            time.sleep(rng.uniform(0, 0.4))
+        else:  # within a few requests: a fixed span of time may outlast a fast run, leaving nothing to kill
+            time.sleep(rng.uniform(0, 3 * REQUEST_DELAY))
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:  # it finished first (and was reaped): the driver reports how
