@@ -144,8 +144,8 @@ def refused_settings(value: Mapping[str, Any]) -> list[str]:
 async def private_to_owner(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.FilterType | None:
     """Refuse deployment settings from callers; make threads, runs and user-made assistants private."""
     if isinstance(value, Mapping) and (refused := refused_settings(value)):
-        raise _refuse(403, f"{', '.join(refused)}: deployment settings cannot be set by a run or an assistant; "
-                           f"a run's context may set only {', '.join(RUN_SETTINGS)}")
+        raise _refuse(403, f"{', '.join(refused)}: deployment settings cannot be set by a run or an "
+                           f"assistant; a run's context may set only {', '.join(RUN_SETTINGS)}")
     if is_operator(ctx.user):
         return None
     if ctx.resource == "assistants" and ctx.action in ("read", "search"):

@@ -285,13 +285,17 @@ def _check(f: Any, value: Any, kind: Any) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"{name} must be a {kind.__name__} (got {type(value).__name__ if secret else shown})")
+        got = type(value).__name__ if secret else shown
+        raise ConfigError(f"{name} must be a {kind.__name__} (got {got})")
     bounds = f.metadata.get("bounds")
     if bounds and not bounds[0] <= value <= bounds[1]:
         raise ConfigError(f"{name} must be between {bounds[0]:g} and {bounds[1]:g} (got {value!r})")
     if kind is str:
         # Keys and tokens travel in HTTP headers; the DSN (and its password) only to the database.
-        value = check_secret(name, value, header=name != "postgres_dsn") if secret else _check_text(name, value)
+        if secret:
+            value = check_secret(name, value, header=name != "postgres_dsn")
+        else:
+            value = _check_text(name, value)
         if f.metadata.get("url") and value and not value.startswith(("http://", "https://")):
             raise ConfigError(f"{name} must be an http:// or https:// URL (got {value[:60]!r})")
     return value

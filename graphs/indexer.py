@@ -143,7 +143,7 @@ def _ingest(documents: list[Document], retrieval: Retrieval) -> tuple[IngestRepo
         written = report
 
     try:
-        # Pasted documents are the caller's: they may not replace what the store's operator ingested or published.
+        # Pasted documents are the caller's: they may not replace what the operator ingested or published.
         pasted = [d for d in documents if (d.source or "").startswith("indexer")]
         protected = set(protected_ids(retrieval.store, pasted)) if pasted else set()
         refused = [f"{d.source.removeprefix('indexer ')}: id {d.id!r} names a document the store's operator "

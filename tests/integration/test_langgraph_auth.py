@@ -67,8 +67,9 @@ def everything(out: dict) -> str:
     return json.dumps(out)
 
 
-@pytest.mark.parametrize(("sub", "tenant", "own"), [("u-acme", "acme", "acme"), ("u-globex", "globex", "globex"),
-                                                    ("acme", None, None)])  # named like a tenant, has none
+@pytest.mark.parametrize(("sub", "tenant", "own"), [
+    ("u-acme", "acme", "acme"), ("u-globex", "globex", "globex"),
+    ("acme", None, None)])  # a user named like a tenant, with no tenant claim
 def test_each_user_reads_only_their_tenant_and_public_rows_through_every_graph(server, api, sub, tenant, own):
     allowed = {"press", own} - {None}
     with get_sync_client(url=server.url, headers=server.headers(sub, tenant)) as client:
@@ -91,7 +92,8 @@ def test_the_server_key_goes_only_to_its_endpoint_and_no_key_or_token_reaches_th
     user_token = server.token("u-acme", "acme")
     with get_sync_client(url=server.url, headers={"Authorization": f"Bearer {user_token}"}) as client:
         thread = client.threads.create()
-        client.runs.wait(thread["thread_id"], "rag", input={"messages": [{"role": "user", "content": QUESTION}]})
+        client.runs.wait(thread["thread_id"], "rag",
+                         input={"messages": [{"role": "user", "content": QUESTION}]})
         state = json.dumps(client.threads.get_state(thread["thread_id"]))
     assert api.requests_to("embeddings")
     assert all(r.headers["authorization"] == f"Bearer {SERVER_KEY}" for r in api.requests_to("embeddings"))

@@ -193,14 +193,16 @@ def test_a_runs_context_cannot_send_the_servers_key_elsewhere_or_pick_a_store_or
                 {"role": "user", "content": QUESTION}]}, **attempt))
             named = next(iter((attempt.get("context") or attempt["config"]["configurable"])))
             assert status == 403 and f"{named}" in body and "deployment settings" in body, (attempt, body)
-        status, body = refusal(lambda: client.assistants.create("rag", context={"openai_base_url": attacker.openai_url}))
+        status, body = refusal(lambda: client.assistants.create(
+            "rag", context={"openai_base_url": attacker.openai_url}))
         assert status == 403 and "openai_base_url" in body
         assert attacker.requests_to("chat/completions") == [] and attacker.requests_to("embeddings") == []
 
 
 def test_a_user_sees_only_their_tenant_and_only_their_own_threads(client, server):
     thread = client.threads.create()
-    mine = client.runs.wait(thread["thread_id"], "rag", input={"messages": [{"role": "user", "content": QUESTION}]})
+    mine = client.runs.wait(thread["thread_id"], "rag",
+                            input={"messages": [{"role": "user", "content": QUESTION}]})
     assert mine["hits"]
     for sub, tenant in [("user-globex", "globex"), ("demo", None)]:  # another tenant; a user named like one
         with get_sync_client(url=server.url, headers=server.headers(sub, tenant)) as other:

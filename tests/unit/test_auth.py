@@ -23,7 +23,8 @@ def token(key=SECRET, algorithm="HS256", *, headers=None, **claims) -> str:
     now = int(time.time())
     body = {"sub": "u1", "role": "authenticated", "aud": "authenticated", "iat": now, "exp": now + 600,
             "app_metadata": {"tenant_id": "acme"}, **claims}
-    return jwt.encode({k: v for k, v in body.items() if v is not None}, key, algorithm=algorithm, headers=headers)
+    body = {k: v for k, v in body.items() if v is not None}
+    return jwt.encode(body, key, algorithm=algorithm, headers=headers)
 
 
 @pytest.fixture
@@ -133,5 +134,6 @@ async def test_a_deployment_setting_in_any_context_is_refused_naming_it():
     value = {"kwargs": {"context": {"answer_chunks": 2, "openai_base_url": "http://attacker/v1"}}}
     with pytest.raises(Auth.exceptions.HTTPException) as error:
         await private_to_owner(context("threads", "create_run"), value)
-    assert error.value.status_code == 403 and error.value.detail.startswith("openai_base_url: deployment settings")
+    assert error.value.status_code == 403
+    assert error.value.detail.startswith("openai_base_url: deployment settings")
 
