@@ -24,8 +24,9 @@ from agent_retrieval.stores.base import keyword_terms
 log = logging.getLogger(__name__)
 
 NOT_FOUND = "The documents I found do not answer this."
-NOTHING_FOUND = ("I found nothing in the documents about this. Try other words, or check that the documents "
-                 "were ingested.")
+NOTHING_FOUND = (
+    "I found nothing in the documents about this. Try other words, or check that the documents were ingested."
+)
 PASSAGE_CHARS = 4000  # per passage: enough for a chunk, bounded for a pasted giant
 # An id is at most 512 characters, and shown with character references (&#x...;) it may be longer.
 _CITATION = re.compile(r"\[([^\[\]\n]{1,6000})\]")
@@ -46,8 +47,9 @@ class Answer:
 
 def format_passages(hits: list[Hit], max_chars: int = PASSAGE_CHARS) -> str:
     """Hits as one <passages> block: per hit the id to cite, where it comes from, and its text, all quoted."""
-    return passages(passage(hit.content[:max_chars], id=hit.id, source=hit.heading_path or hit.title)
-                    for hit in hits)
+    return passages(
+        passage(hit.content[:max_chars], id=hit.id, source=hit.heading_path or hit.title) for hit in hits
+    )
 
 
 async def write_answer(question: str, hits: list[Hit], llm: BaseChatModel | None, context: Context) -> Answer:
@@ -55,10 +57,16 @@ async def write_answer(question: str, hits: list[Hit], llm: BaseChatModel | None
     if not hits:
         return Answer(NOTHING_FOUND, [], "nothing_found")
     if llm is None:
-        return extractive_answer(question, hits, "no chat model configured: an extractive answer (the best "
-                                 "passages, cited) instead of a written one")
-    messages = [SystemMessage(load_prompt("answer")),
-                HumanMessage(f"{element('question', quote(question))}\n\n{format_passages(hits)}")]
+        return extractive_answer(
+            question,
+            hits,
+            "no chat model configured: an extractive answer (the best "
+            "passages, cited) instead of a written one",
+        )
+    messages = [
+        SystemMessage(load_prompt("answer")),
+        HumanMessage(f"{element('question', quote(question))}\n\n{format_passages(hits)}"),
+    ]
     try:
         reply = await asyncio.wait_for(llm.ainvoke(messages), context.chat_timeout_seconds)
         text = reply.text.strip()
@@ -67,7 +75,9 @@ async def write_answer(question: str, hits: list[Hit], llm: BaseChatModel | None
         reason = "timed out" if isinstance(error, TimeoutError) else type(error).__name__
         return extractive_answer(question, hits, f"the answer model failed ({reason}): an extractive answer")
     if not text:
-        return extractive_answer(question, hits, "the answer model replied with nothing: an extractive answer")
+        return extractive_answer(
+            question, hits, "the answer model replied with nothing: an extractive answer"
+        )
     citations, unknown = cited_ids(text, hits)
     notes = []
     if unknown:
@@ -98,7 +108,7 @@ def cited_ids(text: str, hits: list[Hit]) -> tuple[list[str], list[str]]:
                 position = match.end()
             else:
                 separator = _SEPARATOR.search(group, position)
-                item = group[position:separator.start() if separator else len(group)].strip()
+                item = group[position : separator.start() if separator else len(group)].strip()
                 if "#" in item or "/" in item:  # shaped like a chunk id, but not one it was given
                     unknown.append(item)
                 position = separator.start() if separator else len(group)
@@ -121,7 +131,8 @@ def _best_sentences(content: str, terms: set[str], count: int = 2, limit: int = 
     sentences = [s.strip() for s in _SENTENCE.split(" ".join(_MARKUP.sub(" ", content).split())) if s.strip()]
     if not sentences:
         return ""
-    scored = sorted(range(len(sentences)),
-                    key=lambda i: -len(terms & set(keyword_terms(sentences[i]))))[:count]
+    scored = sorted(range(len(sentences)), key=lambda i: -len(terms & set(keyword_terms(sentences[i]))))[
+        :count
+    ]
     text = " ".join(sentences[i] for i in sorted(scored))  # in reading order
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."

@@ -46,21 +46,33 @@ async def authenticate(authorization: str | None) -> dict[str, Any]:
         settings = await asyncio.to_thread(Context)  # the server's environment, read as the operator set it
     except ConfigError as error:
         log.error("the server's settings are invalid: %s", error)
-        raise _refuse(403, "the server's settings are invalid; its operator must check `agent-retrieval "
-                           "config`") from None
+        raise _refuse(
+            403, "the server's settings are invalid; its operator must check `agent-retrieval config`"
+        ) from None
     if settings.server_auth == "off":
         return {"identity": OPERATOR, "tenant": None, "permissions": []}
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise _refuse(401, "this server needs a signed-in user's Supabase access token: send the header "
-                           "'Authorization: Bearer <access_token>'")
+        raise _refuse(
+            401,
+            "this server needs a signed-in user's Supabase access token: send the header "
+            "'Authorization: Bearer <access_token>'",
+        )
     claims = await _verified_claims(token.strip(), settings)
     tenant = tenant_of_claims(claims)
     if tenant is None:
-        raise _refuse(403, "the token's app_metadata.tenant_id is not a tenant name (empty, or in the 'user:' "
-                           "namespace kept for users without a tenant)")
-    return {"identity": claims["sub"], "display_name": str(claims.get("email") or claims["sub"]),
-            "tenant": tenant, "supabase_token": token.strip(), "permissions": ["authenticated"]}
+        raise _refuse(
+            403,
+            "the token's app_metadata.tenant_id is not a tenant name (empty, or in the 'user:' "
+            "namespace kept for users without a tenant)",
+        )
+    return {
+        "identity": claims["sub"],
+        "display_name": str(claims.get("email") or claims["sub"]),
+        "tenant": tenant,
+        "supabase_token": token.strip(),
+        "permissions": ["authenticated"],
+    }
 
 
 async def _verified_claims(token: str, settings: Context) -> dict[str, Any]:
@@ -73,21 +85,27 @@ async def _verified_claims(token: str, settings: Context) -> dict[str, Any]:
             raise jwt.InvalidTokenError(f"tokens signed with {algorithm} are not accepted")
         if algorithm == "HS256":
             if not settings.supabase_jwt_secret:
-                raise jwt.InvalidTokenError("the server has no SUPABASE_JWT_SECRET to check HS256 tokens with")
+                raise jwt.InvalidTokenError(
+                    "the server has no SUPABASE_JWT_SECRET to check HS256 tokens with"
+                )
             key: Any = settings.supabase_jwt_secret
         else:
             if not settings.supabase_url:
                 raise jwt.InvalidTokenError("the server has no SUPABASE_URL to fetch the project's keys from")
             jwks = _jwks_client(f"{settings.supabase_url.rstrip('/')}/auth/v1/.well-known/jwks.json")
             key = (await asyncio.to_thread(jwks.get_signing_key_from_jwt, token)).key
-        claims = jwt.decode(token, key, algorithms=[algorithm], audience="authenticated",
-                            options={"require": ["exp", "sub"]})
+        claims = jwt.decode(
+            token, key, algorithms=[algorithm], audience="authenticated", options={"require": ["exp", "sub"]}
+        )
     except (jwt.PyJWTError, ValueError) as error:
         # The reason is PyJWT's own (expired, bad signature, wrong audience): never the token.
         raise _refuse(401, f"the access token was refused: {error}") from None
     if claims.get("role") != "authenticated" or not isinstance(claims["sub"], str) or not claims["sub"]:
-        raise _refuse(401, "the access token was refused: it is not a signed-in user's token (role "
-                           "'authenticated' with a user id)")
+        raise _refuse(
+            401,
+            "the access token was refused: it is not a signed-in user's token (role "
+            "'authenticated' with a user id)",
+        )
     return claims
 
 
@@ -101,8 +119,11 @@ def _jwks_client(url: str) -> Any:
 
 def is_operator(user: Any) -> bool:
     """Studio's developer (or LangSmith member), or any caller when auth is off: the server's own settings."""
-    return (user is None or isinstance(user, Auth.types.StudioUser)
-            or (_get(user, "identity") == OPERATOR and _get(user, "tenant") is None))
+    return (
+        user is None
+        or isinstance(user, Auth.types.StudioUser)
+        or (_get(user, "identity") == OPERATOR and _get(user, "tenant") is None)
+    )
 
 
 def deployment_for(user: Any) -> Context:
@@ -116,9 +137,11 @@ def deployment_for(user: Any) -> Context:
         return settings
     tenant = _get(user, "tenant")
     if not isinstance(tenant, str) or not tenant:
-        raise ConfigError("the run's authenticated user carries no tenant: serve the graphs with "
-                          "agent_retrieval.auth (langgraph.json `auth`), or give your auth handler's users a "
-                          "`tenant` (and `supabase_token`)")
+        raise ConfigError(
+            "the run's authenticated user carries no tenant: serve the graphs with "
+            "agent_retrieval.auth (langgraph.json `auth`), or give your auth handler's users a "
+            "`tenant` (and `supabase_token`)"
+        )
     return replace(settings, tenant_id=tenant, supabase_user_token=_get(user, "supabase_token") or "")
 
 
@@ -130,22 +153,37 @@ def _get(user: Any, key: str) -> Any:
 
 # --- authorization: private resources, and no deployment setting from a caller ---------------------------
 
+
 def refused_settings(value: Mapping[str, Any]) -> list[str]:
     """Deployment settings a request tries to set through a context or configurable (either may carry
     settings: the server reads `configurable` as the context when no context is given)."""
     kwargs = value.get("kwargs") or {}
-    sources = [value.get("context"), (value.get("config") or {}).get("configurable"), kwargs.get("context"),
-               (kwargs.get("config") or {}).get("configurable")]
-    return sorted({key for source in sources if isinstance(source, Mapping) for key in source
-                   if key in DEPLOYMENT_SETTINGS})
+    sources = [
+        value.get("context"),
+        (value.get("config") or {}).get("configurable"),
+        kwargs.get("context"),
+        (kwargs.get("config") or {}).get("configurable"),
+    ]
+    return sorted(
+        {
+            key
+            for source in sources
+            if isinstance(source, Mapping)
+            for key in source
+            if key in DEPLOYMENT_SETTINGS
+        }
+    )
 
 
 @auth.on
 async def private_to_owner(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.FilterType | None:
     """Refuse deployment settings from callers; make threads, runs and user-made assistants private."""
     if isinstance(value, Mapping) and (refused := refused_settings(value)):
-        raise _refuse(403, f"{', '.join(refused)}: deployment settings cannot be set by a run or an "
-                           f"assistant; a run's context may set only {', '.join(RUN_SETTINGS)}")
+        raise _refuse(
+            403,
+            f"{', '.join(refused)}: deployment settings cannot be set by a run or an "
+            f"assistant; a run's context may set only {', '.join(RUN_SETTINGS)}",
+        )
     if is_operator(ctx.user):
         return None
     if ctx.resource == "assistants" and ctx.action in ("read", "search"):
@@ -162,4 +200,3 @@ def _own_namespace(ctx: Auth.types.AuthContext, value: Any) -> None:
     namespace = tuple(value.get("namespace") or ()) if isinstance(value, Mapping) else ()
     if not namespace or namespace[0] != ctx.user.identity:
         raise _refuse(403, "a user may use only the store namespace that starts with their own id")
-

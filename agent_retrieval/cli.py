@@ -23,8 +23,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 failure, 2 bad input)."""
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         overrides = {"db_path": args.db} if getattr(args, "db", None) else {}
         return args.run(args, Context(**overrides))
@@ -40,87 +41,167 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-retrieval",
         description="Hybrid (vector + keyword) retrieval with HyDE for LangGraph agents. Settings come from "
-                    "environment variables (see `agent-retrieval config`).")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens (never HyDE text or keys)")
+        "environment variables (see `agent-retrieval config`).",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log what happens (never HyDE text or keys)"
+    )
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
 
     def command(name: str, run: Any, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument("--db", metavar="PATH", help="SQLite store file (default: $AGENT_RETRIEVAL_DB or "
-                                                      "agent_retrieval.db)")
+        sub.add_argument(
+            "--db",
+            metavar="PATH",
+            help="SQLite store file (default: $AGENT_RETRIEVAL_DB or agent_retrieval.db)",
+        )
         sub.set_defaults(run=run)
         return sub
 
-    ingest = command("ingest", _ingest, "Load .md, .txt, .html, .jsonl and .pdf files (or folders) into the store, "
-                                        "embedding only what changed.")
+    ingest = command(
+        "ingest",
+        _ingest,
+        "Load .md, .txt, .html, .jsonl and .pdf files (or folders) into the store, "
+        "embedding only what changed.",
+    )
     ingest.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
     ingest.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    ingest.add_argument("--public", action="store_true",
-                        help="publish these documents to every tenant and to anonymous readers (Postgres "
-                             "and Supabase only): the operator's explicit act, which no file's metadata can "
-                             "make. Without it documents are written private, an earlier published version "
-                             "too")
+    ingest.add_argument(
+        "--public",
+        action="store_true",
+        help="publish these documents to every tenant and to anonymous readers (Postgres "
+        "and Supabase only): the operator's explicit act, which no file's metadata can "
+        "make. Without it documents are written private, an earlier published version "
+        "too",
+    )
 
     query = command("query", _query, "Search the store the way the tools do and print the hits.")
     query.add_argument("query", help="what to look for")
-    query.add_argument("--level", choices=["documents", "chunks"], default="chunks",
-                       help="documents (document_retriever) or chunks (chunk_retriever); default chunks")
+    query.add_argument(
+        "--level",
+        choices=["documents", "chunks"],
+        default="chunks",
+        help="documents (document_retriever) or chunks (chunk_retriever); default chunks",
+    )
     query.add_argument("-k", "--top-k", type=int, default=5, help="how many hits, 1 to 50 (default 5)")
-    query.add_argument("-t", "--query-type", default="general",
-                       help="general, exact, conceptual, or summarize (chunks with --document-id)")
-    query.add_argument("-f", "--filter", action="append", default=[], metavar="KEY=VALUE",
-                       help="metadata filter; repeat a key for one-of (e.g. -f year=2023 -f year=2024)")
-    query.add_argument("-d", "--document-id", action="append", default=None, metavar="ID",
-                       help="search only inside this document (repeatable; chunks only)")
-    query.add_argument("--hyde", choices=["auto", "passages", "schema", "off"], default="auto",
-                       help="how the query vector is made (default: as configured)")
+    query.add_argument(
+        "-t",
+        "--query-type",
+        default="general",
+        help="general, exact, conceptual, or summarize (chunks with --document-id)",
+    )
+    query.add_argument(
+        "-f",
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="metadata filter; repeat a key for one-of (e.g. -f year=2023 -f year=2024)",
+    )
+    query.add_argument(
+        "-d",
+        "--document-id",
+        action="append",
+        default=None,
+        metavar="ID",
+        help="search only inside this document (repeatable; chunks only)",
+    )
+    query.add_argument(
+        "--hyde",
+        choices=["auto", "passages", "schema", "off"],
+        default="auto",
+        help="how the query vector is made (default: as configured)",
+    )
     query.add_argument("--json", action="store_true", help="print the full result as JSON")
 
-    stats = command("stats", _stats, "Show counts, the embedding model and dimension, and missing embeddings.")
+    stats = command(
+        "stats", _stats, "Show counts, the embedding model and dimension, and missing embeddings."
+    )
     stats.add_argument("--json", action="store_true", help="print as JSON")
 
-    reembed = command("reembed", _reembed, "Embed rows that lack a vector of the configured model "
-                                           "(after a failed ingest or a model change).")
+    reembed = command(
+        "reembed",
+        _reembed,
+        "Embed rows that lack a vector of the configured model (after a failed ingest or a model change).",
+    )
     reembed.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     command("config", _config, "Show every setting, its environment variable and current value.")
 
-    evaluate = command("eval", _eval, "Evaluate retrieval on a BEIR folder (corpus.jsonl, queries.jsonl, "
-                                      "qrels/SPLIT.tsv): ingest it (cached: a rerun embeds nothing), run every "
-                                      "judged query under each mode through the tools' search, and report "
-                                      "nDCG@10, Recall@10, Recall@100 and MRR@10.")
+    evaluate = command(
+        "eval",
+        _eval,
+        "Evaluate retrieval on a BEIR folder (corpus.jsonl, queries.jsonl, "
+        "qrels/SPLIT.tsv): ingest it (cached: a rerun embeds nothing), run every "
+        "judged query under each mode through the tools' search, and report "
+        "nDCG@10, Recall@10, Recall@100 and MRR@10.",
+    )
     evaluate.add_argument("folder", help="the BEIR dataset folder")
     evaluate.add_argument("--split", default="test", help="qrels/SPLIT.tsv to judge by (default test)")
-    evaluate.add_argument("--level", choices=["documents", "chunks"], default="chunks",
-                          help="rank documents directly, or by their best chunk (default chunks)")
-    evaluate.add_argument("--modes", metavar="M1,M2", help="comma-separated modes (default: every mode this "
-                          "configuration can run): keyword, vector, hybrid-rrf, hybrid-convex, hyde+hybrid")
-    evaluate.add_argument("--out", metavar="DIR", default="eval-results",
-                          help="where the store (unless --db or a DSN is set), run files and report go "
-                               "(default eval-results/)")
-    evaluate.add_argument("--limit", type=int, metavar="N", help="only the first N judged queries (a smoke run)")
-    evaluate.add_argument("--max-documents", type=int, metavar="N",
-                          help="a smaller corpus: the kept queries' judged documents, then others up to N")
+    evaluate.add_argument(
+        "--level",
+        choices=["documents", "chunks"],
+        default="chunks",
+        help="rank documents directly, or by their best chunk (default chunks)",
+    )
+    evaluate.add_argument(
+        "--modes",
+        metavar="M1,M2",
+        help="comma-separated modes (default: every mode this "
+        "configuration can run): keyword, vector, hybrid-rrf, hybrid-convex, hyde+hybrid",
+    )
+    evaluate.add_argument(
+        "--out",
+        metavar="DIR",
+        default="eval-results",
+        help="where the store (unless --db or a DSN is set), run files and report go (default eval-results/)",
+    )
+    evaluate.add_argument(
+        "--limit", type=int, metavar="N", help="only the first N judged queries (a smoke run)"
+    )
+    evaluate.add_argument(
+        "--max-documents",
+        type=int,
+        metavar="N",
+        help="a smaller corpus: the kept queries' judged documents, then others up to N",
+    )
     evaluate.add_argument("--json", action="store_true", help="print the report as JSON")
     evaluate.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
-    db = commands.add_parser("db", help="Set up the Postgres or Supabase store.",
-                             description="Set up the Postgres or Supabase store.")
+    db = commands.add_parser(
+        "db",
+        help="Set up the Postgres or Supabase store.",
+        description="Set up the Postgres or Supabase store.",
+    )
     db_commands = db.add_subparsers(title="commands", required=True, metavar="COMMAND")
     init = db_commands.add_parser(
-        "init", help="Create the schema, tables, indexes and SQL functions (safe to run again).",
+        "init",
+        help="Create the schema, tables, indexes and SQL functions (safe to run again).",
         description="Create the schema, tables, indexes and SQL functions in the database of "
-                    "$AGENT_RETRIEVAL_DSN (safe to run again), or print them for the Supabase SQL editor.")
-    init.add_argument("--dimension", type=int, metavar="N",
-                      help="embedding dimension (default: the configured embedder's)")
-    init.add_argument("--schema", metavar="NAME", help="Postgres schema (default: $AGENT_RETRIEVAL_SCHEMA "
-                                                       "or agent_retrieval)")
-    init.add_argument("--print", action="store_true", dest="print_sql",
-                      help="print the SQL instead of running it (paste it into the Supabase SQL editor)")
+        "$AGENT_RETRIEVAL_DSN (safe to run again), or print them for the Supabase SQL editor.",
+    )
+    init.add_argument(
+        "--dimension", type=int, metavar="N", help="embedding dimension (default: the configured embedder's)"
+    )
+    init.add_argument(
+        "--schema",
+        metavar="NAME",
+        help="Postgres schema (default: $AGENT_RETRIEVAL_SCHEMA or agent_retrieval)",
+    )
+    init.add_argument(
+        "--print",
+        action="store_true",
+        dest="print_sql",
+        help="print the SQL instead of running it (paste it into the Supabase SQL editor)",
+    )
     init.set_defaults(run=_db_init)
 
-    command("demo", _demo, f"Ingest the bundled demo corpus (into {DEMO_DB} unless --db is given) and answer "
-                           "its questions offline with document_retriever and chunk_retriever.")
+    command(
+        "demo",
+        _demo,
+        f"Ingest the bundled demo corpus (into {DEMO_DB} unless --db is given) and answer "
+        "its questions offline with document_retriever and chunk_retriever.",
+    )
     return parser
 
 
@@ -136,8 +217,14 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
     skipped: list[str] = []  # files that could not be loaded: each named with its reason, the rest ingested
     with _retrieval(context) as retrieval:
         documents = load_documents(args.paths, skipped=skipped)
-        report = ingest(documents, retrieval.store, retrieval.embedder, context,
-                        progress=not args.no_progress, public=args.public)
+        report = ingest(
+            documents,
+            retrieval.store,
+            retrieval.embedder,
+            context,
+            progress=not args.no_progress,
+            public=args.public,
+        )
     for problem in skipped:
         print(f"skipped: {problem}", file=sys.stderr)
     print(report.summary() + (f"; {len(skipped)} files skipped" if skipped else ""))
@@ -147,8 +234,13 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
 def _query(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval.tools import format_result
 
-    data: dict[str, Any] = {"query": args.query, "top_k": args.top_k, "query_type": args.query_type,
-                            "filters": _filters(args.filter), "hyde": args.hyde}
+    data: dict[str, Any] = {
+        "query": args.query,
+        "top_k": args.top_k,
+        "query_type": args.query_type,
+        "filters": _filters(args.filter),
+        "hyde": args.hyde,
+    }
     if args.level == "chunks":
         request = parse_request(ChunkSearchRequest, {**data, "document_ids": args.document_id})
     elif args.document_id:
@@ -183,7 +275,11 @@ def _stats(args: argparse.Namespace, context: Context) -> int:
         print(json.dumps(stats, indent=2))
     else:
         width = max(len(k) for k in stats)
-        print("\n".join(f"{k.replace('_', ' '):<{width}}  {v if v is not None else '-'}" for k, v in stats.items()))
+        print(
+            "\n".join(
+                f"{k.replace('_', ' '):<{width}}  {v if v is not None else '-'}" for k, v in stats.items()
+            )
+        )
     return 0
 
 
@@ -214,11 +310,14 @@ def _eval(args: argparse.Namespace, context: Context) -> int:
         context = dataclasses.replace(context, db_path=str(root / f"{name}.db"))
     modes = [m.strip() for m in args.modes.split(",") if m.strip()] if args.modes else None
     with _retrieval(context) as retrieval:
-        report = ingest(dataset.documents(), retrieval.store, retrieval.embedder, context,
-                        progress=not args.no_progress)
+        report = ingest(
+            dataset.documents(), retrieval.store, retrieval.embedder, context, progress=not args.no_progress
+        )
         print(report.summary(), file=sys.stderr)
         out = root / f"{name}-{args.split}-{args.level}"
-        result = evaluate(dataset, retrieval, out, level=args.level, modes=modes, progress=not args.no_progress)
+        result = evaluate(
+            dataset, retrieval, out, level=args.level, modes=modes, progress=not args.no_progress
+        )
     (out / "report.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.table())
     return 0
@@ -244,10 +343,15 @@ def _db_init(args: argparse.Namespace, context: Context) -> int:
         print(render_sql(schema, dimension))
         return 0
     if not context.postgres_dsn:
-        where = ("Supabase's API cannot create tables: " if context.supabase_url else
-                 "No database is configured (the embedded SQLite store needs no setup): ")
-        raise _bad(where + "set AGENT_RETRIEVAL_DSN to the database's connection string, or run "
-                           "`agent-retrieval db init --print` and paste the SQL into the Supabase SQL editor")
+        where = (
+            "Supabase's API cannot create tables: "
+            if context.supabase_url
+            else "No database is configured (the embedded SQLite store needs no setup): "
+        )
+        raise _bad(
+            where + "set AGENT_RETRIEVAL_DSN to the database's connection string, or run "
+            "`agent-retrieval db init --print` and paste the SQL into the Supabase SQL editor"
+        )
     from agent_retrieval.stores.postgres import PostgresStore
 
     with PostgresStore(context.postgres_dsn, schema=schema) as store:
@@ -267,7 +371,11 @@ def _demo(args: argparse.Namespace, context: Context) -> int:
     if not context.use_hyde:
         print("HyDE is off: set USE_HYDE=true with OPENAI_API_KEY or OPENAI_BASE_URL to turn it on.")
     with _retrieval(context) as retrieval:
-        print(ingest(load_documents([demo.corpus_dir()]), retrieval.store, retrieval.embedder, context).summary())
+        print(
+            ingest(
+                load_documents([demo.corpus_dir()]), retrieval.store, retrieval.embedder, context
+            ).summary()
+        )
         document_retriever, chunk_retriever = make_retrieval_tools(retrieval=retrieval)
         questions, found = demo.questions(), 0
         for item in questions:

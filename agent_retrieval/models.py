@@ -153,32 +153,45 @@ class SearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(description="What to look for, in the user's own words (a question or keywords). "
-                       f"At most {MAX_QUERY_CHARS} characters.")
+    query: str = Field(
+        description="What to look for, in the user's own words (a question or keywords). "
+        f"At most {MAX_QUERY_CHARS} characters."
+    )
     query_type: Literal["general", "exact", "conceptual"] = Field(
-        "general", description="; ".join(f"'{k}': {v}" for k, v in QUERY_TYPES.items()) + ".")
+        "general", description="; ".join(f"'{k}': {v}" for k, v in QUERY_TYPES.items()) + "."
+    )
     top_k: int = Field(5, description=f"How many results to return, 1 to {MAX_TOP_K}.")
     filters: dict[str, Any] | None = Field(
-        None, description='Metadata filters, all of which must hold: {"key": value} for equality, '
-        '{"key": [v1, v2]} for one-of. Values are strings, numbers or booleans.')
+        None,
+        description='Metadata filters, all of which must hold: {"key": value} for equality, '
+        '{"key": [v1, v2]} for one-of. Values are strings, numbers or booleans.',
+    )
 
     hyde: Literal["auto", "passages", "schema", "off"] = Field(
-        "auto", description="How the query vector is made: 'auto' follows the configuration; 'passages' "
+        "auto",
+        description="How the query vector is made: 'auto' follows the configuration; 'passages' "
         "embeds short hypothetical answer passages (HyDE); 'schema' rewrites the request into the "
-        "Inputs/Outputs/Purpose template of a tool or block catalogue; 'off' embeds the query as written.")
+        "Inputs/Outputs/Purpose template of a tool or block catalogue; 'off' embeds the query as written.",
+    )
     input_schema: dict[str, Any] | None = Field(
-        None, description="For catalogues of tools or blocks: the JSON schema of the inputs you have "
-        "(implies hyde='schema').")
+        None,
+        description="For catalogues of tools or blocks: the JSON schema of the inputs you have "
+        "(implies hyde='schema').",
+    )
     output_schema: dict[str, Any] | None = Field(
-        None, description="For catalogues of tools or blocks: the JSON schema of the outputs you need "
-        "(implies hyde='schema').")
+        None,
+        description="For catalogues of tools or blocks: the JSON schema of the outputs you need "
+        "(implies hyde='schema').",
+    )
 
     @field_validator("query")
     @classmethod
     def _query(cls, value: str) -> str:
         if len(value) > MAX_QUERY_CHARS:
-            raise ValueError(f"must be at most {MAX_QUERY_CHARS} characters (got {len(value)}); "
-                             "shorten it to the question itself")
+            raise ValueError(
+                f"must be at most {MAX_QUERY_CHARS} characters (got {len(value)}); "
+                "shorten it to the question itself"
+            )
         if "\x00" in value:
             raise ValueError("must not contain NUL characters")
         _check_unicode(value)
@@ -223,11 +236,15 @@ class ChunkSearchRequest(SearchRequest):
     """Arguments of chunk_retriever."""
 
     query_type: Literal["general", "exact", "conceptual", "summarize"] = Field(  # type: ignore[assignment]
-        "general", description="; ".join(f"'{k}': {v}" for k, v in QUERY_TYPES.items())
-        + "; 'summarize': return all chunks of `document_ids` in reading order (the query is not used).")
+        "general",
+        description="; ".join(f"'{k}': {v}" for k, v in QUERY_TYPES.items())
+        + "; 'summarize': return all chunks of `document_ids` in reading order (the query is not used).",
+    )
     document_ids: list[str] | None = Field(
-        None, description="Search only inside these documents (ids returned by document_retriever). "
-        f"Required for 'summarize'. At most {MAX_DOCUMENT_IDS}.")
+        None,
+        description="Search only inside these documents (ids returned by document_retriever). "
+        f"Required for 'summarize'. At most {MAX_DOCUMENT_IDS}.",
+    )
 
     @field_validator("document_ids")
     @classmethod
@@ -240,8 +257,9 @@ class ChunkSearchRequest(SearchRequest):
             raise ValueError(f"at most {MAX_DOCUMENT_IDS} ids (got {len(value)})")
         for doc_id in value:
             if not doc_id or len(doc_id) > 512 or "\x00" in doc_id or not is_unicode(doc_id):
-                raise ValueError(f"each id must be 1 to 512 characters of text without NUL "
-                                 f"(got {doc_id[:40]!r})")
+                raise ValueError(
+                    f"each id must be 1 to 512 characters of text without NUL (got {doc_id[:40]!r})"
+                )
         return list(dict.fromkeys(value))
 
     @model_validator(mode="after")
@@ -249,8 +267,10 @@ class ChunkSearchRequest(SearchRequest):
         if self.query_type == "summarize" and not self.document_ids:
             raise ValueError("document_ids is required when query_type is 'summarize'")
         if self.query_type == "summarize" and self.filters:  # it would return every chunk regardless
-            raise ValueError("filters: query_type 'summarize' returns every chunk of document_ids and applies no "
-                             "filters; leave filters out, or search with another query_type")
+            raise ValueError(
+                "filters: query_type 'summarize' returns every chunk of document_ids and applies no "
+                "filters; leave filters out, or search with another query_type"
+            )
         return self
 
 
@@ -270,11 +290,14 @@ def validate_filters(filters: dict[str, Any] | None, *, any_key: bool = False) -
         if not isinstance(key, str):
             raise ValueError(f"keys must be text (got {type(key).__name__})")
         if any_key and not (1 <= len(key) <= 1000 and "\x00" not in key and is_unicode(key)):
-            raise ValueError(f"key {key[:40]!r} is not allowed: keys are 1 to 1000 characters of text, "
-                             "without NUL")
+            raise ValueError(
+                f"key {key[:40]!r} is not allowed: keys are 1 to 1000 characters of text, without NUL"
+            )
         if not any_key and not FILTER_KEY.match(key):
-            raise ValueError(f"key {key[:40]!r} is not allowed: keys are letters, digits, '_' or '-', "
-                             "starting with a letter or '_', at most 64 characters")
+            raise ValueError(
+                f"key {key[:40]!r} is not allowed: keys are letters, digits, '_' or '-', "
+                "starting with a letter or '_', at most 64 characters"
+            )
         if isinstance(value, list):
             if not 1 <= len(value) <= MAX_FILTER_VALUES:
                 raise ValueError(f"{key!r}: a one-of list holds 1 to {MAX_FILTER_VALUES} values")
@@ -293,12 +316,15 @@ def _scalar(key: str, value: Any) -> Scalar:
         return value
     if isinstance(value, int | float):
         # JSON has no NaN or infinity, and SQLite's integers are 64-bit: other numbers cannot be matched
-        if not (math.isfinite(value) and -2**63 <= value < 2**63):
-            raise ValueError(f"{key!r}: numbers must be finite and between -2**63 and 2**63 "
-                             f"(got {repr(value)[:40]})")
+        if not (math.isfinite(value) and -(2**63) <= value < 2**63):
+            raise ValueError(
+                f"{key!r}: numbers must be finite and between -2**63 and 2**63 (got {repr(value)[:40]})"
+            )
         return value
-    raise ValueError(f"{key!r}: values must be strings, numbers or booleans, or a list of them "
-                     f"(got {type(value).__name__})")
+    raise ValueError(
+        f"{key!r}: values must be strings, numbers or booleans, or a list of them "
+        f"(got {type(value).__name__})"
+    )
 
 
 def is_unicode(text: str) -> bool:
@@ -314,8 +340,10 @@ def _check_unicode(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise ValueError(f"must be valid Unicode text: it holds a lone surrogate ({text[error.start]!r} at "
-                         f"position {error.start})") from None
+        raise ValueError(
+            f"must be valid Unicode text: it holds a lone surrogate ({text[error.start]!r} at "
+            f"position {error.start})"
+        ) from None
 
 
 def nesting_depth(value: Any) -> int:
@@ -361,7 +389,9 @@ class SimilaritySearchRequest(BaseModel):
 
     query: str = Field(description=SearchRequest.model_fields["query"].description)
     top_k: int = Field(5, description=SearchRequest.model_fields["top_k"].description)
-    filters: dict[str, Any] | None = Field(None, description=SearchRequest.model_fields["filters"].description)
+    filters: dict[str, Any] | None = Field(
+        None, description=SearchRequest.model_fields["filters"].description
+    )
 
     @field_validator("query")
     @classmethod
@@ -382,8 +412,22 @@ MAX_CONTENT_CHARS = 1_000_000
 MAX_ID_CHARS = 512
 # Metadata keys a writer may not set: visibility and tenancy are the operator's to decide, and the rest
 # name what the store records itself (a document's metadata is returned beside them in every hit).
-RESERVED_METADATA = frozenset({"public", "is_public", "tenant", "tenant_id", "id", "document_id", "chunk_id",
-                               "title", "heading_path", "source", "score", "found_by"})
+RESERVED_METADATA = frozenset(
+    {
+        "public",
+        "is_public",
+        "tenant",
+        "tenant_id",
+        "id",
+        "document_id",
+        "chunk_id",
+        "title",
+        "heading_path",
+        "source",
+        "score",
+        "found_by",
+    }
+)
 
 
 def title_document_id(title: str) -> str:
@@ -398,17 +442,26 @@ class IndexDocumentRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    title: str = Field(description=f"The document's title, 1 to {MAX_TITLE_CHARS} characters. Indexing the "
-                       "same title again replaces the earlier version (unless an id is given).")
-    content: str = Field(description=f"The document's full text, 1 to {MAX_CONTENT_CHARS:,} characters; "
-                         "markdown headings (#, ##, ###) help split it into passages.")
+    title: str = Field(
+        description=f"The document's title, 1 to {MAX_TITLE_CHARS} characters. Indexing the "
+        "same title again replaces the earlier version (unless an id is given)."
+    )
+    content: str = Field(
+        description=f"The document's full text, 1 to {MAX_CONTENT_CHARS:,} characters; "
+        "markdown headings (#, ##, ###) help split it into passages."
+    )
     metadata: dict[str, Any] | None = Field(
-        None, description='Facts to filter searches by later, e.g. {"category": "policy", "year": 2024}. '
+        None,
+        description='Facts to filter searches by later, e.g. {"category": "policy", "year": 2024}. '
         "Keys are identifiers; values are strings, numbers or booleans, or lists of them. Visibility (public), "
-        "the tenant and the store's own fields (id, title, source) cannot be set here.")
-    id: str | None = Field(None, description=f"The id to store the document under, 1 to {MAX_ID_CHARS} "
-                           "characters; an existing document with this id is replaced. Default: made from "
-                           "the title.")
+        "the tenant and the store's own fields (id, title, source) cannot be set here.",
+    )
+    id: str | None = Field(
+        None,
+        description=f"The id to store the document under, 1 to {MAX_ID_CHARS} "
+        "characters; an existing document with this id is replaced. Default: made from "
+        "the title.",
+    )
 
     @field_validator("title")
     @classmethod
@@ -426,8 +479,10 @@ class IndexDocumentRequest(BaseModel):
         if not value:
             raise ValueError("must not be empty: give the document's full text")
         if len(value) > MAX_CONTENT_CHARS or "\x00" in value:
-            raise ValueError(f"must be at most {MAX_CONTENT_CHARS:,} characters without NUL (got "
-                             f"{len(value):,}); split a longer text into several documents")
+            raise ValueError(
+                f"must be at most {MAX_CONTENT_CHARS:,} characters without NUL (got "
+                f"{len(value):,}); split a longer text into several documents"
+            )
         _check_unicode(value)
         return value
 
@@ -436,8 +491,10 @@ class IndexDocumentRequest(BaseModel):
     def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         reserved = sorted(RESERVED_METADATA & set(value or {}))
         if reserved:
-            raise ValueError(f"{', '.join(reserved)} cannot be set: visibility and tenancy are decided by the "
-                             "store's operator, and ids, titles and sources are recorded by the store itself")
+            raise ValueError(
+                f"{', '.join(reserved)} cannot be set: visibility and tenancy are decided by the "
+                "store's operator, and ids, titles and sources are recorded by the store itself"
+            )
         return validate_filters(value)  # stored metadata is what filters match, so the same rules hold
 
     @field_validator("id")
@@ -451,8 +508,13 @@ class IndexDocumentRequest(BaseModel):
 
     def document(self, source: str) -> Document:
         """The Document to ingest; without an id, it is named after its title."""
-        return Document(id=self.id or title_document_id(self.title), title=self.title, content=self.content,
-                        metadata=self.metadata or {}, source=source)
+        return Document(
+            id=self.id or title_document_id(self.title),
+            title=self.title,
+            content=self.content,
+            metadata=self.metadata or {},
+            source=source,
+        )
 
 
 # --- query plans (planning.py) ---------------------------------------------------------------------
@@ -464,16 +526,27 @@ PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z][A-Za-z0-9_]{0,39})\s*\}\}")
 class PlannedQuery(BaseModel):
     """One search of a plan. `{{NAME}}` in `text` is filled from an earlier hop (multi-hop plans)."""
 
-    text: str = Field(description="The search text: a declarative statement or keywords, not a question. "
-                      "May hold a {{PLACEHOLDER}} that an earlier query's results resolve.")
-    target: Level = Field("chunks", description="'chunks' for passages that answer; 'documents' to find "
-                          "which whole documents are relevant.")
-    category: str | None = Field(None, description="A value of the documents' `category` metadata to "
-                                 "search within, or null for every category.")
+    text: str = Field(
+        description="The search text: a declarative statement or keywords, not a question. "
+        "May hold a {{PLACEHOLDER}} that an earlier query's results resolve."
+    )
+    target: Level = Field(
+        "chunks",
+        description="'chunks' for passages that answer; 'documents' to find "
+        "which whole documents are relevant.",
+    )
+    category: str | None = Field(
+        None,
+        description="A value of the documents' `category` metadata to "
+        "search within, or null for every category.",
+    )
     purpose: str = Field("", description="What this query is meant to find.")
     priority: int = Field(1, ge=1, le=5, description="1 (run first, most important) to 5.")
-    resolves: str | None = Field(None, description="For multi-hop: the PLACEHOLDER name (without braces) "
-                                 "that this query's results name, e.g. COMPANY.")
+    resolves: str | None = Field(
+        None,
+        description="For multi-hop: the PLACEHOLDER name (without braces) "
+        "that this query's results name, e.g. COMPANY.",
+    )
 
     @field_validator("text")
     @classmethod
@@ -500,14 +573,20 @@ class QueryPlan(BaseModel):
     """How to search for one request: the queries to run, shared filters, and the strategy."""
 
     intent: str = Field(description="A short description of what the user is looking for.")
-    queries: list[PlannedQuery] = Field(min_length=1, description="The searches to run, most important "
-                                        "first.")
-    filters: dict[str, Any] = Field(default_factory=dict, description='Metadata filters every query applies, '
-                                    'e.g. {"year": 2024}; {} for none.')
-    search_strategy: SearchStrategy = Field("simple", description="simple: one direct query; expanded: "
-                                            "rephrasings; decomposed: one query per sub-question; multi_hop: "
-                                            "later queries need names found by earlier ones; filtered: "
-                                            "metadata filters narrow the search.")
+    queries: list[PlannedQuery] = Field(
+        min_length=1, description="The searches to run, most important first."
+    )
+    filters: dict[str, Any] = Field(
+        default_factory=dict,
+        description='Metadata filters every query applies, e.g. {"year": 2024}; {} for none.',
+    )
+    search_strategy: SearchStrategy = Field(
+        "simple",
+        description="simple: one direct query; expanded: "
+        "rephrasings; decomposed: one query per sub-question; multi_hop: "
+        "later queries need names found by earlier ones; filtered: "
+        "metadata filters narrow the search.",
+    )
 
     @field_validator("filters", mode="before")
     @classmethod

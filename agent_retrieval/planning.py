@@ -48,12 +48,15 @@ def check_request(request: str) -> str:
     if not text:
         raise InvalidRequest("the question is empty: ask something about the documents")
     if len(text) > MAX_QUERY_CHARS:
-        raise InvalidRequest(f"the question is {len(text):,} characters; at most {MAX_QUERY_CHARS:,} are "
-                             "searched. Ask the question itself, without pasting the material around it")
+        raise InvalidRequest(
+            f"the question is {len(text):,} characters; at most {MAX_QUERY_CHARS:,} are "
+            "searched. Ask the question itself, without pasting the material around it"
+        )
     return text
 
 
 # --- planning -----------------------------------------------------------------------------------
+
 
 @dataclass
 class Planned:
@@ -67,20 +70,27 @@ class Planned:
 async def make_plan(request: str, context: Context, llm: BaseChatModel | None = None) -> Planned:
     """Plan the searches for a request (already checked). Never raises for LLM failures: it falls back."""
     if llm is None:
-        return _capped(Planned(heuristic_plan(request), "heuristic",
-                               ["no chat model configured: heuristic plan"]), context)
+        return _capped(
+            Planned(heuristic_plan(request), "heuristic", ["no chat model configured: heuristic plan"]),
+            context,
+        )
     try:
         plan = await asyncio.wait_for(_llm_plan(request, context, llm), context.chat_timeout_seconds)
     except Exception as error:  # a timeout, a provider error, or output that is not a valid plan
         log.warning("planner failed (%s); searching the request as written", type(error).__name__)
-        return Planned(simple_plan(request), "fallback",
-                       [f"planner failed ({_describe(error)}): searched the request as written"])
+        return Planned(
+            simple_plan(request),
+            "fallback",
+            [f"planner failed ({_describe(error)}): searched the request as written"],
+        )
     return _capped(Planned(plan, "llm"), context)
 
 
 async def _llm_plan(request: str, context: Context, llm: BaseChatModel) -> QueryPlan:
-    messages = [SystemMessage(load_prompt("planner").replace("{max_queries}", str(context.max_plan_queries))),
-                HumanMessage(element("request", quote(request)))]
+    messages = [
+        SystemMessage(load_prompt("planner").replace("{max_queries}", str(context.max_plan_queries))),
+        HumanMessage(element("request", quote(request))),
+    ]
     try:
         structured = llm.with_structured_output(QueryPlan, include_raw=True)
     except NotImplementedError:  # a model without structured output: ask for JSON and parse it
@@ -98,14 +108,16 @@ def parse_plan(text: str) -> QueryPlan:
     if start < 0 or end < start:
         raise ValueError("the reply holds no JSON object")
     try:
-        return QueryPlan.model_validate(json.loads(text[start:end + 1]))
+        return QueryPlan.model_validate(json.loads(text[start : end + 1]))
     except (json.JSONDecodeError, ValidationError) as error:
         raise ValueError(f"the reply is not a valid plan: {error}") from None
 
 
 def simple_plan(request: str) -> QueryPlan:
     """One query: the request as written."""
-    return QueryPlan(intent=request[:200], queries=[PlannedQuery(text=request, purpose="the request as written")])
+    return QueryPlan(
+        intent=request[:200], queries=[PlannedQuery(text=request, purpose="the request as written")]
+    )
 
 
 def _capped(planned: Planned, context: Context) -> Planned:
@@ -113,9 +125,10 @@ def _capped(planned: Planned, context: Context) -> Planned:
     plan = planned.plan
     queries = sorted(plan.queries, key=lambda q: q.priority)  # stable: the planner's order within a priority
     if len(queries) > context.max_plan_queries:
-        planned.notes.append(f"the plan had {len(queries)} queries; ran the {context.max_plan_queries} "
-                             "most important")
-        queries = queries[:context.max_plan_queries]
+        planned.notes.append(
+            f"the plan had {len(queries)} queries; ran the {context.max_plan_queries} most important"
+        )
+        queries = queries[: context.max_plan_queries]
     strategy = "multi_hop" if any(q.placeholders for q in queries) else plan.search_strategy
     planned.plan = plan.model_copy(update={"queries": queries, "search_strategy": strategy})
     return planned
@@ -130,12 +143,17 @@ def _describe(error: BaseException) -> str:
 # --- the heuristic planner (offline) -------------------------------------------------------------
 
 _OPERATOR = re.compile(r"(?<![\w/])([A-Za-z_][\w-]{0,63}):(\"[^\"]{1,200}\"|[^\s/\"][^\s\"]{0,199})")
-_SPLIT = re.compile(r"\s*(?:;|\?|,?\s+and\s+(?=(?:what|who|whom|whose|when|where|which|why|how|is|are|was|"
-                    r"were|does|do|did|can|could|should|must|will|would|has|have)\b))\s*", re.IGNORECASE)
+_SPLIT = re.compile(
+    r"\s*(?:;|\?|,?\s+and\s+(?=(?:what|who|whom|whose|when|where|which|why|how|is|are|was|"
+    r"were|does|do|did|can|could|should|must|will|would|has|have)\b))\s*",
+    re.IGNORECASE,
+)
 _QUESTION_LEAD = re.compile(
     r"^(?:(?:please\s+)?(?:tell me|explain|describe|show me|find|list)\s+)?"
     r"(?:(?:what|which|who|whom|whose|when|where|why|how(?:\s+(?:much|many|long|often|soon))?)\s+)?"
-    r"(?:(?:is|are|was|were|does|do|did|can|could|should|must|will|would|has|have|had)\s+)?", re.IGNORECASE)
+    r"(?:(?:is|are|was|were|does|do|did|can|could|should|must|will|would|has|have|had)\s+)?",
+    re.IGNORECASE,
+)
 
 
 def heuristic_plan(request: str) -> QueryPlan:
@@ -150,8 +168,10 @@ def heuristic_plan(request: str) -> QueryPlan:
     queries: list[PlannedQuery] = []
     if len(parts) > 1:
         strategy = "decomposed"
-        queries = [PlannedQuery(text=part, purpose=f"sub-question {n}", priority=1)
-                   for n, part in enumerate(parts, start=1)]
+        queries = [
+            PlannedQuery(text=part, purpose=f"sub-question {n}", priority=1)
+            for n, part in enumerate(parts, start=1)
+        ]
     else:
         queries = [PlannedQuery(text=text, purpose="the question as asked", priority=1)]
         statement = to_statement(text)
@@ -188,6 +208,7 @@ def _operators(request: str) -> tuple[dict[str, Any], str]:
 
 # --- running a plan -----------------------------------------------------------------------------
 
+
 @dataclass
 class Search:
     """One planned query as it ran: the text searched (placeholders filled), and how it went."""
@@ -218,8 +239,14 @@ class PlanRun:
     notes: list[str] = field(default_factory=list)
 
 
-async def run_plan(plan: QueryPlan, retrieval: Retrieval, *, top_k: int, llm: BaseChatModel | None = None,
-                   relax_filters: bool = True) -> PlanRun:
+async def run_plan(
+    plan: QueryPlan,
+    retrieval: Retrieval,
+    *,
+    top_k: int,
+    llm: BaseChatModel | None = None,
+    relax_filters: bool = True,
+) -> PlanRun:
     """Run a plan's queries hop by hop and fuse what they find; no query failure fails the run.
 
     Each hop runs, concurrently, every query whose placeholders are all filled; the placeholders its
@@ -236,31 +263,50 @@ async def run_plan(plan: QueryPlan, retrieval: Retrieval, *, top_k: int, llm: Ba
         if not ready:
             break
         waiting = [q for q in waiting if q not in ready]
-        outcomes = await asyncio.gather(*(_search(q, plan.filters, resolved, hop, retrieval, top_k) for q in ready))
+        outcomes = await asyncio.gather(
+            *(_search(q, plan.filters, resolved, hop, retrieval, top_k) for q in ready)
+        )
         ran += [(q, *outcome) for q, outcome in zip(ready, outcomes, strict=True)]
         needed = {name for q in waiting for name in q.placeholders} - resolved.keys()
         for name in sorted(needed):
             # A placeholder some query declares it resolves is filled by that query alone; otherwise by
             # whatever this hop found.
-            sources = [(q, hits) for q, _, hits in ran[-len(ready):]
-                       if q.resolves == name or name not in declared]
+            sources = [
+                (q, hits) for q, _, hits in ran[-len(ready) :] if q.resolves == name or name not in declared
+            ]
             value = await resolve_placeholder(name, sources, llm, context)
             if value:
                 resolved[name] = value
-    skipped = [Search(q.text, q.target, q.purpose, None, "skipped",
-                      note=_unresolved_note(q, resolved, context.max_hops)) for q in waiting]
-    run = PlanRun(plan, [s for _, s, _ in ran] + skipped, _fuse(ran, "documents", top_k, context),
-                  _fuse(ran, "chunks", top_k, context), resolved)
+    skipped = [
+        Search(
+            q.text, q.target, q.purpose, None, "skipped", note=_unresolved_note(q, resolved, context.max_hops)
+        )
+        for q in waiting
+    ]
+    run = PlanRun(
+        plan,
+        [s for _, s, _ in ran] + skipped,
+        _fuse(ran, "documents", top_k, context),
+        _fuse(ran, "chunks", top_k, context),
+        resolved,
+    )
     if relax_filters and plan.filters and not (run.documents or run.chunks):
-        relaxed = await run_plan(plan.model_copy(update={"filters": {}}), retrieval, top_k=top_k, llm=llm,
-                                 relax_filters=False)
+        relaxed = await run_plan(
+            plan.model_copy(update={"filters": {}}), retrieval, top_k=top_k, llm=llm, relax_filters=False
+        )
         relaxed.notes.insert(0, f"the filters {plan.filters} matched nothing: searched without them")
         return relaxed
     return run
 
 
-async def _search(query: PlannedQuery, filters: dict[str, Any], resolved: dict[str, str], hop: int,
-                  retrieval: Retrieval, top_k: int) -> tuple[Search, list[Hit]]:
+async def _search(
+    query: PlannedQuery,
+    filters: dict[str, Any],
+    resolved: dict[str, str],
+    hop: int,
+    retrieval: Retrieval,
+    top_k: int,
+) -> tuple[Search, list[Hit]]:
     text = PLACEHOLDER.sub(lambda m: resolved[m.group(1)], query.text)
     scope = {**filters, **({"category": query.category} if query.category else {})}
     model = ChunkSearchRequest if query.target == "chunks" else SearchRequest
@@ -269,18 +315,29 @@ async def _search(query: PlannedQuery, filters: dict[str, Any], resolved: dict[s
         result = await retrieval.asearch(request, query.target)
     except AgentRetrievalError as error:
         return Search(text, query.target, query.purpose, hop, "failed", note=str(error)), []
-    return Search(text, query.target, query.purpose, hop, "ran", [h.id for h in result.hits], result.hyde,
-                  result.degraded), result.hits
+    return Search(
+        text,
+        query.target,
+        query.purpose,
+        hop,
+        "ran",
+        [h.id for h in result.hits],
+        result.hyde,
+        result.degraded,
+    ), result.hits
 
 
 def _unresolved_note(query: PlannedQuery, resolved: dict[str, str], max_hops: int) -> str:
     missing = [name for name in query.placeholders if name not in resolved]
-    return (f"skipped: {', '.join('{{' + m + '}}' for m in missing)} not found by an earlier query "
-            f"within {max_hops} hop(s)")
+    return (
+        f"skipped: {', '.join('{{' + m + '}}' for m in missing)} not found by an earlier query "
+        f"within {max_hops} hop(s)"
+    )
 
 
-def _fuse(ran: list[tuple[PlannedQuery, Search, list[Hit]]], level: Level, top_k: int,
-          context: Context) -> list[Hit]:
+def _fuse(
+    ran: list[tuple[PlannedQuery, Search, list[Hit]]], level: Level, top_k: int, context: Context
+) -> list[Hit]:
     """Reciprocal-rank fusion across queries; each hit lists the queries that found it. Hits are the same
     row when their (tenant, id) is: one tenant's document never stands in for another's of the same id."""
     rankings = {str(n): [h.key for h in hits] for n, (q, _, hits) in enumerate(ran) if q.target == level}
@@ -297,8 +354,10 @@ def _fuse(ran: list[tuple[PlannedQuery, Search, list[Hit]]], level: Level, top_k
 
 # --- multi-hop ----------------------------------------------------------------------------------
 
-async def resolve_placeholder(name: str, sources: list[tuple[PlannedQuery, list[Hit]]],
-                              llm: BaseChatModel | None, context: Context) -> str | None:
+
+async def resolve_placeholder(
+    name: str, sources: list[tuple[PlannedQuery, list[Hit]]], llm: BaseChatModel | None, context: Context
+) -> str | None:
     """The value of {{name}} from earlier results: the LLM reads the top passages (its answer must appear
     in them), else the best hit's `entity` metadata. None if neither names it."""
     hits = [hit for _, found in sources for hit in found[:3]]
@@ -316,12 +375,15 @@ async def resolve_placeholder(name: str, sources: list[tuple[PlannedQuery, list[
     return None
 
 
-async def _llm_entity(name: str, purpose: str, hits: list[Hit], llm: BaseChatModel,
-                      context: Context) -> str | None:
+async def _llm_entity(
+    name: str, purpose: str, hits: list[Hit], llm: BaseChatModel, context: Context
+) -> str | None:
     system = load_prompt("entity").replace("{placeholder}", name).replace("{purpose}", purpose)
     try:
-        reply = await asyncio.wait_for(llm.ainvoke([SystemMessage(system), HumanMessage(format_passages(hits))]),
-                                       context.chat_timeout_seconds)
+        reply = await asyncio.wait_for(
+            llm.ainvoke([SystemMessage(system), HumanMessage(format_passages(hits))]),
+            context.chat_timeout_seconds,
+        )
     except Exception as error:
         log.warning("placeholder resolution failed (%s); trying entity metadata", type(error).__name__)
         return None
@@ -337,4 +399,3 @@ async def _llm_entity(name: str, purpose: str, hits: list[Hit], llm: BaseChatMod
 def _clean_entity(value: str) -> str | None:
     value = " ".join(value.replace("{", " ").replace("}", " ").split()).strip(" .\"'")
     return value[:MAX_ENTITY_CHARS] or None
-

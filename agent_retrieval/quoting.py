@@ -31,8 +31,10 @@ from typing import Any
 _LESS_THAN_LOOKALIKES = str.maketrans(dict.fromkeys("\u2039\u02c2\u276e\u3008\u27e8", "<"))
 # Invisible code points that are not format or control characters (Unicode's Default_Ignorable_Code_Point,
 # less those categories): Hangul fillers, variation selectors, the combining grapheme joiner ...
-_IGNORABLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\ufff0-\ufff8"
-                        "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
+_IGNORABLE = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
 _NEWLINES = re.compile(r"\r\n?")
 _ESCAPE = re.compile(r"<|&(?=#?\w+;)")
 _REFERENCE = re.compile(r"&(?:(lt|amp|quot)|#x([0-9A-Fa-f]{1,6}));")
@@ -54,8 +56,11 @@ def _invisible(char: str) -> bool:
     # Format characters (zero-width, bidi controls, tag characters), controls other than line breaks
     # and tabs, and lone surrogates (which no model API can even encode).
     category = unicodedata.category(char)
-    return (category in ("Cf", "Cs") or (category == "Cc" and char not in "\n\t")
-            or _IGNORABLE.match(char) is not None)
+    return (
+        category in ("Cf", "Cs")
+        or (category == "Cc" and char not in "\n\t")
+        or _IGNORABLE.match(char) is not None
+    )
 
 
 def quote(text: str) -> str:
@@ -145,17 +150,28 @@ def element(tag: str, body: str, **attributes: str | None) -> str:
     return f"<{tag}{attrs}>\n{body}\n</{tag}>"
 
 
-def passage(text: str, *, id: str, document: str | None = None, source: str | None = None,
-            metadata: Mapping[str, Any] | None = None, **details: str) -> str:
+def passage(
+    text: str,
+    *,
+    id: str,
+    document: str | None = None,
+    source: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    **details: str,
+) -> str:
     """One retrieved text as a <passage>: `id` and `document` shown exactly (citable), `source` (title or
     heading path) and `details` as attributes, metadata as JSON in <metadata>, every field quoted."""
     body = quote(text)
     if metadata:
         body = element("metadata", quote_json(metadata)) + "\n" + body
-    return element("passage", body, id=quote_id(id),
-                   document=None if document is None else quote_id(document),
-                   source=None if source is None else quote_attribute(source),
-                   **{name: quote_attribute(value) for name, value in details.items()})
+    return element(
+        "passage",
+        body,
+        id=quote_id(id),
+        document=None if document is None else quote_id(document),
+        source=None if source is None else quote_attribute(source),
+        **{name: quote_attribute(value) for name, value in details.items()},
+    )
 
 
 def passages(blocks: Iterable[str]) -> str:

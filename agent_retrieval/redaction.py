@@ -43,8 +43,10 @@ def check_secret(name: str, value: str, *, header: bool = True) -> str:
     value = value.strip()
     bad = next((c for c in value if not (" " <= c <= "~" if header else c.isprintable())), None)
     if bad is not None:
-        raise ConfigError(f"{name} holds a character no key or token contains (U+{ord(bad):04X}); copy the "
-                          "value again, without line breaks")
+        raise ConfigError(
+            f"{name} holds a character no key or token contains (U+{ord(bad):04X}); copy the "
+            "value again, without line breaks"
+        )
     return value
 
 

@@ -80,8 +80,10 @@ class _StoreTool(BaseTool):
         if not deep:
             return None
         name = deep[0] if isinstance(deep[0], str) else "an argument"
-        message = (f"Invalid arguments: {name[:40]}: nested more than {MAX_NESTING} levels deep; filters are "
-                   'flat ({"key": value} or {"key": [values]}) and schemas are plain JSON')
+        message = (
+            f"Invalid arguments: {name[:40]}: nested more than {MAX_NESTING} levels deep; filters are "
+            'flat ({"key": value} or {"key": [values]}) and schemas are plain JSON'
+        )
         if tool_call_id is None:
             return message
         return ToolMessage(content=message, tool_call_id=tool_call_id, name=self.name, status="error")
@@ -134,7 +136,8 @@ class DocumentRetrieverTool(_RetrieverTool):
     description: str = (
         "Search the document collection and return the most relevant whole documents (id, title, metadata, "
         "opening text). Use it first to find which documents answer a question; then pass their ids to "
-        "chunk_retriever for the exact passages. Hybrid search: meaning (vector) and exact words (keyword).")
+        "chunk_retriever for the exact passages. Hybrid search: meaning (vector) and exact words (keyword)."
+    )
     args_schema: type[SearchRequest] = SearchRequest
     level: ClassVar[Level] = "documents"
 
@@ -146,7 +149,8 @@ class ChunkRetrieverTool(_RetrieverTool):
     description: str = (
         "Search for the most relevant passages (chunks) of documents, with their heading path. Pass "
         "document_ids from document_retriever to search only inside those documents, or use "
-        "query_type='summarize' with document_ids to read those documents' chunks in order.")
+        "query_type='summarize' with document_ids to read those documents' chunks in order."
+    )
     args_schema: type[SearchRequest] = ChunkSearchRequest
     level: ClassVar[Level] = "chunks"
 
@@ -157,7 +161,8 @@ class SimilaritySearchTool(_RetrieverTool):
     name: str = "similarity_search"
     description: str = (
         "Search the document collection for the passages most relevant to a query, best first, each with "
-        "its score, document id and heading path. Hybrid search: meaning (vector) and exact words (keyword).")
+        "its score, document id and heading path. Hybrid search: meaning (vector) and exact words (keyword)."
+    )
     args_schema: type[SimilaritySearchRequest] = SimilaritySearchRequest
     level: ClassVar[Level] = "chunks"
 
@@ -172,7 +177,8 @@ class IndexDocumentTool(_StoreTool):
     name: str = "index_document"
     description: str = (
         "Store a document (title and full text) so that later searches find it. Indexing the same title "
-        "again, or the same id, replaces the earlier version. Answers with the document's id.")
+        "again, or the same id, replaces the earlier version. Answers with the document's id."
+    )
     args_schema: type[IndexDocumentRequest] = IndexDocumentRequest
 
     def _run(self, run_manager: Any = None, **arguments: Any) -> tuple[str, dict[str, Any]]:
@@ -180,10 +186,14 @@ class IndexDocumentTool(_StoreTool):
         retrieval = self.retrieval
         try:
             if protected_ids(retrieval.store, [document]):
-                raise ToolException(f"id {document.id!r} names a document this tool may not replace (it was "
-                                    "ingested or published by the store's operator); index under another title "
-                                    "or id")
-            report = ingest([document], retrieval.store, retrieval.embedder, retrieval.context, progress=False)
+                raise ToolException(
+                    f"id {document.id!r} names a document this tool may not replace (it was "
+                    "ingested or published by the store's operator); index under another title "
+                    "or id"
+                )
+            report = ingest(
+                [document], retrieval.store, retrieval.embedder, retrieval.context, progress=False
+            )
         except AgentRetrievalError as error:
             raise ToolException(str(error)) from None
         return _describe_indexing(document.id, document.title, report), {"id": document.id, **asdict(report)}
@@ -197,17 +207,25 @@ def _describe_indexing(doc_id: str, title: str, report: IngestReport) -> str:
     if report.unchanged:
         done = f"Document id={doc_id} ({title!r}) is already indexed with this content; nothing changed."
     else:
-        done = (f"Indexed document id={doc_id} ({title!r}): {report.chunks} chunks, embedded {report.embedded} "
-                f"texts ({report.reused} stored vectors reused).")
+        done = (
+            f"Indexed document id={doc_id} ({title!r}): {report.chunks} chunks, embedded {report.embedded} "
+            f"texts ({report.reused} stored vectors reused)."
+        )
     return "\n".join([done, *(f"Note: {note}" for note in report.errors)])
 
 
-TOOLS: dict[str, type[_StoreTool]] = {tool.model_fields["name"].default: tool for tool in (
-    DocumentRetrieverTool, ChunkRetrieverTool, SimilaritySearchTool, IndexDocumentTool)}
+TOOLS: dict[str, type[_StoreTool]] = {
+    tool.model_fields["name"].default: tool
+    for tool in (DocumentRetrieverTool, ChunkRetrieverTool, SimilaritySearchTool, IndexDocumentTool)
+}
 
 
-def make_retrieval_tools(context: Context | None = None, *, retrieval: Retrieval | None = None,
-                         names: Sequence[str] = ("document_retriever", "chunk_retriever")) -> list[BaseTool]:
+def make_retrieval_tools(
+    context: Context | None = None,
+    *,
+    retrieval: Retrieval | None = None,
+    names: Sequence[str] = ("document_retriever", "chunk_retriever"),
+) -> list[BaseTool]:
     """The named tools (default: document_retriever and chunk_retriever), sharing one store, embedder and
     HyDE cache. `names` may also hold "similarity_search" and "index_document"."""
     if isinstance(names, str) or any(name not in TOOLS for name in names):
@@ -223,8 +241,12 @@ def format_result(result: RetrievalResult) -> str:
     if result.query_type == "summarize":
         header = f"{len(result.hits)} chunks in reading order" + (" (truncated)" if result.truncated else "")
     else:
-        hyde = {"used": "HyDE used", "failed": "HyDE failed, raw query used", "skipped": "HyDE skipped",
-                "off": "HyDE off"}[result.hyde]
+        hyde = {
+            "used": "HyDE used",
+            "failed": "HyDE failed, raw query used",
+            "skipped": "HyDE skipped",
+            "off": "HyDE off",
+        }[result.hyde]
         header = f'{len(result.hits)} {noun}s for "{quote_attribute(result.query)}" (hybrid search; {hyde})'
     lines = [header]
     lines += [f"Note: {note}" for note in result.degraded]
@@ -240,8 +262,14 @@ def _format_hit(hit: Hit, limit: int) -> str:
     if len(text) > limit:
         text = text[:limit].rsplit(" ", 1)[0] + " ..."
     details = {"score": f"{hit.score:.4f}", "found_by": " + ".join(hit.found_by)} if hit.found_by else {}
-    return passage(text, id=hit.id, document=hit.document_id if hit.level == "chunks" else None,
-                   source=hit.heading_path or hit.title, metadata=hit.metadata, **details)
+    return passage(
+        text,
+        id=hit.id,
+        document=hit.document_id if hit.level == "chunks" else None,
+        source=hit.heading_path or hit.title,
+        metadata=hit.metadata,
+        **details,
+    )
 
 
 class AgentRetriever(BaseRetriever):
@@ -265,17 +293,31 @@ class AgentRetriever(BaseRetriever):
         model = ChunkSearchRequest if self.level == "chunks" else SearchRequest
         return parse_request(model, data)
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
-                                **kwargs: Any) -> list[LCDocument]:
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[LCDocument]:
         return _to_documents(self.retrieval.search(self._request(query, kwargs), self.level))
 
-    async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
-                                       **kwargs: Any) -> list[LCDocument]:
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[LCDocument]:
         return _to_documents(await self.retrieval.asearch(self._request(query, kwargs), self.level))
 
 
 def _to_documents(result: RetrievalResult) -> list[LCDocument]:
-    return [LCDocument(page_content=hit.content, id=hit.id,
-                       metadata={**hit.metadata, "id": hit.id, "document_id": hit.document_id, "title": hit.title,
-                                 "heading_path": hit.heading_path, "score": hit.score, "found_by": hit.found_by})
-            for hit in result.hits]
+    return [
+        LCDocument(
+            page_content=hit.content,
+            id=hit.id,
+            metadata={
+                **hit.metadata,
+                "id": hit.id,
+                "document_id": hit.document_id,
+                "title": hit.title,
+                "heading_path": hit.heading_path,
+                "score": hit.score,
+                "found_by": hit.found_by,
+            },
+        )
+        for hit in result.hits
+    ]

@@ -32,8 +32,10 @@ from agent_retrieval.tools import make_retrieval_tools
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONCURRENT = 16
-PASSAGES = ("A negotiator must disclose in writing any referral fee received from a third party.\n\n"
-            "Remuneration from a third party is a personal interest that is declared to the client.")
+PASSAGES = (
+    "A negotiator must disclose in writing any referral fee received from a third party.\n\n"
+    "Remuneration from a third party is a personal interest that is declared to the client."
+)
 
 
 class CountingEmbeddings(Embeddings):
@@ -102,10 +104,19 @@ def main() -> dict[str, Any]:
             measure(f"{kind}: {question[:60]}", both_tools)
 
         threaded = "Which third-party payments must a negotiator disclose to the vendor in writing?"
-        measure(f"{CONCURRENT} threads, one question", lambda: list(ThreadPoolExecutor(CONCURRENT).map(
-            lambda _: call(chunk_retriever, {"query": threaded}), range(CONCURRENT))))
+        measure(
+            f"{CONCURRENT} threads, one question",
+            lambda: list(
+                ThreadPoolExecutor(CONCURRENT).map(
+                    lambda _: call(chunk_retriever, {"query": threaded}), range(CONCURRENT)
+                )
+            ),
+        )
         gathered = "How quickly must an emergency repair be attended to in a managed property?"
-        measure(f"{CONCURRENT} asyncio tasks, one question", lambda: asyncio.run(_gather(chunk_retriever, gathered)))
+        measure(
+            f"{CONCURRENT} asyncio tasks, one question",
+            lambda: asyncio.run(_gather(chunk_retriever, gathered)),
+        )
     folder.cleanup()
     goals = {"long": (1, 1), "short": (0, 1)}
     for row in rows:
@@ -117,14 +128,20 @@ def main() -> dict[str, Any]:
     (RESULTS / "hyde_accounting.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"{'case':<70}{'LLM calls':>10}{'embed req':>11}  goal")
     for row in rows:
-        print(f"{row['case']:<70}{row['llm_calls']:>10}{row['embedding_requests']:>11}  "
-              f"{'met' if row['meets_goal'] else 'MISSED'}")
+        print(
+            f"{row['case']:<70}{row['llm_calls']:>10}{row['embedding_requests']:>11}  "
+            f"{'met' if row['meets_goal'] else 'MISSED'}"
+        )
     return report
 
 
 async def _gather(tool: Any, question: str) -> None:
-    await asyncio.gather(*(tool.ainvoke({"type": "tool_call", "id": f"b{n}", "name": tool.name,
-                                         "args": {"query": question}}) for n in range(CONCURRENT)))
+    await asyncio.gather(
+        *(
+            tool.ainvoke({"type": "tool_call", "id": f"b{n}", "name": tool.name, "args": {"query": question}})
+            for n in range(CONCURRENT)
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -42,10 +42,15 @@ def main(argv: list[str] | None = None) -> dict:
             again = ingest(documents, retrieval.store, retrieval.embedder, context)
             again_seconds = time.perf_counter() - started
     report = {
-        "documents": first.documents, "chunks": first.chunks, "texts_embedded": first.embedded,
-        "seconds": round(seconds, 1), "documents_per_second": round(first.documents / seconds, 1),
-        "chunks_per_second": round(first.chunks / seconds, 1), "texts_per_second": round(first.embedded / seconds, 1),
-        "reingest_seconds": round(again_seconds, 2), "reingest_embedded": again.embedded,
+        "documents": first.documents,
+        "chunks": first.chunks,
+        "texts_embedded": first.embedded,
+        "seconds": round(seconds, 1),
+        "documents_per_second": round(first.documents / seconds, 1),
+        "chunks_per_second": round(first.chunks / seconds, 1),
+        "texts_per_second": round(first.embedded / seconds, 1),
+        "reingest_seconds": round(again_seconds, 2),
+        "reingest_embedded": again.embedded,
         "reingest_unchanged": again.unchanged,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }

@@ -56,8 +56,10 @@ def replicated_store(base: Retrieval, size: int) -> Path:
     model, _ = source.embedding_model()
     conn = source._conn()
     docs = {r[0]: r for r in conn.execute("SELECT id, title, content, metadata, embedding FROM documents")}
-    chunks = conn.execute("SELECT id, document_id, ordinal, heading_path, content, embedding FROM chunks "
-                          "ORDER BY document_id, ordinal").fetchall()
+    chunks = conn.execute(
+        "SELECT id, document_id, ordinal, heading_path, content, embedding FROM chunks "
+        "ORDER BY document_id, ordinal"
+    ).fetchall()
     rng = np.random.default_rng(7)
     copies = math.ceil(size / len(chunks))
     with SQLiteStore(path) as store, tqdm(total=size, unit="chunk", desc=f"build {size}") as bar:
@@ -67,15 +69,34 @@ def replicated_store(base: Retrieval, size: int) -> Path:
             for chunk_id, doc_id, ordinal, heading, content, blob in chunks:
                 if written >= size:
                     break
-                by_doc.setdefault(f"{doc_id}~{copy}", []).append(Chunk(
-                    f"{chunk_id}~{copy}", f"{doc_id}~{copy}", ordinal, content, heading, {"copy": copy},
-                    f"{chunk_id}~{copy}", _jitter(blob, rng, copy)))
+                by_doc.setdefault(f"{doc_id}~{copy}", []).append(
+                    Chunk(
+                        f"{chunk_id}~{copy}",
+                        f"{doc_id}~{copy}",
+                        ordinal,
+                        content,
+                        heading,
+                        {"copy": copy},
+                        f"{chunk_id}~{copy}",
+                        _jitter(blob, rng, copy),
+                    )
+                )
                 written += 1
-            batch_docs = [Document(d, docs[source][1], docs[source][2], {"copy": copy}, content_hash=d, text_hash=d,
-                                   embedding=_jitter(docs[source][4], rng, copy))
-                          for d in by_doc for source in [d.rsplit("~", 1)[0]]]
+            batch_docs = [
+                Document(
+                    d,
+                    docs[source][1],
+                    docs[source][2],
+                    {"copy": copy},
+                    content_hash=d,
+                    text_hash=d,
+                    embedding=_jitter(docs[source][4], rng, copy),
+                )
+                for d in by_doc
+                for source in [d.rsplit("~", 1)[0]]
+            ]
             for start in range(0, len(batch_docs), 500):
-                part = batch_docs[start:start + 500]
+                part = batch_docs[start : start + 500]
                 store.upsert(part, [c for d in part for c in by_doc[d.id]], model)
                 bar.update(sum(len(by_doc[d.id]) for d in part))
     return path
@@ -90,7 +111,9 @@ def _jitter(blob: bytes, rng: np.random.Generator, copy: int) -> np.ndarray:
 
 
 def queries(limit: int, split: str = "test") -> list[str]:
-    wanted = {line.split("\t")[0] for line in (DATASET / "qrels" / f"{split}.tsv").read_text().splitlines()[1:]}
+    wanted = {
+        line.split("\t")[0] for line in (DATASET / "qrels" / f"{split}.tsv").read_text().splitlines()[1:]
+    }
     rows = [json.loads(line) for line in (DATASET / "queries.jsonl").read_text().splitlines()]
     return [r["text"] for r in rows if r["_id"] in wanted][:limit]
 
@@ -109,8 +132,12 @@ def measure(path: Path, base: Retrieval, texts: list[str]) -> dict[str, float]:
         times.append((time.perf_counter() - started) * 1000)
     retrieval.close()
     times.sort()
-    return {"queries": len(times), "p50_ms": round(statistics.median(times), 2), "p95_ms": round(times[int(0.95 * len(times)) - 1], 2),
-            "mean_ms": round(statistics.fmean(times), 2)}
+    return {
+        "queries": len(times),
+        "p50_ms": round(statistics.median(times), 2),
+        "p95_ms": round(times[int(0.95 * len(times)) - 1], 2),
+        "mean_ms": round(statistics.fmean(times), 2),
+    }
 
 
 def main() -> None:
@@ -129,8 +156,10 @@ def main() -> None:
         row = measure(path, base, texts)
         row["chunks"] = chunks
         results[size] = row
-        print(f"{chunks:>7} chunks: p50 {row['p50_ms']:.1f} ms, p95 {row['p95_ms']:.1f} ms, "
-              f"mean {row['mean_ms']:.1f} ms over {row['queries']} queries")
+        print(
+            f"{chunks:>7} chunks: p50 {row['p50_ms']:.1f} ms, p95 {row['p95_ms']:.1f} ms, "
+            f"mean {row['mean_ms']:.1f} ms over {row['queries']} queries"
+        )
     (RESULTS / "latency.json").write_text(json.dumps(results, indent=2))
 
 

@@ -41,8 +41,13 @@ SCHEMA_10K = "bench_10k"
 
 def summary(times: list[float], seconds: float, errors: int) -> dict[str, float]:
     times = sorted(times)
-    return {"calls": len(times) + errors, "errors": errors, "calls_per_second": round(len(times) / seconds, 1),
-            "p50_ms": round(statistics.median(times), 1), "p95_ms": round(times[int(0.95 * len(times)) - 1], 1)}
+    return {
+        "calls": len(times) + errors,
+        "errors": errors,
+        "calls_per_second": round(len(times) / seconds, 1),
+        "p50_ms": round(statistics.median(times), 1),
+        "p95_ms": round(times[int(0.95 * len(times)) - 1], 1),
+    }
 
 
 def with_threads(tool: ChunkRetrieverTool, texts: list[str]) -> dict[str, float]:
@@ -65,8 +70,9 @@ def with_tasks(tool: ChunkRetrieverTool, texts: list[str]) -> dict[str, float]:
         async def one(text: str) -> float | None:
             async with gate:
                 started = time.perf_counter()
-                message = await tool.ainvoke({"type": "tool_call", "id": "1", "name": tool.name,
-                                              "args": {"query": text}})
+                message = await tool.ainvoke(
+                    {"type": "tool_call", "id": "1", "name": tool.name, "args": {"query": text}}
+                )
                 return (time.perf_counter() - started) * 1000 if message.status == "success" else None
 
         return await asyncio.gather(*[one(t) for t in texts])
@@ -87,15 +93,21 @@ def measure(name: str, retrieval: Retrieval, texts: list[str], warmup: list[str]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--stores", nargs="+", default=["sqlite", "postgres", "supabase"],
-                        choices=["sqlite", "postgres", "supabase"])
-    parser.add_argument("--calls", type=int, default=640, help="calls per run (distinct SciFact queries, reused)")
+    parser.add_argument(
+        "--stores",
+        nargs="+",
+        default=["sqlite", "postgres", "supabase"],
+        choices=["sqlite", "postgres", "supabase"],
+    )
+    parser.add_argument(
+        "--calls", type=int, default=640, help="calls per run (distinct SciFact queries, reused)"
+    )
     args = parser.parse_args()
     small_db = RESULTS / "scifact-10000.db"
     if not small_db.exists():
         sys.exit("run benchmarks/latency.py first: it builds the 10K-chunk store this benchmark uses")
     test = queries(300)
-    texts = (test * (args.calls // len(test) + 1))[:args.calls]
+    texts = (test * (args.calls // len(test) + 1))[: args.calls]
     warmup = queries(CONCURRENCY * 2, "train")
     base = Retrieval(Context(db_path=str(small_db)))
     output = RESULTS / "load.json"
@@ -114,11 +126,13 @@ def main() -> None:
             stack.postgrest.reload_schema()
             if "postgres" in args.stores:
                 results["postgres_10k"] = measure(
-                    "postgres", Retrieval(Context(), store=store, embedder=base.embedder), texts, warmup)
+                    "postgres", Retrieval(Context(), store=store, embedder=base.embedder), texts, warmup
+                )
             if "supabase" in args.stores:
                 rpc = SupabaseStore(stack.url, stack.service_key, schema=SCHEMA_10K)
                 results["supabase_10k"] = measure(
-                    "supabase", Retrieval(Context(), store=rpc, embedder=base.embedder), texts, warmup)
+                    "supabase", Retrieval(Context(), store=rpc, embedder=base.embedder), texts, warmup
+                )
                 rpc.close()
             store.close()
         finally:

@@ -64,13 +64,29 @@ CACHED_STORE = RESULTS / "scifact-base.db"
 DEPTH = 100
 THEIRS = "langchain-ensemble"
 SYSTEMS = (THEIRS, "ours-documents", "ours-chunks")
-OUR_SETTINGS = ("fusion", "rrf_k", "vector_weight", "keyword_weight", "entity_boost", "candidates",
-                "chunk_size", "chunk_overlap")
-PACKAGES = ("langchain-core", "langchain-classic", "langchain-community", "rank-bm25",
-            "sentence-transformers", "torch", "agent-retrieval")
+OUR_SETTINGS = (
+    "fusion",
+    "rrf_k",
+    "vector_weight",
+    "keyword_weight",
+    "entity_boost",
+    "candidates",
+    "chunk_size",
+    "chunk_overlap",
+)
+PACKAGES = (
+    "langchain-core",
+    "langchain-classic",
+    "langchain-community",
+    "rank-bm25",
+    "sentence-transformers",
+    "torch",
+    "agent-retrieval",
+)
 
 
 # --- theirs -------------------------------------------------------------------------------------
+
 
 class PeerEmbeddings(Embeddings):
     """Our LocalEmbeddings answering lists of floats, as HuggingFaceEmbeddings does; known texts looked up."""
@@ -90,27 +106,35 @@ class PeerEmbeddings(Embeddings):
 
 def peer_documents(dataset: Dataset) -> list[LCDocument]:
     """One LangChain Document per abstract: title and text joined as BEIR joins them."""
-    return [LCDocument(page_content=f"{d.title} {d.content}".strip(), id=d.id, metadata={"title": d.title})
-            for d in dataset.documents()]
+    return [
+        LCDocument(page_content=f"{d.title} {d.content}".strip(), id=d.id, metadata={"title": d.title})
+        for d in dataset.documents()
+    ]
 
 
-def build_peer(documents: list[LCDocument],
-               embeddings: Embeddings) -> tuple[EnsembleRetriever, dict[str, float]]:
+def build_peer(
+    documents: list[LCDocument], embeddings: Embeddings
+) -> tuple[EnsembleRetriever, dict[str, float]]:
     """The recipe as a user writes it, k=100 on both retrievers; seconds spent on each index."""
     started = time.perf_counter()
     bm25 = BM25Retriever.from_documents(documents, k=DEPTH)
     built = time.perf_counter()
     store = InMemoryVectorStore(embedding=embeddings)
     store.add_documents(documents)
-    ensemble = EnsembleRetriever(retrievers=[bm25, store.as_retriever(search_kwargs={"k": DEPTH})],
-                                 weights=[0.5, 0.5])
+    ensemble = EnsembleRetriever(
+        retrievers=[bm25, store.as_retriever(search_kwargs={"k": DEPTH})], weights=[0.5, 0.5]
+    )
     done = time.perf_counter()
-    return ensemble, {"bm25_seconds": built - started, "vector_store_seconds": done - built,
-                      "index_seconds": done - started}
+    return ensemble, {
+        "bm25_seconds": built - started,
+        "vector_store_seconds": done - built,
+        "index_seconds": done - started,
+    }
 
 
-def cached_vectors(texts: Sequence[str], model: Embeddings, model_id: str,
-                   path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def cached_vectors(
+    texts: Sequence[str], model: Embeddings, model_id: str, path: Path
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Vectors of `texts`, embedding only those not in the cache file (which records the embedding time)."""
     hashes = {t: hashlib.sha256(t.encode()).hexdigest() for t in texts}
     stored: dict[str, np.ndarray] = {}
@@ -132,19 +156,30 @@ def cached_vectors(texts: Sequence[str], model: Embeddings, model_id: str,
     if missing:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial.npz")
-        np.savez(partial, model=model_id, hashes=np.array(list(stored)),
-                 vectors=np.stack(list(stored.values())), seconds=seconds + now)
+        np.savez(
+            partial,
+            model=model_id,
+            hashes=np.array(list(stored)),
+            vectors=np.stack(list(stored.values())),
+            seconds=seconds + now,
+        )
         partial.replace(path)
-    info = {"embedded_now": len(missing), "embed_seconds_now": now, "reused_from_cache": reused,
-            "corpus_embedding_seconds": now + reused * recorded_rate,
-            "note": "reused vectors are timed at the rate recorded when the cache was made" if reused else ""}
+    info = {
+        "embedded_now": len(missing),
+        "embed_seconds_now": now,
+        "reused_from_cache": reused,
+        "corpus_embedding_seconds": now + reused * recorded_rate,
+        "note": "reused vectors are timed at the rate recorded when the cache was made" if reused else "",
+    }
     return {t: stored[hashes[t]] for t in texts}, info
 
 
 # --- ours ---------------------------------------------------------------------------------------
 
-def open_ours(dataset: Dataset, folder: Path, embedder: Embedder,
-              cached: Path | None) -> tuple[Retrieval, dict[str, Any]]:
+
+def open_ours(
+    dataset: Dataset, folder: Path, embedder: Embedder, cached: Path | None
+) -> tuple[Retrieval, dict[str, Any]]:
     """Our store for the dataset: a copy of the cached store (trimmed to a subset) checked by an ingest pass
     that embeds only what changed, or, with no cached store, a fresh ingest."""
     path = folder / "ours.db"
@@ -163,14 +198,22 @@ def open_ours(dataset: Dataset, folder: Path, embedder: Embedder,
     seconds = time.perf_counter() - started
     stored = retrieval.store.stats()
     if stored.documents != dataset.corpus_size:
-        raise SystemExit(f"{cached if from_cache else path} holds {stored.documents} documents, the dataset "
-                         f"{dataset.corpus_size}: delete the cached store so it is rebuilt")
+        raise SystemExit(
+            f"{cached if from_cache else path} holds {stored.documents} documents, the dataset "
+            f"{dataset.corpus_size}: delete the cached store so it is rebuilt"
+        )
     note = "fresh ingest: chunk, embed documents and chunks, write"
     if from_cache:
         trimmed = " trimmed to the subset" if dataset.subset else ""
         note = f"a copy of the cached store{trimmed}; the time is an ingest pass that checks it"
-    return retrieval, {"from_cache": from_cache, "index_seconds": seconds, "documents": stored.documents,
-                       "chunks": stored.chunks, "texts_embedded": report.embedded, "note": note}
+    return retrieval, {
+        "from_cache": from_cache,
+        "index_seconds": seconds,
+        "documents": stored.documents,
+        "chunks": stored.chunks,
+        "texts_embedded": report.embedded,
+        "note": note,
+    }
 
 
 def request(query: str) -> SearchRequest:
@@ -186,13 +229,14 @@ def document_ids(hits: Sequence[Any]) -> list[str]:
 
 # --- the run ------------------------------------------------------------------------------------
 
+
 def run(systems: dict[str, Callable[[str], list[str]]], queries: dict[str, str]) -> tuple[dict, dict]:
     """Each query once per system, timed; the systems' order rotates per query."""
     runs: dict[str, dict[str, list[str]]] = {name: {} for name in systems}
     times: dict[str, list[float]] = {name: [] for name in systems}
     names = list(systems)
     for i, (qid, text) in enumerate(queries.items()):
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             hyde.clear_cache()  # no query vector is reused from another system's call
             started = time.perf_counter()
             ranked = systems[name](text)
@@ -203,16 +247,23 @@ def run(systems: dict[str, Callable[[str], list[str]]], queries: dict[str, str])
 
 def latency(times: list[float]) -> dict[str, float]:
     ordered = sorted(times)
-    return {"p50_ms": statistics.median(ordered), "p95_ms": ordered[math.ceil(0.95 * len(ordered)) - 1],
-            "mean_ms": statistics.fmean(ordered)}
+    return {
+        "p50_ms": statistics.median(ordered),
+        "p95_ms": ordered[math.ceil(0.95 * len(ordered)) - 1],
+        "mean_ms": statistics.fmean(ordered),
+    }
 
 
 def components(ensemble: EnsembleRetriever, retrieval: Retrieval, queries: dict[str, str]) -> dict[str, dict]:
     """Each side alone (untimed), to see where the hybrids differ: their BM25 and vector, our keyword and
     vector (documents level)."""
     bm25, vector = ensemble.retrievers
-    runs: dict[str, dict[str, list[str]]] = {"theirs-bm25": {}, "theirs-vector": {}, "ours-keyword": {},
-                                             "ours-vector": {}}
+    runs: dict[str, dict[str, list[str]]] = {
+        "theirs-bm25": {},
+        "theirs-vector": {},
+        "ours-keyword": {},
+        "ours-vector": {},
+    }
     for qid, text in queries.items():
         runs["theirs-bm25"][qid] = [d.id for d in bm25.invoke(text)]
         runs["theirs-vector"][qid] = [d.id for d in vector.invoke(text)]
@@ -231,8 +282,13 @@ def fresh_builds(dataset: Dataset, size: int, embedder: Embedder, folder: Path) 
         report = ingest(sample.documents(), retrieval.store, embedder, retrieval.context, progress=False)
     ours = time.perf_counter() - started
     _, theirs = build_peer(peer_documents(sample), PeerEmbeddings(embedder.embeddings))
-    return {"documents": len(first), "ours_seconds": ours, "ours_texts_embedded": report.embedded,
-            "theirs_seconds": theirs["index_seconds"], "theirs_texts_embedded": len(first)}
+    return {
+        "documents": len(first),
+        "ours_seconds": ours,
+        "ours_texts_embedded": report.embedded,
+        "theirs_seconds": theirs["index_seconds"],
+        "theirs_texts_embedded": len(first),
+    }
 
 
 def warm_queries(folder: Path, count: int, fallback: dict[str, str]) -> list[str]:
@@ -245,14 +301,18 @@ def warm_queries(folder: Path, count: int, fallback: dict[str, str]) -> list[str
 
 def table(result: dict[str, Any]) -> str:
     machine = result["machine"]
-    head = (f"BEIR {result['dataset']} {result['split']}: {result['queries']} queries, {result['documents']} "
-            f"documents, {DEPTH} deep; load {machine['load_before'][0]:.2f} -> "
-            f"{machine['load_after'][0]:.2f} on {machine['cpus']} cpus")
+    head = (
+        f"BEIR {result['dataset']} {result['split']}: {result['queries']} queries, {result['documents']} "
+        f"documents, {DEPTH} deep; load {machine['load_before'][0]:.2f} -> "
+        f"{machine['load_after'][0]:.2f} on {machine['cpus']} cpus"
+    )
     lines = [head, "", f"{'system':<20}{'nDCG@10':>9}{'R@100':>9}{'p50 ms':>9}{'p95 ms':>9}{'mean ms':>9}"]
     for name in SYSTEMS:
         row = result["systems"][name]
-        lines.append(f"{name:<20}{100 * row['ndcg@10']:>9.2f}{100 * row['recall@100']:>9.2f}"
-                     f"{row['p50_ms']:>9.1f}{row['p95_ms']:>9.1f}{row['mean_ms']:>9.1f}")
+        lines.append(
+            f"{name:<20}{100 * row['ndcg@10']:>9.2f}{100 * row['recall@100']:>9.2f}"
+            f"{row['p50_ms']:>9.1f}{row['p95_ms']:>9.1f}{row['mean_ms']:>9.1f}"
+        )
     lines += ["", f"{'ours / theirs':<20}{'nDCG@10':>9}{'R@100':>9}{'p50':>9}{'p95':>9}"]
     for name, ratio in result["ratios"].items():
         figures = (ratio[k] for k in ("ndcg@10", "recall@100", "p50", "p95"))
@@ -262,17 +322,26 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"{name:<20}{100 * scores['ndcg@10']:>9.2f}{100 * scores['recall@100']:>9.2f}")
     build = result["build"]
     theirs, ours = build["theirs"], build["ours"]
-    lines += ["", (f"theirs build: corpus embedding {theirs['corpus_embedding_seconds']:.1f} s "
-                   f"({theirs['embedded_now']} texts embedded now, {theirs['reused_from_cache']} from "
-                   f"cache), then BM25 {theirs['bm25_seconds']:.1f} s + vector store "
-                   f"{theirs['vector_store_seconds']:.1f} s"),
-              (f"ours build: {ours['index_seconds']:.1f} s, {ours['note']} ({ours['texts_embedded']} texts "
-               f"embedded; {ours['documents']} documents, {ours['chunks']} chunks)")]
+    lines += [
+        "",
+        (
+            f"theirs build: corpus embedding {theirs['corpus_embedding_seconds']:.1f} s "
+            f"({theirs['embedded_now']} texts embedded now, {theirs['reused_from_cache']} from "
+            f"cache), then BM25 {theirs['bm25_seconds']:.1f} s + vector store "
+            f"{theirs['vector_store_seconds']:.1f} s"
+        ),
+        (
+            f"ours build: {ours['index_seconds']:.1f} s, {ours['note']} ({ours['texts_embedded']} texts "
+            f"embedded; {ours['documents']} documents, {ours['chunks']} chunks)"
+        ),
+    ]
     if build.get("fresh_sample"):
         sample = build["fresh_sample"]
-        lines.append(f"fresh build of {sample['documents']} documents: ours {sample['ours_seconds']:.1f} s "
-                     f"({sample['ours_texts_embedded']} texts embedded), theirs "
-                     f"{sample['theirs_seconds']:.1f} s ({sample['theirs_texts_embedded']} texts embedded)")
+        lines.append(
+            f"fresh build of {sample['documents']} documents: ours {sample['ours_seconds']:.1f} s "
+            f"({sample['ours_texts_embedded']} texts embedded), theirs "
+            f"{sample['theirs_seconds']:.1f} s ({sample['theirs_texts_embedded']} texts embedded)"
+        )
     return "\n".join(lines)
 
 
@@ -284,8 +353,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--queries", type=int, default=None, help="keep the first N judged test queries")
     parser.add_argument("--documents", type=int, default=None, help="a smaller corpus (judged ones first)")
     parser.add_argument("--warmup", type=int, default=20, help="train queries run untimed first")
-    parser.add_argument("--ingest-sample", type=int, default=300,
-                        help="time fresh builds of both on the first N documents (0: off)")
+    parser.add_argument(
+        "--ingest-sample",
+        type=int,
+        default=300,
+        help="time fresh builds of both on the first N documents (0: off)",
+    )
     parser.add_argument("--smoke", action="store_true", help="200 documents, 20 queries, 5 warm-up queries")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -298,8 +371,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         folder = Path(scratch)
         retrieval, ours_build = open_ours(dataset, folder, embedder, args.store)
         documents = peer_documents(dataset)
-        known, embedding_info = cached_vectors([d.page_content for d in documents], embedder.embeddings,
-                                               embedder.model_id, args.out / "peer-vectors.npz")
+        known, embedding_info = cached_vectors(
+            [d.page_content for d in documents],
+            embedder.embeddings,
+            embedder.model_id,
+            args.out / "peer-vectors.npz",
+        )
         ensemble, theirs_build = build_peer(documents, PeerEmbeddings(embedder.embeddings, known))
         systems: dict[str, Callable[[str], list[str]]] = {
             THEIRS: lambda q: [d.id for d in ensemble.invoke(q)],
@@ -313,34 +390,63 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         load_before = os.getloadavg()
         runs, times = run(systems, dataset.queries)
         load_after = os.getloadavg()
-        alone = {name: score_run(ranked, dataset.qrels)
-                 for name, ranked in components(ensemble, retrieval, dataset.queries).items()}
+        alone = {
+            name: score_run(ranked, dataset.qrels)
+            for name, ranked in components(ensemble, retrieval, dataset.queries).items()
+        }
         sample = fresh_builds(dataset, args.ingest_sample, embedder, folder) if args.ingest_sample else None
         retrieval.close()
-    rows = {name: {**score_run(runs[name], dataset.qrels), **latency(times[name]),
-                   "first_query_ms": first_ms[name]} for name in SYSTEMS}
+    rows = {
+        name: {
+            **score_run(runs[name], dataset.qrels),
+            **latency(times[name]),
+            "first_query_ms": first_ms[name],
+        }
+        for name in SYSTEMS
+    }
     theirs = rows[THEIRS]
-    ratios = {name: {"ndcg@10": rows[name]["ndcg@10"] / theirs["ndcg@10"],
-                     "recall@100": rows[name]["recall@100"] / theirs["recall@100"],
-                     "p50": rows[name]["p50_ms"] / theirs["p50_ms"],
-                     "p95": rows[name]["p95_ms"] / theirs["p95_ms"]}
-              for name in SYSTEMS if name != THEIRS}
+    ratios = {
+        name: {
+            "ndcg@10": rows[name]["ndcg@10"] / theirs["ndcg@10"],
+            "recall@100": rows[name]["recall@100"] / theirs["recall@100"],
+            "p50": rows[name]["p50_ms"] / theirs["p50_ms"],
+            "p95": rows[name]["p95_ms"] / theirs["p95_ms"],
+        }
+        for name in SYSTEMS
+        if name != THEIRS
+    }
     context = retrieval.context
     result = {
-        "dataset": dataset.folder.name, "split": dataset.split, "queries": len(dataset.queries),
-        "documents": dataset.corpus_size, "depth": DEPTH, "warmup_queries": len(warm),
-        "systems": rows, "ratios": ratios, "components": alone,
+        "dataset": dataset.folder.name,
+        "split": dataset.split,
+        "queries": len(dataset.queries),
+        "documents": dataset.corpus_size,
+        "depth": DEPTH,
+        "warmup_queries": len(warm),
+        "systems": rows,
+        "ratios": ratios,
+        "components": alone,
         "build": {"theirs": {**theirs_build, **embedding_info}, "ours": ours_build, "fresh_sample": sample},
         "settings": {
             "ours": {k: getattr(context, k) for k in OUR_SETTINGS}
             | {"hyde": "off", "top_k": DEPTH, "embedding": embedder.model_id},
-            "theirs": {"weights": ensemble.weights, "c": ensemble.c, "id_key": ensemble.id_key, "k": DEPTH,
-                       "bm25": "rank_bm25 BM25Okapi defaults (k1=1.5, b=0.75, epsilon=0.25) on str.split()",
-                       "embedding": f"{embedder.model_id} through our LocalEmbeddings, as lists of floats",
-                       "document": "title + ' ' + text"},
+            "theirs": {
+                "weights": ensemble.weights,
+                "c": ensemble.c,
+                "id_key": ensemble.id_key,
+                "k": DEPTH,
+                "bm25": "rank_bm25 BM25Okapi defaults (k1=1.5, b=0.75, epsilon=0.25) on str.split()",
+                "embedding": f"{embedder.model_id} through our LocalEmbeddings, as lists of floats",
+                "document": "title + ' ' + text",
+            },
         },
-        "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": load_after,
-                    "python": platform.python_version(), "packages": {p: _version(p) for p in PACKAGES}},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_before": load_before,
+            "load_after": load_after,
+            "python": platform.python_version(),
+            "packages": {p: _version(p) for p in PACKAGES},
+        },
         "library": library,
     }
     print(table(result))
@@ -358,12 +464,19 @@ def _timed(search: Callable[[str], list[str]], query: str) -> float:
 
 def _library_state() -> dict[str, Any]:
     """The commit, and library files changed since it: what "ours" was when these figures were taken."""
+
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", "-C", str(ROOT.parent), *args], capture_output=True, text=True,
-                                  timeout=10, check=False).stdout.strip()
+            return subprocess.run(
+                ["git", "-C", str(ROOT.parent), *args],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            ).stdout.strip()
         except OSError:
             return ""
+
     changed = git("status", "--porcelain", "--", "agent_retrieval").splitlines()
     return {"commit": git("rev-parse", "--short", "HEAD"), "modified": [line[3:] for line in changed]}
 

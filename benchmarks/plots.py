@@ -1,6 +1,6 @@
 """The figures of BENCHMARKS.md, drawn from the JSON the benchmark scripts leave in benchmarks/results/.
 
-    python benchmarks/plots.py      # writes benchmarks/figures/quality.png and latency.png
+python benchmarks/plots.py      # writes benchmarks/figures/quality.png and latency.png
 """
 
 from __future__ import annotations
@@ -11,14 +11,19 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no screen here
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parent
 RESULTS, FIGURES = ROOT / "results", ROOT / "figures"
 EVAL = RESULTS / "eval" / "scifact-test-{level}" / "report.json"
 # Published nDCG@10 on BEIR SciFact test (the anchors of issue 5).
-ANCHORS = {"BM25 (Anserini flat)": 67.89, "SQLite FTS5 bm25": 68.62, "all-MiniLM-L6-v2 dense": 64.51,
-           "convex BM25 + MiniLM": 73.38, "RRF BM25 + MiniLM": 71.43}
+ANCHORS = {
+    "BM25 (Anserini flat)": 67.89,
+    "SQLite FTS5 bm25": 68.62,
+    "all-MiniLM-L6-v2 dense": 64.51,
+    "convex BM25 + MiniLM": 73.38,
+    "RRF BM25 + MiniLM": 71.43,
+}
 
 
 def quality() -> Path:
@@ -31,10 +36,14 @@ def quality() -> Path:
     bars = {f"published: {name}": value for name, value in ANCHORS.items()} | ours
     peer = RESULTS / "peer.json"
     if peer.exists():
-        bars |= {"LangChain EnsembleRetriever (BM25 + MiniLM)": 100 * _peer_ndcg(json.loads(peer.read_text()))}
+        bars |= {
+            "LangChain EnsembleRetriever (BM25 + MiniLM)": 100 * _peer_ndcg(json.loads(peer.read_text()))
+        }
     names = list(bars)
-    colours = ["#9aa5b1" if n.startswith("published") else "#4c72b0" if n.startswith("ours") else "#dd8452"
-               for n in names]
+    colours = [
+        "#9aa5b1" if n.startswith("published") else "#4c72b0" if n.startswith("ours") else "#dd8452"
+        for n in names
+    ]
     fig, ax = plt.subplots(figsize=(10, 0.42 * len(names) + 1.2))
     ax.barh(names, [bars[n] for n in names], color=colours)
     for y, name in enumerate(names):
@@ -58,16 +67,24 @@ def latency() -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     sizes = sorted(int(size) for size in embedded)
     for stat, style in (("p50_ms", "-o"), ("p95_ms", "--o")):
-        ax.plot(sizes, [embedded[str(s)][stat] for s in sizes], style, color="#4c72b0",
-                label=f"embedded SQLite, chunk_retriever tool ({stat[:3]})")
+        ax.plot(
+            sizes,
+            [embedded[str(s)][stat] for s in sizes],
+            style,
+            color="#4c72b0",
+            label=f"embedded SQLite, chunk_retriever tool ({stat[:3]})",
+        )
     postgres = RESULTS / "postgres.json"
     if postgres.exists():
         pg = json.loads(postgres.read_text())
-        for key, label, colour in (("tool_100k_dsn", "Postgres, chunk_retriever tool", "#dd8452"),
-                                   ("hybrid_100k_rpc", "Supabase RPC, hybrid_search_chunks", "#55a868")):
+        for key, label, colour in (
+            ("tool_100k_dsn", "Postgres, chunk_retriever tool", "#dd8452"),
+            ("hybrid_100k_rpc", "Supabase RPC, hybrid_search_chunks", "#55a868"),
+        ):
             for stat, marker in (("p50_ms", "o"), ("p95_ms", "^")):
-                ax.scatter([100_000], [pg[key][stat]], marker=marker, color=colour,
-                           label=f"{label} ({stat[:3]})")
+                ax.scatter(
+                    [100_000], [pg[key][stat]], marker=marker, color=colour, label=f"{label} ({stat[:3]})"
+                )
     ax.set_xscale("log")
     ax.set_xlabel("chunks in the store")
     ax.set_ylabel("milliseconds per query")

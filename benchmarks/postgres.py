@@ -21,8 +21,8 @@ import argparse
 import json
 import math
 import signal
-import statistics
 import sqlite3
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 
 from agent_retrieval.context import Context  # noqa: E402
-from agent_retrieval.models import Chunk, ChunkSearchRequest, Document, SearchRequest  # noqa: E402
+from agent_retrieval.models import Chunk, Document, SearchRequest  # noqa: E402
 from agent_retrieval.retrieval import Retrieval  # noqa: E402
 from agent_retrieval.stores import SQLiteStore  # noqa: E402
 from agent_retrieval.stores.postgres import PostgresStore  # noqa: E402
@@ -53,17 +53,31 @@ def copy_store(source: Path, target: PostgresStore, batch: int = 200) -> dict[st
     model = conn.execute("SELECT value FROM store_info WHERE key = 'embedding_model'").fetchone()[0]
     chunks: dict[str, list[Chunk]] = defaultdict(list)
     for cid, did, ordinal, heading, content, meta, text_hash, blob in conn.execute(
-            "SELECT id, document_id, ordinal, heading_path, content, metadata, text_hash, embedding FROM chunks"):
-        chunks[did].append(Chunk(cid, did, ordinal, content, heading, json.loads(meta), text_hash,
-                                 np.frombuffer(blob, dtype=np.float32)))
-    docs = [Document(i, t, c, json.loads(m), content_hash=h, text_hash=th, embedding=np.frombuffer(b, np.float32))
-            for i, t, c, m, h, th, b in conn.execute(
-                "SELECT id, title, content, metadata, content_hash, text_hash, embedding FROM documents")]
+        "SELECT id, document_id, ordinal, heading_path, content, metadata, text_hash, embedding FROM chunks"
+    ):
+        chunks[did].append(
+            Chunk(
+                cid,
+                did,
+                ordinal,
+                content,
+                heading,
+                json.loads(meta),
+                text_hash,
+                np.frombuffer(blob, dtype=np.float32),
+            )
+        )
+    docs = [
+        Document(i, t, c, json.loads(m), content_hash=h, text_hash=th, embedding=np.frombuffer(b, np.float32))
+        for i, t, c, m, h, th, b in conn.execute(
+            "SELECT id, title, content, metadata, content_hash, text_hash, embedding FROM documents"
+        )
+    ]
     rows = len(docs) + sum(len(c) for c in chunks.values())
     started = time.perf_counter()
     with tqdm(total=rows, unit="row", desc=f"copy {source.name}") as bar:
         for start in range(0, len(docs), batch):
-            part = docs[start:start + batch]
+            part = docs[start : start + batch]
             part_chunks = [c for d in part for c in chunks[d.id]]
             target.upsert(part, part_chunks, model)
             bar.update(len(part) + len(part_chunks))
@@ -73,7 +87,10 @@ def copy_store(source: Path, target: PostgresStore, batch: int = 200) -> dict[st
 
 def percentiles(times: list[float]) -> dict[str, float]:
     times = sorted(times)
-    return {"p50_ms": round(statistics.median(times), 2), "p95_ms": round(times[int(0.95 * len(times)) - 1], 2)}
+    return {
+        "p50_ms": round(statistics.median(times), 2),
+        "p95_ms": round(times[int(0.95 * len(times)) - 1], 2),
+    }
 
 
 def timed(call, items) -> dict[str, float]:
@@ -97,17 +114,23 @@ def hnsw_recall(store: PostgresStore, source: Path, vectors: list[np.ndarray], k
     return round(statistics.fmean(found), 4)
 
 
-def ef_search_sweep(stack, store: PostgresStore, source: Path, vectors: list[np.ndarray]) -> dict[str, object]:
+def ef_search_sweep(
+    stack, store: PostgresStore, source: Path, vectors: list[np.ndarray]
+) -> dict[str, object]:
     """Recall@10 and p50 of match_chunks for several hnsw.ef_search values (the function's own setting)."""
     function = f"{SCHEMA_100K}.match_chunks(vector, int, jsonb, text[], float8, text)"
-    default = stack.postgres.execute(f"select unnest(proconfig) from pg_proc where oid = '{function}'::regprocedure")
+    default = stack.postgres.execute(
+        f"select unnest(proconfig) from pg_proc where oid = '{function}'::regprocedure"
+    )
     sweep = {}
     try:
         for ef in (40, 100, 200, 400):
             stack.postgres.execute(f"alter function {function} set hnsw.ef_search = {ef}")
             store.close()  # new sessions see the altered function
-            sweep[ef] = {"recall_at_10": hnsw_recall(store, source, vectors),
-                         **timed(lambda v: store.vector_search("chunks", v, 10), vectors)}
+            sweep[ef] = {
+                "recall_at_10": hnsw_recall(store, source, vectors),
+                **timed(lambda v: store.vector_search("chunks", v, 10), vectors),
+            }
     finally:
         setting = next(c for (c,) in default if c.startswith("hnsw.ef_search="))
         stack.postgres.execute(f"alter function {function} set hnsw.ef_search = {setting.split('=')[1]}")
@@ -130,8 +153,10 @@ def ndcg_at_10(ranked: list[str], relevant: dict[str, int]) -> float:
 
 def scifact_quality(retrievals: dict[str, Retrieval]) -> dict[str, dict[str, float]]:
     """nDCG@10 on SciFact test (documents level, as BEIR judges), keyword-only and hybrid, per store."""
-    texts = {json.loads(line)["_id"]: json.loads(line)["text"]
-             for line in (DATASET / "queries.jsonl").read_text().splitlines()}
+    texts = {
+        json.loads(line)["_id"]: json.loads(line)["text"]
+        for line in (DATASET / "queries.jsonl").read_text().splitlines()
+    }
     judged = qrels()
     out: dict[str, dict[str, float]] = {}
     for name, retrieval in retrievals.items():
@@ -141,8 +166,10 @@ def scifact_quality(retrievals: dict[str, Retrieval]) -> dict[str, dict[str, flo
             keyword.append(ndcg_at_10([h.id for h in hits], relevant))
             result = retrieval.search(SearchRequest(query=texts[qid], top_k=10), "documents")
             hybrid.append(ndcg_at_10([h.id for h in result.hits], relevant))
-        out[name] = {"keyword_ndcg10": round(100 * statistics.fmean(keyword), 2),
-                     "hybrid_ndcg10": round(100 * statistics.fmean(hybrid), 2)}
+        out[name] = {
+            "keyword_ndcg10": round(100 * statistics.fmean(keyword), 2),
+            "hybrid_ndcg10": round(100 * statistics.fmean(hybrid), 2),
+        }
     return out
 
 
@@ -158,7 +185,9 @@ def main() -> None:
     vectors = [base.embedder.embed_query(t) for t in tqdm(texts, desc="embed queries")]
     output = RESULTS / "postgres.json"
     results: dict[str, object] = json.loads(output.read_text()) if output.exists() else {}
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the stack on the way out, not leave it behind
+    signal.signal(
+        signal.SIGTERM, lambda *_: sys.exit(1)
+    )  # stop the stack on the way out, not leave it behind
     # The database is kept in results/ between runs: copying 150K rows takes ten minutes, so a rerun
     # (after a change to the SQL functions, which `init` replaces) copies nothing.
     stack = start_stack(RESULTS / "postgres-stack", [SCHEMA_100K, SCHEMA_SCIFACT])
@@ -176,8 +205,13 @@ def main() -> None:
         pairs = list(zip(texts, vectors))
 
         def hybrid(store):
-            return lambda pair: store._call("hybrid_search_chunks", query_text=pair[0], query_embedding=pair[1],
-                                            match_count=10, candidates=Context().candidates)
+            return lambda pair: store._call(
+                "hybrid_search_chunks",
+                query_text=pair[0],
+                query_embedding=pair[1],
+                match_count=10,
+                candidates=Context().candidates,
+            )
 
         results["hybrid_100k_dsn"] = timed(hybrid(big), pairs)
         results["hybrid_100k_rpc"] = timed(hybrid(rpc), pairs)
@@ -190,9 +224,12 @@ def main() -> None:
         small.init(384)
         if small.stats().documents < 5183:
             copy_store(base_db, small)
-            stack.postgres.execute(f"vacuum analyze {SCHEMA_SCIFACT}.documents, {SCHEMA_SCIFACT}.documents_terms")
-        results["scifact"] = scifact_quality({
-            "sqlite": base, "postgres": Retrieval(Context(), store=small, embedder=base.embedder)})
+            stack.postgres.execute(
+                f"vacuum analyze {SCHEMA_SCIFACT}.documents, {SCHEMA_SCIFACT}.documents_terms"
+            )
+        results["scifact"] = scifact_quality(
+            {"sqlite": base, "postgres": Retrieval(Context(), store=small, embedder=base.embedder)}
+        )
         for store in (big, small, rpc):
             store.close()
     finally:

@@ -83,6 +83,7 @@ class Article:
 
 # --- the data -----------------------------------------------------------------------------------
 
+
 def dataset_folder(flag: str | None = None) -> Path:
     """The folder holding dev-v1.1.json: the flag, else SQUAD_DIR, else the shared datasets folder."""
     return Path(flag or os.environ.get("SQUAD_DIR") or DEFAULT_DATASET).expanduser()
@@ -103,7 +104,9 @@ def load_squad(folder: Path) -> list[Article]:
     """The articles of SQuAD v1.1 dev, each with its normalised paragraphs and its questions."""
     path = folder / DATA_FILE
     if not path.is_file():
-        raise BenchmarkError(f"{path}: not found; point --dataset or SQUAD_DIR at the folder holding {DATA_FILE}")
+        raise BenchmarkError(
+            f"{path}: not found; point --dataset or SQUAD_DIR at the folder holding {DATA_FILE}"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -113,13 +116,21 @@ def load_squad(folder: Path) -> list[Article]:
     articles: list[Article] = []
     for number, raw in enumerate(data.get("data") or []):
         try:
-            article = Article(id=raw["title"], title=raw["title"].replace("_", " "),
-                              paragraphs=[paragraph_text(p["context"]) for p in raw["paragraphs"]])
-            article.questions = [Question(qa["id"], " ".join(qa["question"].split()), article.id, index)
-                                 for index, p in enumerate(raw["paragraphs"]) for qa in p["qas"]]
+            article = Article(
+                id=raw["title"],
+                title=raw["title"].replace("_", " "),
+                paragraphs=[paragraph_text(p["context"]) for p in raw["paragraphs"]],
+            )
+            article.questions = [
+                Question(qa["id"], " ".join(qa["question"].split()), article.id, index)
+                for index, p in enumerate(raw["paragraphs"])
+                for qa in p["qas"]
+            ]
         except (KeyError, TypeError, AttributeError):
-            raise BenchmarkError(f"{path}: article {number} is not shaped like SQuAD: "
-                                 "{title, paragraphs: [{context, qas: [{id, question}]}]}") from None
+            raise BenchmarkError(
+                f"{path}: article {number} is not shaped like SQuAD: "
+                "{title, paragraphs: [{context, qas: [{id, question}]}]}"
+            ) from None
         if not article.paragraphs or not all(article.paragraphs):
             raise BenchmarkError(f"{path}: article {article.id!r} has an empty paragraph or none at all")
         articles.append(article)
@@ -150,13 +161,16 @@ def article_document(article: Article) -> Document:
 
 # --- the store ----------------------------------------------------------------------------------
 
+
 def local_embedder(context: Context) -> Embedder:
     """The local MiniLM embedder; the environment may not swap in another, or the figures would mislead."""
     embedder = make_embedder(context)
     if embedder.model_id != EMBEDDER_ID:
-        raise BenchmarkError(f"this benchmark measures {EMBEDDER_ID}, but the environment selects "
-                             f"{embedder.model_id}: unset EMBEDDING_PROVIDER, USE_VOYAGE_EMBEDDINGS and "
-                             "LOCAL_EMBEDDING_MODEL")
+        raise BenchmarkError(
+            f"this benchmark measures {EMBEDDER_ID}, but the environment selects "
+            f"{embedder.model_id}: unset EMBEDDING_PROVIDER, USE_VOYAGE_EMBEDDINGS and "
+            "LOCAL_EMBEDDING_MODEL"
+        )
     return embedder
 
 
@@ -169,20 +183,27 @@ def verify_mapping(store: Store, articles: list[Article]) -> dict[tuple[str, int
     for article in articles:
         chunks = store.document_chunks([article.id], len(article.paragraphs) + 1)
         if len(chunks) != len(article.paragraphs):
-            raise MappingError(f"{article.id!r}: {len(article.paragraphs)} paragraphs became {len(chunks)} chunks")
+            raise MappingError(
+                f"{article.id!r}: {len(article.paragraphs)} paragraphs became {len(chunks)} chunks"
+            )
         for index, (text, chunk) in enumerate(zip(article.paragraphs, chunks)):
             if chunk.content != text:
-                raise MappingError(f"{article.id!r} paragraph {index}: chunk {chunk.id!r} holds "
-                                   f"{chunk.content[:60]!r}..., not {text[:60]!r}...")
+                raise MappingError(
+                    f"{article.id!r} paragraph {index}: chunk {chunk.id!r} holds "
+                    f"{chunk.content[:60]!r}..., not {text[:60]!r}..."
+                )
             chunk_ids[article.id, index] = chunk.id
     stats = store.stats()
     if (stats.documents, stats.chunks) != (len(articles), len(chunk_ids)):
-        raise MappingError(f"the store holds {stats.documents} documents and {stats.chunks} chunks; expected "
-                           f"{len(articles)} and {len(chunk_ids)} (delete the store file to rebuild it)")
+        raise MappingError(
+            f"the store holds {stats.documents} documents and {stats.chunks} chunks; expected "
+            f"{len(articles)} and {len(chunk_ids)} (delete the store file to rebuild it)"
+        )
     return chunk_ids
 
 
 # --- asking -------------------------------------------------------------------------------------
+
 
 def call(tool: DocumentRetrieverTool | ChunkRetrieverTool, args: dict[str, Any]) -> tuple[list[dict], float]:
     """One tool call as an agent makes it; its hits and its wall time in milliseconds."""
@@ -193,8 +214,9 @@ def call(tool: DocumentRetrieverTool | ChunkRetrieverTool, args: dict[str, Any])
         raise BenchmarkError(f"{tool.name} failed on {args['query']!r}: {message.content}")
     result = message.artifact
     if result["hyde"] != "off" or result["degraded"]:
-        raise BenchmarkError(f"{tool.name} did not run as measured: hyde {result['hyde']}, "
-                             f"degraded {result['degraded']}")
+        raise BenchmarkError(
+            f"{tool.name} did not run as measured: hyde {result['hyde']}, degraded {result['degraded']}"
+        )
     return result["hits"], elapsed
 
 
@@ -203,8 +225,9 @@ def rank_of(ids: list[str], wanted: str) -> int | None:
     return ids.index(wanted) + 1 if wanted in ids else None
 
 
-def ask(tools: tuple[DocumentRetrieverTool, ChunkRetrieverTool], question: Question, chunk_id: str
-        ) -> tuple[dict[str, int | None], dict[str, float]]:
+def ask(
+    tools: tuple[DocumentRetrieverTool, ChunkRetrieverTool], question: Question, chunk_id: str
+) -> tuple[dict[str, int | None], dict[str, float]]:
     """Run one question through every step: its ranks of the right article and paragraph, and each step's ms.
 
     The unscoped chunk search and document_retriever each start with an empty query-vector cache, as an
@@ -238,6 +261,7 @@ def ask(tools: tuple[DocumentRetrieverTool, ChunkRetrieverTool], question: Quest
 
 # --- scoring ------------------------------------------------------------------------------------
 
+
 def scores(ranks: list[int | None]) -> dict[str, float]:
     """Recall@k and MRR@10 for one relevant item per question, from the ranks it was found at."""
     found = [r for r in ranks if r is not None]
@@ -248,8 +272,12 @@ def scores(ranks: list[int | None]) -> dict[str, float]:
 
 def latency(ms: list[float]) -> dict[str, float]:
     """Median, 95th percentile and mean of one step's call times."""
-    return {"p50": round(float(np.percentile(ms, 50)), 2), "p95": round(float(np.percentile(ms, 95)), 2),
-            "mean": round(float(np.mean(ms)), 2), "calls": len(ms)}
+    return {
+        "p50": round(float(np.percentile(ms, 50)), 2),
+        "p95": round(float(np.percentile(ms, 95)), 2),
+        "mean": round(float(np.mean(ms)), 2),
+        "calls": len(ms),
+    }
 
 
 def summarise(runs: list[tuple[Question, dict[str, int | None], dict[str, float]]]) -> dict[str, Any]:
@@ -264,13 +292,22 @@ def summarise(runs: list[tuple[Question, dict[str, int | None], dict[str, float]
     return {"quality": quality, "latency_ms": times}
 
 
-NOTES = (("scope missed: the right article was not among the documents searched, so the paragraph could not "
-          "be found."),
-         ("The scoped searches reuse document_retriever's query vector (hyde.py's cache), as an agent's second "
-          "call does."))
-LABELS = {"documents": "document_retriever", "chunks": "chunk_retriever, unscoped",
-          **{f"chunks_top{n}": f"chunk_retriever in top {n} docs" for n in SCOPES},
-          **{f"flow_top{n}": f"both steps (top {n} docs)" for n in SCOPES}}
+NOTES = (
+    (
+        "scope missed: the right article was not among the documents searched, so the paragraph could not "
+        "be found."
+    ),
+    (
+        "The scoped searches reuse document_retriever's query vector (hyde.py's cache), as an agent's second "
+        "call does."
+    ),
+)
+LABELS = {
+    "documents": "document_retriever",
+    "chunks": "chunk_retriever, unscoped",
+    **{f"chunks_top{n}": f"chunk_retriever in top {n} docs" for n in SCOPES},
+    **{f"flow_top{n}": f"both steps (top {n} docs)" for n in SCOPES},
+}
 
 
 def table(results: dict[str, Any]) -> str:
@@ -278,12 +315,19 @@ def table(results: dict[str, Any]) -> str:
     data, sample, settings = results["data"], results["sample"], results["settings"]
     quality, times = results["quality"], results["latency_ms"]
     header = f"{'step':<34}" + "".join(f"{'R@' + str(k):>7}" for k in KS)
-    lines = [(f"SQuAD v1.1 dev: {sample['questions']} questions (seed {sample['seed']}) over {data['articles']} "
-              f"articles, {data['paragraphs']} paragraphs = {data['chunks']} chunks (mapping verified)"),
-             (f"tool calls, top_k {TOP_K}, HyDE off, {settings['embedder']}; hybrid: {settings['fusion']} fusion, "
-              f"vector {settings['vector_weight']:g} / keyword {settings['keyword_weight']:g}, "
-              f"{settings['candidates']} candidates, entity boost {settings['entity_boost']:g}"),
-             "", header + f"{'MRR@10':>8}{'scope missed':>14}{'p50 ms':>9}{'p95 ms':>9}"]
+    lines = [
+        (
+            f"SQuAD v1.1 dev: {sample['questions']} questions (seed {sample['seed']}) over {data['articles']} "
+            f"articles, {data['paragraphs']} paragraphs = {data['chunks']} chunks (mapping verified)"
+        ),
+        (
+            f"tool calls, top_k {TOP_K}, HyDE off, {settings['embedder']}; hybrid: {settings['fusion']} fusion, "
+            f"vector {settings['vector_weight']:g} / keyword {settings['keyword_weight']:g}, "
+            f"{settings['candidates']} candidates, entity boost {settings['entity_boost']:g}"
+        ),
+        "",
+        header + f"{'MRR@10':>8}{'scope missed':>14}{'p50 ms':>9}{'p95 ms':>9}",
+    ]
     for step, label in LABELS.items():
         figures = quality.get(step)
         if figures is None:  # a flow: its time only
@@ -297,15 +341,22 @@ def table(results: dict[str, Any]) -> str:
 
 # --- the run ------------------------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Build (or reuse) the store, check the mapping, ask the sampled questions, write and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help=f"{SMOKE_ARTICLES} small articles, "
-                        f"{SMOKE_QUESTIONS} questions")
-    parser.add_argument("--questions", type=int, help=f"questions sampled (default {DEFAULT_QUESTIONS}; "
-                        f"smoke {SMOKE_QUESTIONS})")
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"{SMOKE_ARTICLES} small articles, {SMOKE_QUESTIONS} questions"
+    )
+    parser.add_argument(
+        "--questions",
+        type=int,
+        help=f"questions sampled (default {DEFAULT_QUESTIONS}; smoke {SMOKE_QUESTIONS})",
+    )
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    parser.add_argument("--dataset", help=f"folder holding {DATA_FILE} (default: SQUAD_DIR, else {DEFAULT_DATASET})")
+    parser.add_argument(
+        "--dataset", help=f"folder holding {DATA_FILE} (default: SQUAD_DIR, else {DEFAULT_DATASET})"
+    )
     parser.add_argument("--results", default=str(RESULTS), help="folder for the store and the JSON")
     args = parser.parse_args(argv)
 
@@ -314,11 +365,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.smoke:
         articles = sorted(articles, key=lambda a: len(a.paragraphs))[:SMOKE_ARTICLES]
     pool = [q for a in articles for q in a.questions]
-    count = args.questions if args.questions is not None else SMOKE_QUESTIONS if args.smoke else DEFAULT_QUESTIONS
+    count = (
+        args.questions if args.questions is not None else SMOKE_QUESTIONS if args.smoke else DEFAULT_QUESTIONS
+    )
     questions = sample_questions(pool, count, args.seed)
     longest = max(len(p) for a in articles for p in a.paragraphs)
     if longest > CHUNK_SIZE:
-        raise BenchmarkError(f"a paragraph has {longest} characters, more than CHUNK_SIZE {CHUNK_SIZE}: raise it")
+        raise BenchmarkError(
+            f"a paragraph has {longest} characters, more than CHUNK_SIZE {CHUNK_SIZE}: raise it"
+        )
     results_dir = Path(args.results)
     results_dir.mkdir(parents=True, exist_ok=True)
     name = "squad-smoke" if args.smoke else "squad"
@@ -345,25 +400,51 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         query_seconds = time.perf_counter() - started
 
     results = {
-        "data": {"path": str(folder / DATA_FILE), "articles": len(articles),
-                 "paragraphs": sum(len(a.paragraphs) for a in articles), "chunks": len(chunk_ids),
-                 "questions_available": len(pool)},
+        "data": {
+            "path": str(folder / DATA_FILE),
+            "articles": len(articles),
+            "paragraphs": sum(len(a.paragraphs) for a in articles),
+            "chunks": len(chunk_ids),
+            "questions_available": len(pool),
+        },
         "sample": {"questions": len(questions), "seed": args.seed, "smoke": args.smoke},
-        "settings": {"embedder": embedder.model_id, "hyde": "off", "top_k": TOP_K, "chunk_size": CHUNK_SIZE,
-                     **{key: getattr(context, key) for key in ("fusion", "rrf_k", "vector_weight",
-                                                               "keyword_weight", "entity_boost", "candidates")}},
+        "settings": {
+            "embedder": embedder.model_id,
+            "hyde": "off",
+            "top_k": TOP_K,
+            "chunk_size": CHUNK_SIZE,
+            **{
+                key: getattr(context, key)
+                for key in (
+                    "fusion",
+                    "rrf_k",
+                    "vector_weight",
+                    "keyword_weight",
+                    "entity_boost",
+                    "candidates",
+                )
+            },
+        },
         "mapping": {"verified": True, "paragraphs": len(chunk_ids), "chunks": len(chunk_ids)},
         "ingest": asdict(report) | {"seconds": round(ingest_seconds, 1)},
         **summarise(runs),
-        "seconds": {"questions": round(query_seconds, 1), "per_question": round(query_seconds / len(runs), 4)},
-        "per_question": [{"id": q.id, "article": q.article_id, "paragraph": q.paragraph, "ranks": ranks}
-                         for q, ranks, _ in runs],
+        "seconds": {
+            "questions": round(query_seconds, 1),
+            "per_question": round(query_seconds / len(runs), 4),
+        },
+        "per_question": [
+            {"id": q.id, "article": q.article_id, "paragraph": q.paragraph, "ranks": ranks}
+            for q, ranks, _ in runs
+        ],
     }
     out = results_dir / f"{name}.json"
     out.write_text(json.dumps(results, indent=2), encoding="utf-8")
     print(table(results))
-    print(f"\nwritten to {out}; ingest {ingest_seconds:.1f} s ({report.embedded} texts embedded), "
-          f"questions {query_seconds:.1f} s", file=sys.stderr)
+    print(
+        f"\nwritten to {out}; ingest {ingest_seconds:.1f} s ({report.embedded} texts embedded), "
+        f"questions {query_seconds:.1f} s",
+        file=sys.stderr,
+    )
     return results
 
 

@@ -63,14 +63,24 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
         tools = make_retrieval_tools(context)  # for their schemas only: nothing is opened
         messages = [SystemMessage(load_prompt("agent")), *state.messages]
         try:
-            reply = await asyncio.wait_for(model.bind_tools(tools).ainvoke(messages),
-                                           context.chat_timeout_seconds)
+            reply = await asyncio.wait_for(
+                model.bind_tools(tools).ainvoke(messages), context.chat_timeout_seconds
+            )
         except Exception as error:
-            return {"messages": [AIMessage(f"The model failed ({type(error).__name__}); no answer was written. "
-                                           "Try again, or check the model's configuration.")]}
+            return {
+                "messages": [
+                    AIMessage(
+                        f"The model failed ({type(error).__name__}); no answer was written. "
+                        "Try again, or check the model's configuration."
+                    )
+                ]
+            }
         if reply.tool_calls and state.remaining_steps < 2:
-            reply = AIMessage("I could not finish searching within the allowed steps; here is no answer "
-                              "rather than a guess. Ask a narrower question.", id=reply.id)
+            reply = AIMessage(
+                "I could not finish searching within the allowed steps; here is no answer "
+                "rather than a guess. Ask a narrower question.",
+                id=reply.id,
+            )
         return {"messages": [reply]}
 
     async def run_tools(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
@@ -99,14 +109,18 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
 async def _call(tools: dict[str, Any], call: dict[str, Any]) -> ToolMessage:
     tool = tools.get(call["name"])
     if tool is None:
-        return ToolMessage(f"Unknown tool {call['name']!r}; the tools are {', '.join(tools)}.",
-                           tool_call_id=call["id"], name=call["name"], status="error")
+        return ToolMessage(
+            f"Unknown tool {call['name']!r}; the tools are {', '.join(tools)}.",
+            tool_call_id=call["id"],
+            name=call["name"],
+            status="error",
+        )
     return await tool.ainvoke({**call, "type": "tool_call"})
 
 
 def _offline_step(question: str, messages: list[AnyMessage]) -> AIMessage:
     """The fixed policy: document_retriever, then chunk_retriever inside what it found, then the answer."""
-    since_question = messages[max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage)):]
+    since_question = messages[max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage)) :]
     results = [m for m in since_question if isinstance(m, ToolMessage)]
     if not results:
         return _tool_call("document_retriever", {"query": question})

@@ -107,12 +107,12 @@ def schema_statements(passages: list[Passage]) -> tuple[list[str], list[str]]:
         for match in _CREATE.finditer(text):
             end = text.find(";", match.start())
             # A ';' inside a string literal does not end the statement; complete_statement knows.
-            while end != -1 and not sqlite3.complete_statement(text[match.start():end + 1]):
+            while end != -1 and not sqlite3.complete_statement(text[match.start() : end + 1]):
                 end = text.find(";", end + 1)
             if end == -1:
                 notes.append(f"skipped a CREATE statement in {passage['id']} that the passage cuts off")
             else:
-                statements.append(text[match.start():end + 1].strip())
+                statements.append(text[match.start() : end + 1].strip())
     return list(dict.fromkeys(statements)), notes
 
 
@@ -129,17 +129,25 @@ def schema_database(passages: list[Passage]) -> tuple[sqlite3.Connection, list[s
         except sqlite3.Error as error:
             notes.append(f"skipped schema statement {statement.splitlines()[0][:80]!r}: {error}")
     db.set_progress_handler(None, 0)
-    names = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
-                                            "ORDER BY name")]
+    names = [
+        name
+        for (name,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') ORDER BY name"
+        )
+    ]
     return db, names, notes
 
 
 def validate_sql(code: str, passages: list[Passage]) -> tuple[list[str], list[str]]:
     """Errors and notes for one read-only query, compiled (not run) against the retrieved schemas."""
-    keyword = re.match(r"\w*", code[_LEADING_COMMENTS.match(code).end():]).group().upper()
+    keyword = re.match(r"\w*", code[_LEADING_COMMENTS.match(code).end() :]).group().upper()
     if keyword not in ("SELECT", "WITH"):
-        return [("only a single read-only query is allowed (SELECT, or WITH ... SELECT); "
-                 f"got {keyword or 'no statement'}")], []
+        return [
+            (
+                "only a single read-only query is allowed (SELECT, or WITH ... SELECT); "
+                f"got {keyword or 'no statement'}"
+            )
+        ], []
     db, names, notes = schema_database(passages)
     known = f"tables in the retrieved schemas: {', '.join(names)}" if names else "no tables were retrieved"
     writes: list[str] = []
@@ -160,11 +168,17 @@ def validate_sql(code: str, passages: list[Passage]) -> tuple[list[str], list[st
             # Otherwise its parameters (? or :name) are unbound, which sqlite3 reports after compiling.
         except sqlite3.Error as error:
             if writes:
-                return [(f"the query is not read-only (it would {', '.join(writes)}): "
-                         "only SELECT queries are allowed")], notes
+                return [
+                    (
+                        f"the query is not read-only (it would {', '.join(writes)}): "
+                        "only SELECT queries are allowed"
+                    )
+                ], notes
             return [f"the SQL does not compile against the retrieved schemas: {error} ({known})"], notes
-    return [], [*notes, (f"the SQL compiled in SQLite against the retrieved schemas ({known}); "
-                         "it was not run on any data")]
+    return [], [
+        *notes,
+        (f"the SQL compiled in SQLite against the retrieved schemas ({known}); it was not run on any data"),
+    ]
 
 
 def validate_python(code: str, passages: list[Passage]) -> tuple[list[str], list[str]]:
@@ -202,16 +216,21 @@ def codegen_messages(state: State) -> list[BaseMessage]:
     """The system prompt, then the request, the context and, on a retry, the failed code and its errors;
     all of it quoted, since the model's own code and the validator's errors may repeat retrieved text."""
     passages = "\n".join(passage(p["content"], id=p["id"], source=p["heading_path"]) for p in state.passages)
-    parts = [element("request", quote(state.request)),
-             element("context", passages or "(nothing was retrieved)")]
+    parts = [
+        element("request", quote(state.request)),
+        element("context", passages or "(nothing was retrieved)"),
+    ]
     if state.errors and state.code:
         parts.append(element("previous_attempt", quote(f"```{state.language}\n{state.code}\n```")))
         parts.append(element("validation_errors", quote("\n".join(f"- {e}" for e in state.errors))))
-    return [SystemMessage(load_prompt("codegen").replace("{language}", state.language)),
-            HumanMessage("\n\n".join(parts))]
+    return [
+        SystemMessage(load_prompt("codegen").replace("{language}", state.language)),
+        HumanMessage("\n\n".join(parts)),
+    ]
 
 
 # --- the graph -------------------------------------------------------------------------------------
+
 
 def route_on_errors(state: State) -> Literal["continue", "__end__"]:
     """Stop at bad input or a failed retrieval: nothing after it could help."""
@@ -239,8 +258,10 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
         if not request:
             errors.append("request: must be a non-empty text saying what the code should do")
         elif len(request) > MAX_QUERY_CHARS:
-            errors.append(f"request: must be at most {MAX_QUERY_CHARS} characters (got {len(request)}); "
-                          "describe the code in fewer words")
+            errors.append(
+                f"request: must be at most {MAX_QUERY_CHARS} characters (got {len(request)}); "
+                "describe the code in fewer words"
+            )
         elif "\x00" in request:
             errors.append("request: must not contain NUL characters")
         if language not in VALIDATORS:
@@ -252,16 +273,24 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
         """Find the schemas and examples the code should be written from."""
         context = run_context(runtime)
         try:
-            request = parse_request(ChunkSearchRequest, {"query": state.request, "top_k": context.answer_chunks})
+            request = parse_request(
+                ChunkSearchRequest, {"query": state.request, "top_k": context.answer_chunks}
+            )
             async with parts.open_retrieval(context) as retrieval:
                 result = await retrieval.asearch(request, "chunks")
         except AgentRetrievalError as error:
             return {"errors": [f"retrieval failed: {error}"]}
-        passages = [Passage(id=h.id, heading_path=h.heading_path or h.title, content=h.content)
-                    for h in result.hits]
+        passages = [
+            Passage(id=h.id, heading_path=h.heading_path or h.title, content=h.content) for h in result.hits
+        ]
         empty = "nothing was retrieved: ingest your schemas first (agent-retrieval ingest)"
-        return {"passages": passages, "context_ids": [p["id"] for p in passages], "hyde": result.hyde,
-                "degraded": result.degraded, "notes": add_notes(state.notes, [] if passages else [empty])}
+        return {
+            "passages": passages,
+            "context_ids": [p["id"] for p in passages],
+            "hyde": result.hyde,
+            "degraded": result.degraded,
+            "notes": add_notes(state.notes, [] if passages else [empty]),
+        }
 
     async def generate_code(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Ask the chat model for code, showing it the errors of the previous attempt if there was one."""
@@ -271,19 +300,37 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
             return {"notes": add_notes(state.notes, [OFFLINE_NOTE])}
         attempt = state.attempts + 1
         timeout = context.chat_timeout_seconds
-        retried = [f"attempt {state.attempts} failed validation and went back to the model: "
-                   + "; ".join(state.errors)] if state.attempts else []
+        retried = (
+            [
+                f"attempt {state.attempts} failed validation and went back to the model: "
+                + "; ".join(state.errors)
+            ]
+            if state.attempts
+            else []
+        )
         notes = add_notes(state.notes, retried)
         try:
             answer = await asyncio.wait_for(model.ainvoke(codegen_messages(state)), timeout=timeout)
         except TimeoutError:
-            return {"attempts": attempt, "valid": False, "notes": notes,
-                    "errors": [f"the chat model did not answer within {timeout:g} s (chat_timeout_seconds)"]}
+            return {
+                "attempts": attempt,
+                "valid": False,
+                "notes": notes,
+                "errors": [f"the chat model did not answer within {timeout:g} s (chat_timeout_seconds)"],
+            }
         except Exception as error:  # any provider failure ends the run with a message, never a traceback
-            return {"attempts": attempt, "valid": False, "notes": notes,
-                    "errors": [f"the chat model failed: {type(error).__name__}: {str(error)[:300]}"]}
-        return {"attempts": attempt, "code": extract_code(answer.text, state.language), "errors": [],
-                "notes": notes}
+            return {
+                "attempts": attempt,
+                "valid": False,
+                "notes": notes,
+                "errors": [f"the chat model failed: {type(error).__name__}: {str(error)[:300]}"],
+            }
+        return {
+            "attempts": attempt,
+            "code": extract_code(answer.text, state.language),
+            "errors": [],
+            "notes": notes,
+        }
 
     async def validate_code(state: State) -> dict[str, Any]:
         """Check the code without running it; a compiler's thread keeps the event loop free."""
@@ -298,10 +345,12 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
     builder.add_node(generate_code)
     builder.add_node(validate_code)
     builder.add_edge(START, "check_request")
-    builder.add_conditional_edges("check_request", route_on_errors,
-                                  {"continue": "retrieve_context", END: END})
-    builder.add_conditional_edges("retrieve_context", route_on_errors,
-                                  {"continue": "generate_code", END: END})
+    builder.add_conditional_edges(
+        "check_request", route_on_errors, {"continue": "retrieve_context", END: END}
+    )
+    builder.add_conditional_edges(
+        "retrieve_context", route_on_errors, {"continue": "generate_code", END: END}
+    )
     builder.add_conditional_edges("generate_code", route_generation)
     builder.add_conditional_edges("validate_code", route_validation)
     compiled = builder.compile()

@@ -77,8 +77,10 @@ async def collect_documents(state: State, runtime: Runtime[RunSettings]) -> dict
         documents += found
         errors += [f"paths[{number}]: {problem}" for problem in skipped]
     if not items and not paths:
-        errors.append('Nothing to index: give "documents" (a list of {"title", "content"} objects) and/or '
-                      '"paths" (a list of files or folders to load).')
+        errors.append(
+            'Nothing to index: give "documents" (a list of {"title", "content"} objects) and/or '
+            '"paths" (a list of files or folders to load).'
+        )
     # The inputs are consumed, so a later run on the same thread starts from its own input only.
     return {"pending": [asdict(d) for d in documents], "errors": errors, "documents": [], "paths": []}
 
@@ -96,12 +98,15 @@ def _pasted_documents(items: list[Any], errors: list[str]) -> list[Document]:
     for number, item in enumerate(items):
         where = f"documents[{number}]"
         if not isinstance(item, dict):
-            errors.append(f'{where}: must be an object with "title" and "content" (got {type(item).__name__})')
+            errors.append(
+                f'{where}: must be an object with "title" and "content" (got {type(item).__name__})'
+            )
             continue
         unknown = [str(key) for key in item if key not in DOCUMENT_FIELDS]
         if unknown:
-            errors.append(f"{where}: unknown field(s) {', '.join(unknown)}; a document has "
-                          f"{', '.join(DOCUMENT_FIELDS)}")
+            errors.append(
+                f"{where}: unknown field(s) {', '.join(unknown)}; a document has {', '.join(DOCUMENT_FIELDS)}"
+            )
             continue
         try:
             documents.append(IndexDocumentRequest.model_validate(item).document(source=f"indexer {where}"))
@@ -125,8 +130,10 @@ def _load_path(raw: Any, root: Path | Literal[False] | None) -> tuple[list[Docum
         # An empty path would mean the server's working directory: never load that by accident.
         raise InvalidRequest(f"must be a file or folder path (got {raw!r})")
     if root is False:
-        raise InvalidRequest("this server loads no files for its callers: its operator may allow a folder with "
-                             "AGENT_RETRIEVAL_INGEST_ROOT; paste the documents into `documents` instead")
+        raise InvalidRequest(
+            "this server loads no files for its callers: its operator may allow a folder with "
+            "AGENT_RETRIEVAL_INGEST_ROOT; paste the documents into `documents` instead"
+        )
     skipped: list[str] = []
     documents = list(load_documents([raw.strip()], root=root, skipped=skipped))
     if not documents and not skipped:
@@ -146,11 +153,16 @@ def _ingest(documents: list[Document], retrieval: Retrieval) -> tuple[IngestRepo
         # Pasted documents are the caller's: they may not replace what the operator ingested or published.
         pasted = [d for d in documents if (d.source or "").startswith("indexer")]
         protected = set(protected_ids(retrieval.store, pasted)) if pasted else set()
-        refused = [f"{d.source.removeprefix('indexer ')}: id {d.id!r} names a document the store's operator "
-                   "ingested or published; give another id or title" for d in pasted if d.id in protected]
+        refused = [
+            f"{d.source.removeprefix('indexer ')}: id {d.id!r} names a document the store's operator "
+            "ingested or published; give another id or title"
+            for d in pasted
+            if d.id in protected
+        ]
         kept = [d for d in documents if not (d.id in protected and d in pasted)]
-        report = ingest(kept, retrieval.store, retrieval.embedder, retrieval.context, progress=False,
-                        on_batch=note)
+        report = ingest(
+            kept, retrieval.store, retrieval.embedder, retrieval.context, progress=False, on_batch=note
+        )
     except AgentRetrievalError as error:
         return written, [f"ingest stopped: {error}"]
     return report, [*refused, *report.errors]
@@ -173,7 +185,9 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:  # noqa: B008
             report, problems = await asyncio.to_thread(_ingest, documents, retrieval)
         return {"report": _counts(report), "errors": [*state.errors, *problems], "pending": []}
 
-    builder = StateGraph(State, context_schema=RunSettings, input_schema=InputState, output_schema=OutputState)
+    builder = StateGraph(
+        State, context_schema=RunSettings, input_schema=InputState, output_schema=OutputState
+    )
     builder.add_node(collect_documents)
     builder.add_node(ingest_documents)
     builder.add_edge(START, "collect_documents")

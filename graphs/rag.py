@@ -72,32 +72,53 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
             return {"question": question[:200], "answer": str(error), "notes": [str(error)]}
         context = run_context(runtime)
         planned = await make_plan(question, context, await parts.chat(context))
-        return {"question": question, "plan": planned.plan.model_dump(), "planner": planned.planner,
-                "notes": planned.notes, "answer": ""}
+        return {
+            "question": question,
+            "plan": planned.plan.model_dump(),
+            "planner": planned.planner,
+            "notes": planned.notes,
+            "answer": "",
+        }
 
     async def retrieve(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Run the plan; if it found documents but no passages, read passages inside those documents."""
         context = run_context(runtime)
         async with parts.open_retrieval(context) as retrieval:
-            run = await run_plan(QueryPlan.model_validate(state.plan), retrieval, top_k=context.answer_chunks,
-                                 llm=await parts.chat(context))
+            run = await run_plan(
+                QueryPlan.model_validate(state.plan),
+                retrieval,
+                top_k=context.answer_chunks,
+                llm=await parts.chat(context),
+            )
             chunks, notes = run.chunks, list(run.notes)
             if not chunks and run.documents:
-                request = parse_request(ChunkSearchRequest, {
-                    "query": state.question, "top_k": context.answer_chunks,
-                    "document_ids": [hit.id for hit in run.documents]})
+                request = parse_request(
+                    ChunkSearchRequest,
+                    {
+                        "query": state.question,
+                        "top_k": context.answer_chunks,
+                        "document_ids": [hit.id for hit in run.documents],
+                    },
+                )
                 chunks = (await retrieval.asearch(request, "chunks")).hits
                 notes.append("the plan found documents only: read the best passages inside them")
-        return {"searches": [s.to_dict() for s in run.searches], "hits": [h.to_dict() for h in chunks],
-                "notes": state.notes + notes}
+        return {
+            "searches": [s.to_dict() for s in run.searches],
+            "hits": [h.to_dict() for h in chunks],
+            "notes": state.notes + notes,
+        }
 
     async def answer(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Write the answer from the passages (or extract it offline), citing them."""
         hits = [Hit.from_dict(h) for h in state.hits]
         context = run_context(runtime)
         written = await write_answer(state.question, hits, await parts.chat(context), context)
-        return {"answer": written.text, "citations": written.citations, "notes": state.notes + written.notes,
-                "messages": [AIMessage(written.text)]}
+        return {
+            "answer": written.text,
+            "citations": written.citations,
+            "notes": state.notes + written.notes,
+            "messages": [AIMessage(written.text)],
+        }
 
     async def refuse(state: State) -> dict[str, Any]:
         """Say what is wrong with the question (empty, too long) instead of searching."""

@@ -7,10 +7,9 @@ import os
 import re
 import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
-
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -106,9 +105,12 @@ def embedder(embeddings: WordHashEmbeddings) -> Embedder:
 
 @pytest.fixture
 def chat() -> CountingChatModel:
-    return CountingChatModel(responses=[
-        "Negotiators must give written disclosure of any commission or referral fee received.\n\n"
-        "A referral fee from a third party is remuneration that must be disclosed to the vendor in writing."])
+    return CountingChatModel(
+        responses=[
+            "Negotiators must give written disclosure of any commission or referral fee received.\n\n"
+            "A referral fee from a third party is remuneration that must be disclosed to the vendor in writing."
+        ]
+    )
 
 
 @pytest.fixture

@@ -64,8 +64,11 @@ class _Fault:
     delay: float = 0.0
 
     def matches(self, api: str, endpoint: str) -> bool:
-        return (self.times is None or self.times > 0) and self.endpoint in (None, endpoint) \
+        return (
+            (self.times is None or self.times > 0)
+            and self.endpoint in (None, endpoint)
             and self.api in (None, api)
+        )
 
 
 class FakeAPI:
@@ -93,8 +96,9 @@ class FakeAPI:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._server.block_on_close = False  # a handler sleeping in a delay must not hold up teardown
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fakeapi", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fakeapi", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -128,22 +132,41 @@ class FakeAPI:
 
     # --- programming faults --------------------------------------------------------------------
 
-    def fail_next(self, status: int = 500, *, times: int | None = 1, retry_after: float | None = None,
-                  retry_after_ms: float | None = None, endpoint: str | None = None,
-                  api: str | None = None, delay: float = 0.0) -> None:
+    def fail_next(
+        self,
+        status: int = 500,
+        *,
+        times: int | None = 1,
+        retry_after: float | None = None,
+        retry_after_ms: float | None = None,
+        endpoint: str | None = None,
+        api: str | None = None,
+        delay: float = 0.0,
+    ) -> None:
         """The next `times` matching requests (None: all of them) get HTTP `status` with an error body."""
-        self._add(_Fault(endpoint, api, times, status=status, retry_after=retry_after,
-                         retry_after_ms=retry_after_ms, delay=delay))
+        self._add(
+            _Fault(
+                endpoint,
+                api,
+                times,
+                status=status,
+                retry_after=retry_after,
+                retry_after_ms=retry_after_ms,
+                delay=delay,
+            )
+        )
 
-    def malform_next(self, kind: str, *, times: int | None = 1, endpoint: str | None = None,
-                     api: str | None = None) -> None:
+    def malform_next(
+        self, kind: str, *, times: int | None = 1, endpoint: str | None = None, api: str | None = None
+    ) -> None:
         """The next matching responses are 200 but unusable: malformed_json, wrong_dimension, empty_data."""
         if kind not in ("malformed_json", "wrong_dimension", "empty_data"):
             raise ValueError(f"unknown kind {kind!r}")
         self._add(_Fault(endpoint, api, times, kind=kind))
 
-    def delay_next(self, seconds: float, *, times: int | None = 1, endpoint: str | None = None,
-                   api: str | None = None) -> None:
+    def delay_next(
+        self, seconds: float, *, times: int | None = 1, endpoint: str | None = None, api: str | None = None
+    ) -> None:
         """The next matching requests wait `seconds` (interrupted by stop) before a normal answer."""
         self._add(_Fault(endpoint, api, times, delay=seconds))
 
@@ -184,8 +207,12 @@ class FakeAPI:
     def requests_to(self, endpoint: str, api: str | None = None) -> list[Recorded]:
         """Recorded requests whose path ends with `endpoint` (and starts with /openai or /voyage)."""
         with self._lock:
-            return [r for r in self.requests if r.path.rstrip("/").endswith("/" + endpoint)
-                    and (api is None or r.path.startswith(f"/{api}/"))]
+            return [
+                r
+                for r in self.requests
+                if r.path.rstrip("/").endswith("/" + endpoint)
+                and (api is None or r.path.startswith(f"/{api}/"))
+            ]
 
     def _record(self, recorded: Recorded) -> None:
         with self._lock:
@@ -211,12 +238,14 @@ def _arguments(value: Any) -> str:
 class _Handler(BaseHTTPRequestHandler):
     api: FakeAPI
     protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out in two writes: without it each reply stalls ~40 ms
+    disable_nagle_algorithm = (
+        True  # headers and body go out in two writes: without it each reply stalls ~40 ms
+    )
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence the default stderr log
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:
@@ -227,8 +256,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.api._record(Recorded(path, body, {k.lower(): v for k, v in self.headers.items()}))
 
         api = "openai" if path.startswith("/openai/") else "voyage" if path.startswith("/voyage/") else ""
-        endpoint = ("chat/completions" if path.endswith("/chat/completions")
-                    else "embeddings" if path.endswith("/embeddings") else "")
+        endpoint = (
+            "chat/completions"
+            if path.endswith("/chat/completions")
+            else "embeddings"
+            if path.endswith("/embeddings")
+            else ""
+        )
         if not api or not endpoint or (api == "voyage" and endpoint != "embeddings"):
             return self._send(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
         if not isinstance(body, dict):
@@ -270,10 +304,18 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None and fault.kind == "empty_data":
             vectors = []
         as_base64 = body.get("encoding_format") == "base64" and self.api.encoding == "auto"
-        data = [{"object": "embedding", "index": i,
-                 "embedding": (base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64
-                               else [float(x) for x in v])}
-                for i, v in enumerate(vectors)]
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": (
+                    base64.b64encode(v.astype("<f4").tobytes()).decode()
+                    if as_base64
+                    else [float(x) for x in v]
+                ),
+            }
+            for i, v in enumerate(vectors)
+        ]
         tokens = sum(len(t.split()) for t in texts)
         if api == "openai":
             usage = {"prompt_tokens": tokens, "total_tokens": tokens}
@@ -291,9 +333,13 @@ class _Handler(BaseHTTPRequestHandler):
         if not calls:
             return {**message, "content": message["content"] or ""}, "stop"
         message["tool_calls"] = [
-            {"id": call.get("id") or f"call_{len(self.api.requests)}_{n}", "type": "function",
-             "function": {"name": call["name"], "arguments": _arguments(call["arguments"])}}
-            for n, call in enumerate(calls)]
+            {
+                "id": call.get("id") or f"call_{len(self.api.requests)}_{n}",
+                "type": "function",
+                "function": {"name": call["name"], "arguments": _arguments(call["arguments"])},
+            }
+            for n, call in enumerate(calls)
+        ]
         return message, "tool_calls"
 
     def _completion(self, body: dict[str, Any], message: dict[str, Any], finish: str) -> dict[str, Any]:
@@ -308,16 +354,27 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _stream(self, body: dict[str, Any], message: dict[str, Any], finish: str) -> None:
         """The reply as chat.completion.chunk events: role and content, tool calls, finish, usage, [DONE]."""
-        base = {"id": f"chatcmpl-fake{len(self.api.requests)}", "object": "chat.completion.chunk",
-                "created": int(time.time()), "model": body.get("model", "fake")}
+        base = {
+            "id": f"chatcmpl-fake{len(self.api.requests)}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model", "fake"),
+        }
         delta: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
         if message.get("tool_calls"):
             delta["tool_calls"] = [{"index": n, **call} for n, call in enumerate(message["tool_calls"])]
-        events = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-                  {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
+        events = [
+            {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+            {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
+        ]
         if (body.get("stream_options") or {}).get("include_usage"):
-            events.append({**base, "choices": [],
-                           "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}})
+            events.append(
+                {
+                    **base,
+                    "choices": [],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30},
+                }
+            )
         data = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
         self._send_raw(200, data.encode(), "text/event-stream")
 
@@ -331,8 +388,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         self._send_raw(status, json.dumps(payload).encode(), "application/json", headers)
 
-    def _send_raw(self, status: int, data: bytes, content_type: str,
-                  headers: dict[str, str] | None = None) -> None:
+    def _send_raw(
+        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
@@ -367,8 +425,11 @@ def agent_script(body: dict[str, Any]) -> dict[str, Any]:
     response_format = body.get("response_format") or {}
     if response_format.get("type") == "json_schema":
         spec = response_format.get("json_schema") or {}
-        return {"content": json.dumps(_structured(spec.get("name", ""), spec.get("schema") or {}, question,
-                                                  messages))}
+        return {
+            "content": json.dumps(
+                _structured(spec.get("name", ""), spec.get("schema") or {}, question, messages)
+            )
+        }
     forced = _forced_tool(body)
     if forced is not None:
         name, schema = forced
@@ -390,23 +451,41 @@ def agent_script(body: dict[str, Any]) -> dict[str, Any]:
     sql = _sql(messages)
     if sql:
         return {"content": f"```sql\n{sql}\n```"}
-    return {"content": _cited_answer("\n".join(_text(m.get("content")) for m in messages
-                                               if m.get("role") != "system"))}
+    return {
+        "content": _cited_answer(
+            "\n".join(_text(m.get("content")) for m in messages if m.get("role") != "system")
+        )
+    }
 
 
 def _structured(name: str, schema: dict[str, Any], question: str, messages: list[dict[str, Any]]) -> Any:
     if name == "QueryPlan":
-        return {"intent": f"find what the documents say about: {question}"[:200],
-                "queries": [{"text": question, "target": "chunks", "category": None, "purpose": "direct",
-                             "priority": 1, "resolves": None}],
-                "filters": {}, "search_strategy": "simple"}
+        return {
+            "intent": f"find what the documents say about: {question}"[:200],
+            "queries": [
+                {
+                    "text": question,
+                    "target": "chunks",
+                    "category": None,
+                    "purpose": "direct",
+                    "priority": 1,
+                    "resolves": None,
+                }
+            ],
+            "filters": {},
+            "search_strategy": "simple",
+        }
     sql = _sql(messages)
     strings = {"code": sql, "sql": sql, "query": sql or question} if sql else {"query": question}
     return example_for(schema, strings=strings)
 
 
-def example_for(schema: dict[str, Any], defs: dict[str, Any] | None = None, name: str = "",
-                strings: dict[str, str] | None = None) -> Any:
+def example_for(
+    schema: dict[str, Any],
+    defs: dict[str, Any] | None = None,
+    name: str = "",
+    strings: dict[str, str] | None = None,
+) -> Any:
     """A minimal instance of a JSON schema: every property, the first choice, the smallest number."""
     if defs is None:
         defs = schema.get("$defs") or schema.get("definitions") or {}
@@ -459,15 +538,22 @@ def _question(messages: list[dict[str, Any]]) -> str:
 
 def _since_last_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     last = max((n for n, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    return messages[last + 1:]
+    return messages[last + 1 :]
 
 
 def _tool_results(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(tool name, content) of each tool message; OpenAI's tool messages name only the call id."""
-    names = {call.get("id"): (call.get("function") or {}).get("name", "")
-             for m in messages if m.get("role") == "assistant" for call in m.get("tool_calls") or []}
-    return [(names.get(m.get("tool_call_id"), ""), _text(m.get("content")))
-            for m in messages if m.get("role") == "tool"]
+    names = {
+        call.get("id"): (call.get("function") or {}).get("name", "")
+        for m in messages
+        if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or []
+    }
+    return [
+        (names.get(m.get("tool_call_id"), ""), _text(m.get("content")))
+        for m in messages
+        if m.get("role") == "tool"
+    ]
 
 
 def _tool_names(body: dict[str, Any]) -> list[str]:
@@ -477,8 +563,11 @@ def _tool_names(body: dict[str, Any]) -> list[str]:
 def _forced_tool(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """(name, parameters) of the tool the request forces (how function-calling structured output asks)."""
     choice = body.get("tool_choice")
-    schemas = {t["function"]["name"]: t["function"].get("parameters") or {}
-               for t in body.get("tools") or [] if t.get("type") == "function"}
+    schemas = {
+        t["function"]["name"]: t["function"].get("parameters") or {}
+        for t in body.get("tools") or []
+        if t.get("type") == "function"
+    }
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name") or choice.get("name")
         return (name, schemas.get(name, {})) if name else None

@@ -41,11 +41,17 @@ class Server:
     def log_text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
 
-    def token(self, sub: str, tenant: str | None = None, *, role: str = "authenticated",
-              expires_in: int = 3600) -> str:
+    def token(
+        self, sub: str, tenant: str | None = None, *, role: str = "authenticated", expires_in: int = 3600
+    ) -> str:
         """An access token as Supabase Auth signs it; `tenant` goes in app_metadata.tenant_id."""
-        return mint_jwt(self.jwt_secret, role, sub=sub, expires_in=expires_in,
-                        app_metadata={"tenant_id": tenant} if tenant is not None else None)
+        return mint_jwt(
+            self.jwt_secret,
+            role,
+            sub=sub,
+            expires_in=expires_in,
+            app_metadata={"tenant_id": tenant} if tenant is not None else None,
+        )
 
     def headers(self, sub: str, tenant: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token(sub, tenant)}"}
@@ -53,18 +59,23 @@ class Server:
 
 def server_environment(settings: dict[str, str]) -> dict[str, str]:
     """The machine's environment without any agent-retrieval, provider or LangSmith setting, plus `settings`."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in CONTEXT_VARIABLES and not k.startswith(("LANGSMITH_", "LANGCHAIN_", "OPENAI_"))}
-    env.update({
-        "MAX_RETRIES": "0",
-        "LANGSMITH_TRACING": "false",
-        "LANGCHAIN_TRACING_V2": "false",
-        "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # the CLI otherwise posts usage analytics
-        "LANGGRAPH_NO_VERSION_CHECK": "true",  # the server otherwise asks PyPI for a newer langgraph-api
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONUNBUFFERED": "1",
-        **settings,
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in CONTEXT_VARIABLES and not k.startswith(("LANGSMITH_", "LANGCHAIN_", "OPENAI_"))
+    }
+    env.update(
+        {
+            "MAX_RETRIES": "0",
+            "LANGSMITH_TRACING": "false",
+            "LANGCHAIN_TRACING_V2": "false",
+            "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # the CLI otherwise posts usage analytics
+            "LANGGRAPH_NO_VERSION_CHECK": "true",  # the server otherwise asks PyPI for a newer langgraph-api
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+            **settings,
+        }
+    )
     return env
 
 
@@ -73,11 +84,16 @@ def check_dotenv(env: dict[str, str]) -> None:
     path = REPO / ".env"
     if not path.exists():
         return
-    clashes = sorted(k for k in dotenv_values(path)
-                     if k in env or k in CONTEXT_VARIABLES or k.startswith(("LANGSMITH_", "LANGCHAIN_")))
+    clashes = sorted(
+        k
+        for k in dotenv_values(path)
+        if k in env or k in CONTEXT_VARIABLES or k.startswith(("LANGSMITH_", "LANGCHAIN_"))
+    )
     if clashes:
-        pytest.fail(f"{path} sets {', '.join(clashes)}, which `langgraph dev` would apply over this test's "
-                    "settings; move the file aside to run this test")
+        pytest.fail(
+            f"{path} sets {', '.join(clashes)}, which `langgraph dev` would apply over this test's "
+            "settings; move the file aside to run this test"
+        )
 
 
 @contextlib.contextmanager
@@ -89,12 +105,21 @@ def serve(folder: Path, settings: dict[str, str]) -> Iterator[Server]:
     persisted = REPO / ".langgraph_api"  # where `langgraph dev` keeps threads and runs between restarts
     persisted_before = persisted.exists()
     port = _free_port()
-    command = [str(Path(sys.executable).parent / "langgraph"), "dev", "--no-browser", "--no-reload",
-               "--port", str(port), "--config", "langgraph.json"]
+    command = [
+        str(Path(sys.executable).parent / "langgraph"),
+        "dev",
+        "--no-browser",
+        "--no-reload",
+        "--port",
+        str(port),
+        "--config",
+        "langgraph.json",
+    ]
     started = time.monotonic()
     with log.open("wb") as out:
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_until_serving(url, process, log)

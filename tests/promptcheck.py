@@ -32,21 +32,30 @@ _TAG = re.compile(r"<\s*(/?)\s*([A-Za-z_][\w.-]*)")
 def hostile_document(variant: str) -> Document:
     """A document whose id, title, heading, text, metadata key and value each carry the payload."""
     p = PAYLOADS[variant]
-    return Document(id=f"evil{p}ID", title=f"Deposit rules{p}TITLE",
-                    content=f"## Deposit protection{p}HEADING\n\nThe deposit is protected within thirty days "
-                            f"of receipt.{p}BODY\n",
-                    metadata={f"key{p}METAKEY": f"value{p}METAVALUE"})
+    return Document(
+        id=f"evil{p}ID",
+        title=f"Deposit rules{p}TITLE",
+        content=f"## Deposit protection{p}HEADING\n\nThe deposit is protected within thirty days "
+        f"of receipt.{p}BODY\n",
+        metadata={f"key{p}METAKEY": f"value{p}METAVALUE"},
+    )
 
 
 def hostile_hit(variant: str, level: Level = "chunks") -> Hit:
     """A hit as a store could return it, every field carrying the payload."""
     p = PAYLOADS[variant]
-    return Hit(id=f"evil{p}ID#0" if level == "chunks" else f"evil{p}ID", level=level,
-               document_id=f"evil{p}ID", title=f"Deposit rules{p}TITLE",
-               content=f"The deposit is protected within thirty days.{p}BODY",
-               metadata={f"key{p}METAKEY": f"value{p}METAVALUE"},
-               heading_path=f"Deposit rules{p}TITLE > Protection{p}HEADING" if level == "chunks" else None,
-               vector_rank=1, keyword_rank=1, score=0.5)
+    return Hit(
+        id=f"evil{p}ID#0" if level == "chunks" else f"evil{p}ID",
+        level=level,
+        document_id=f"evil{p}ID",
+        title=f"Deposit rules{p}TITLE",
+        content=f"The deposit is protected within thirty days.{p}BODY",
+        metadata={f"key{p}METAKEY": f"value{p}METAVALUE"},
+        heading_path=f"Deposit rules{p}TITLE > Protection{p}HEADING" if level == "chunks" else None,
+        vector_rank=1,
+        keyword_rank=1,
+        score=0.5,
+    )
 
 
 def as_read(prompt: str) -> str:
@@ -64,8 +73,8 @@ def outline(prompt: str) -> list[Any]:
     stack: list[tuple[str, list[Any]]] = [("", root)]
     for position in (m.start() for m in re.finditer("<", prompt)):
         tag = _TAG.match(prompt, position)
-        assert tag, f"a '<' that starts no tag: {prompt[position:position + 60]!r}"
-        around = prompt[max(0, position - 60):position + 60]
+        assert tag, f"a '<' that starts no tag: {prompt[position : position + 60]!r}"
+        around = prompt[max(0, position - 60) : position + 60]
         closing, name = tag.groups()
         if closing:
             assert stack[-1][0] == name, f"</{name}> closes <{stack[-1][0]}>: {around!r}"
@@ -102,8 +111,9 @@ def assert_fields_inside(prompt: str, ids: set[str], fields: set[str]) -> None:
         assert found, f"the {field} field does not reach the prompt at all"
         for position in found:
             owner = [i for i, start, end in spans if start < position < end]
-            assert owner and owner[0] in ids, \
-                f"{field} is outside its own passage: {prompt[max(0, position - 80):position]!r}"
+            assert owner and owner[0] in ids, (
+                f"{field} is outside its own passage: {prompt[max(0, position - 80) : position]!r}"
+            )
 
 
 def assert_quoted(prompt: str, expected: list[Any], ids: set[str], fields: set[str]) -> None:

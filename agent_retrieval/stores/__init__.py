@@ -18,7 +18,11 @@ def open_store(context: Context) -> Store:
 
     Nothing connects until the first call.
     """
-    common = {"schema": context.db_schema, "tenant": context.tenant_id or None, "max_retries": context.max_retries}
+    common = {
+        "schema": context.db_schema,
+        "tenant": context.tenant_id or None,
+        "max_retries": context.max_retries,
+    }
     if context.store_backend == "postgres":
         from agent_retrieval.stores.postgres import PostgresStore
 
@@ -26,8 +30,13 @@ def open_store(context: Context) -> Store:
     if context.store_backend == "supabase":
         from agent_retrieval.stores.supabase import SupabaseStore
 
-        return SupabaseStore(context.supabase_url, context.supabase_key, timeout=context.request_timeout_seconds,
-                             user_token=context.supabase_user_token or None, **common)
+        return SupabaseStore(
+            context.supabase_url,
+            context.supabase_key,
+            timeout=context.request_timeout_seconds,
+            user_token=context.supabase_user_token or None,
+            **common,
+        )
     return SQLiteStore(sqlite_path(context), tenant=context.tenant_id)
 
 
@@ -43,6 +52,8 @@ def sqlite_path(context: Context) -> Path:
     # Percent-encoded, dots too: any tenant id names one file inside the folder, never a path out of it.
     name = urllib.parse.quote(context.tenant_id, safe="").replace(".", "%2E")
     if len(name) > 200:
-        raise ConfigError(f"tenant_id is too long for a file name on the embedded store ({len(name)} characters "
-                          "once encoded; at most 200): use a shorter id, or Postgres")
+        raise ConfigError(
+            f"tenant_id is too long for a file name on the embedded store ({len(name)} characters "
+            "once encoded; at most 200): use a shorter id, or Postgres"
+        )
     return path.with_name(f"{path.stem}.tenants") / f"{name}{path.suffix or '.db'}"

@@ -20,14 +20,9 @@ DOCUMENT_PREVIEW_CHARS = 1500  # document hits carry the opening of the text, no
 MAX_KEYWORD_TERMS = 32
 
 # Words that carry no topic: dropping them keeps keyword search fast and its ranking on the content words.
-STOPWORDS = frozenset("""
-a about above after again against all am an and any are as at be because been before being below between
-both but by can could did do does doing down during each few for from further had has have having he her
-here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
-now of off on once only or other our ours ourselves out over own same she should so some such than that the
-their theirs them themselves then there these they this those through to too under until up very was we were
-what when where which while who whom why will with would you your yours yourself yourselves
-""".split())
+STOPWORDS = frozenset(
+    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves"]
+)
 
 
 # --- store arguments ------------------------------------------------------------------------------
@@ -48,8 +43,9 @@ def check_level(level: Any) -> Level:
 def check_count(name: str, value: Any, maximum: int) -> int:
     """A row count: a whole number from 1 to `maximum` (bools and floats are refused, not rounded)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 1 <= value <= maximum:
-        raise InvalidRequest(f"{name} must be a whole number between 1 and {maximum} "
-                             f"(got {repr(value)[:40]})")
+        raise InvalidRequest(
+            f"{name} must be a whole number between 1 and {maximum} (got {repr(value)[:40]})"
+        )
     return int(value)
 
 
@@ -61,22 +57,32 @@ def check_ids(ids: Any, name: str = "document_ids") -> list[str]:
     if len(ids) > MAX_SCOPE_IDS:
         raise InvalidRequest(f"{name}: at most {MAX_SCOPE_IDS} ids (got {len(ids)})")
     for doc_id in ids:
-        if not isinstance(doc_id, str) or not 1 <= len(doc_id) <= 512 or "\x00" in doc_id \
-                or not is_unicode(doc_id):
-            raise InvalidRequest(f"{name}: each id must be 1 to 512 characters of text without NUL "
-                                 f"(got {repr(doc_id)[:40]})")
+        if (
+            not isinstance(doc_id, str)
+            or not 1 <= len(doc_id) <= 512
+            or "\x00" in doc_id
+            or not is_unicode(doc_id)
+        ):
+            raise InvalidRequest(
+                f"{name}: each id must be 1 to 512 characters of text without NUL (got {repr(doc_id)[:40]})"
+            )
     return list(dict.fromkeys(ids))
 
 
-def check_search(level: Any, k: Any, filters: Any = None, document_ids: Any = None
-                 ) -> tuple[Level, int, dict[str, Any] | None, list[str] | None]:
+def check_search(
+    level: Any, k: Any, filters: Any = None, document_ids: Any = None
+) -> tuple[Level, int, dict[str, Any] | None, list[str] | None]:
     """The arguments every store search shares, checked; returns them normalised."""
     try:
         filters = validate_filters(filters, any_key=True)
     except ValueError as error:
         raise InvalidRequest(f"filters: {error}") from None
-    return (check_level(level), check_count("k", k, MAX_SEARCH_K), filters,
-            None if document_ids is None else check_ids(document_ids))
+    return (
+        check_level(level),
+        check_count("k", k, MAX_SEARCH_K),
+        filters,
+        None if document_ids is None else check_ids(document_ids),
+    )
 
 
 def check_keyword_query(query: Any) -> str:
@@ -103,7 +109,6 @@ def check_vector(vector: Any, min_similarity: Any) -> np.ndarray | None:
         return None
     array = array / largest
     return (array / np.linalg.norm(array)).astype(np.float32)
-
 
 
 def keyword_terms(query: str) -> list[str]:
@@ -194,10 +199,12 @@ class Store(ABC):
         """Refuse to publish where no row is shared by tenants (each tenant has its own store file)."""
         published = [d.id for d in documents if d.public]
         if published and not self.publishes:
-            raise InvalidRequest(f"public: the {self.backend} store cannot publish documents "
-                                 f"({published[:3]}): each tenant has a store of its own, so nothing is "
-                                 "shared by every tenant. Publishing needs the Postgres or Supabase store; "
-                                 "here, leave public off")
+            raise InvalidRequest(
+                f"public: the {self.backend} store cannot publish documents "
+                f"({published[:3]}): each tenant has a store of its own, so nothing is "
+                "shared by every tenant. Publishing needs the Postgres or Supabase store; "
+                "here, leave public off"
+            )
 
     @abstractmethod
     def delete_documents(self, ids: Sequence[str]) -> int:
@@ -221,13 +228,28 @@ class Store(ABC):
 
     # --- reading -------------------------------------------------------------------------------
     @abstractmethod
-    def vector_search(self, level: Level, vector: np.ndarray, k: int, *, filters: dict[str, Any] | None = None,
-                      document_ids: Sequence[str] | None = None, min_similarity: float = -1.0) -> list[Hit]:
+    def vector_search(
+        self,
+        level: Level,
+        vector: np.ndarray,
+        k: int,
+        *,
+        filters: dict[str, Any] | None = None,
+        document_ids: Sequence[str] | None = None,
+        min_similarity: float = -1.0,
+    ) -> list[Hit]:
         """The k rows most similar to `vector` (cosine), best first, with `vector_similarity` set."""
 
     @abstractmethod
-    def keyword_search(self, level: Level, query: str, k: int, *, filters: dict[str, Any] | None = None,
-                       document_ids: Sequence[str] | None = None) -> list[Hit]:
+    def keyword_search(
+        self,
+        level: Level,
+        query: str,
+        k: int,
+        *,
+        filters: dict[str, Any] | None = None,
+        document_ids: Sequence[str] | None = None,
+    ) -> list[Hit]:
         """The k best BM25 matches of the query's words, best first, with `keyword_score` set (higher is better).
         The query is plain text: any search-syntax characters in it are treated as ordinary text."""
 

@@ -17,8 +17,9 @@ def _psycopg() -> Any:
         import psycopg
         import psycopg_pool  # noqa: F401 - checked here so the message below covers both
     except ImportError:
-        raise ConfigError("the Postgres store needs the 'postgres' extra: pip install 'agent-retrieval[postgres]'") \
-            from None
+        raise ConfigError(
+            "the Postgres store needs the 'postgres' extra: pip install 'agent-retrieval[postgres]'"
+        ) from None
     return psycopg
 
 
@@ -38,18 +39,29 @@ class PostgresStore(RPCStore):
     backend = "postgres"
     unreachable_advice = "Check that the server is running and accepts connections at that address"
 
-    def __init__(self, dsn: str, *, schema: str = DEFAULT_SCHEMA, tenant: str | None = None,
-                 timeout: float = 30.0, pool_size: int = 8, max_retries: int = 3):
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        tenant: str | None = None,
+        timeout: float = 30.0,
+        pool_size: int = 8,
+        max_retries: int = 3,
+    ):
         super().__init__(schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout)
         psycopg = _psycopg()
         dsn = dsn.strip()  # a DSN read from a file ends in a line break
         try:
             self._conninfo = psycopg.conninfo.conninfo_to_dict(dsn)
         except psycopg.ProgrammingError:
-            raise ConfigError("the Postgres DSN is not valid: expected e.g. "
-                              "postgresql://user:password@host:5432/dbname") from None
+            raise ConfigError(
+                "the Postgres DSN is not valid: expected e.g. postgresql://user:password@host:5432/dbname"
+            ) from None
         if password := self._conninfo.get("password"):
-            checked = check_secret("the password in the Postgres DSN (AGENT_RETRIEVAL_DSN)", password, header=False)
+            checked = check_secret(
+                "the password in the Postgres DSN (AGENT_RETRIEVAL_DSN)", password, header=False
+            )
             if checked != password:
                 dsn = psycopg.conninfo.make_conninfo(dsn, password=checked)
                 self._conninfo["password"] = checked
@@ -84,10 +96,17 @@ class PostgresStore(RPCStore):
                 # One direct connection first: an unreachable server fails now, with its own reason,
                 # instead of after the pool has waited out its timeout.
                 _psycopg().connect(self.dsn, **self._connect_options()).close()
-                self._pool = ConnectionPool(self.dsn, min_size=1, max_size=self.pool_size, open=True,
-                                            kwargs={**self._connect_options(), "row_factory": dict_row},
-                                            configure=_register_vector, check=self._check_connection,
-                                            timeout=self.timeout, name=f"agent-retrieval-{self.schema}")
+                self._pool = ConnectionPool(
+                    self.dsn,
+                    min_size=1,
+                    max_size=self.pool_size,
+                    open=True,
+                    kwargs={**self._connect_options(), "row_factory": dict_row},
+                    configure=_register_vector,
+                    check=self._check_connection,
+                    timeout=self.timeout,
+                    name=f"agent-retrieval-{self.schema}",
+                )
             return self._pool
 
     def _check_connection(self, conn: Any) -> None:
@@ -124,8 +143,9 @@ class PostgresStore(RPCStore):
         from psycopg.types.json import Jsonb
         from psycopg_pool import PoolClosed, PoolTimeout
 
-        arguments = sql.SQL(", ").join(sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name))
-                                       for name in params)
+        arguments = sql.SQL(", ").join(
+            sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in params
+        )
         target = sql.SQL("{}.{}({})").format(sql.Identifier(self.schema), sql.Identifier(function), arguments)
         query = sql.SQL("select * from {}" if returns_rows(function) else "select {} as value").format(target)
         values = {name: Jsonb(v.value) if isinstance(v, Json) else v for name, v in params.items()}
@@ -141,8 +161,9 @@ class PostgresStore(RPCStore):
         except PoolTimeout:
             raise self._pool_timeout(psycopg, pool) from None
         except PoolClosed:
-            raise CallError("connection", "the connection pool was replaced while waiting for it",
-                            transient=True) from None
+            raise CallError(
+                "connection", "the connection pool was replaced while waiting for it", transient=True
+            ) from None
         except psycopg.Error as error:
             raise _call_error(psycopg, error) from None
         return rows if returns_rows(function) else rows[0]["value"]
@@ -162,14 +183,18 @@ class PostgresStore(RPCStore):
             reason = _call_error(psycopg, error).message
             return CallError("pool", f"no connection within {self.timeout:g} s ({reason})")
         if self._lent >= self.pool_size:
-            return CallError("busy", f"all {self.pool_size} connections of the pool stayed busy for "
-                                     f"{self.timeout:g} s: run fewer calls at once, or give the store a larger "
-                                     "pool_size")
+            return CallError(
+                "busy",
+                f"all {self.pool_size} connections of the pool stayed busy for "
+                f"{self.timeout:g} s: run fewer calls at once, or give the store a larger "
+                "pool_size",
+            )
         # The server answers, yet the pool lent nothing: after an outage it reconnects on a doubling backoff
         # (1, 2, 4 ... s) and may not try again for a while. A new pool connects at once.
         self._discard_pool(pool)
-        return CallError("connection", "the connection pool was still reconnecting after an outage",
-                         transient=True)
+        return CallError(
+            "connection", "the connection pool was still reconnecting after an outage", transient=True
+        )
 
     # --- schema --------------------------------------------------------------------------------------
     def init(self, dimension: int) -> None:
@@ -191,7 +216,7 @@ def _register_vector(conn: Any) -> None:
 
     try:
         register_vector(conn)
-    except Exception:  # noqa: BLE001 - before `db init` there is no vector type; calls then say so
+    except Exception:
         conn.rollback()
     else:
         conn.commit()
@@ -201,12 +226,14 @@ def _call_error(psycopg: Any, error: Any) -> CallError:
     if refused := _LOGIN_REFUSED.search(str(error)):
         # A wrong password is not an outage: asking again fails the same way, and the advice differs.
         reason = refused.group(1).strip()
-        return CallError("28000", f"the server refused the login ({reason}): check the user and password in "
-                                  "the DSN (AGENT_RETRIEVAL_DSN)")
+        return CallError(
+            "28000",
+            f"the server refused the login ({reason}): check the user and password in "
+            "the DSN (AGENT_RETRIEVAL_DSN)",
+        )
     diag = error.diag
     code = error.sqlstate or ("connection" if isinstance(error, psycopg.OperationalError) else "unknown")
     # lost or refused connections, the server shutting down or starting up, and conflicts with other writers
     transient = code == "connection" or code.startswith("08") or code in _TRANSIENT
     message = (diag.message_primary or str(error).strip().splitlines()[0]) if diag else str(error)
     return CallError(code, message, diag.message_detail, diag.message_hint, transient)
-

@@ -54,8 +54,18 @@ SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 # Codes of a store that could not be reached or dropped the connection (SQLSTATE class 08 counts too):
 # the transports' own, and Postgres going down (57P01-03) or PostgREST losing its database (PGRST000-003).
-UNREACHABLE = {"connection", "pool", "gateway", "57P01", "57P02", "57P03", "PGRST000", "PGRST001", "PGRST002",
-               "PGRST003"}
+UNREACHABLE = {
+    "connection",
+    "pool",
+    "gateway",
+    "57P01",
+    "57P02",
+    "57P03",
+    "PGRST000",
+    "PGRST001",
+    "PGRST002",
+    "PGRST003",
+}
 _Plan = tuple[str, dict[str, Any]]  # a SQL function and its named arguments
 SCHEMA_VERSION = 2  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
@@ -69,15 +79,15 @@ HASHES_PER_CALL = 200  # a vector is kilobytes of text: fewer per answer
 _LEVEL_SQL = {
     "documents": {
         "columns": f"d.id, d.id, d.title, left(d.content, {DOCUMENT_PREVIEW_CHARS}), d.metadata, "
-                   "null::int, null::text, d.tenant_id",
+        "null::int, null::text, d.tenant_id",
         "from": "{{schema}}.documents d",
         "document_id": "d.id",
     },
     "chunks": {
         "columns": "d.id, d.document_id, p.title, d.content, d.metadata, d.ordinal, d.heading_path, "
-                   "d.tenant_id",
+        "d.tenant_id",
         "from": "({{schema}}.chunks d join {{schema}}.documents p "
-                "on p.tenant_id = d.tenant_id and p.id = d.document_id)",
+        "on p.tenant_id = d.tenant_id and p.id = d.document_id)",
         "document_id": "d.document_id",
     },
 }
@@ -86,8 +96,10 @@ _LEVEL_SQL = {
 def check_schema_name(schema: str) -> str:
     """Schema names go into SQL text, so only plain lower-case identifiers are allowed."""
     if not SCHEMA_NAME.match(schema):
-        raise InvalidRequest(f"schema {schema!r} is not allowed: use lower-case letters, digits and '_', "
-                             "starting with a letter or '_', at most 63 characters")
+        raise InvalidRequest(
+            f"schema {schema!r} is not allowed: use lower-case letters, digits and '_', "
+            "starting with a letter or '_', at most 63 characters"
+        )
     return schema
 
 
@@ -113,8 +125,10 @@ def _fusion_defaults() -> dict[str, str]:
     """The tools' fusion defaults, written into the SQL hybrid functions: an RPC caller who passes no
     fusion arguments ranks exactly as the tools do."""
     defaults = {f.name: f.default for f in fields(Context)}
-    return {f"default_{name}": str(defaults[name])
-            for name in ("fusion", "rrf_k", "vector_weight", "keyword_weight", "candidates")}
+    return {
+        f"default_{name}": str(defaults[name])
+        for name in ("fusion", "rrf_k", "vector_weight", "keyword_weight", "candidates")
+    }
 
 
 def _fill(text: str, values: dict[str, str]) -> str:
@@ -159,8 +173,14 @@ class RPCStore(Store):
     unreachable_advice = "check that it is running and reachable"
     publishes = True
 
-    def __init__(self, *, schema: str = DEFAULT_SCHEMA, tenant: str | None = None, max_retries: int = 3,
-                 timeout: float = 30.0):
+    def __init__(
+        self,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        tenant: str | None = None,
+        max_retries: int = 3,
+        timeout: float = 30.0,
+    ):
         self.schema = check_schema_name(schema)
         self.tenant = tenant or None
         self.max_retries = max_retries
@@ -219,48 +239,74 @@ class RPCStore(Store):
         Every function is safe to repeat: reads change nothing and each write replaces what it wrote."""
         if not error.transient or attempt >= self.max_retries:
             raise self._readable(error, attempts=attempt + 1) from None
-        delay = min(4.0, 0.2 * 2 ** attempt) * (0.5 + random.random() / 2)  # jitter spreads retrying clients
-        log.info("%s: transient failure (%s), retry %d of %d in %.2f s", function, error.code, attempt + 1,
-                 self.max_retries, delay)
+        delay = min(4.0, 0.2 * 2**attempt) * (0.5 + random.random() / 2)  # jitter spreads retrying clients
+        log.info(
+            "%s: transient failure (%s), retry %d of %d in %.2f s",
+            function,
+            error.code,
+            attempt + 1,
+            self.max_retries,
+            delay,
+        )
         return delay
 
     def _readable(self, error: CallError, attempts: int = 1) -> Exception:
         """Our error for a failed call: it says what happened and what to do, never the SQL or a secret."""
         # Drivers and servers may quote what they were given (a DSN, a header): every configured secret
         # is masked here, the one way out of both stores to users and models.
-        error = replace(error, message=redact(error.message), detail=error.detail and redact(error.detail),
-                        hint=error.hint and redact(error.hint))
+        error = replace(
+            error,
+            message=redact(error.message),
+            detail=error.detail and redact(error.detail),
+            hint=error.hint and redact(error.hint),
+        )
         if error.code in UNREACHABLE or error.code.startswith("08"):
             tries = f" (tried {attempts} times)" if attempts > 1 else ""
-            return StoreUnavailable(f"cannot reach the {self.backend} store at {self.location}: {error.message}"
-                                    f"{tries}. {self.unreachable_advice}, then try again: the call is safe "
-                                    "to repeat")
+            return StoreUnavailable(
+                f"cannot reach the {self.backend} store at {self.location}: {error.message}"
+                f"{tries}. {self.unreachable_advice}, then try again: the call is safe "
+                "to repeat"
+            )
         if error.code in ("40001", "40P01"):
-            return StoreError(f"the {self.backend} store gave up the call on a conflict with a concurrent write "
-                              f"({error.message}); try again: the call is safe to repeat")
+            return StoreError(
+                f"the {self.backend} store gave up the call on a conflict with a concurrent write "
+                f"({error.message}); try again: the call is safe to repeat"
+            )
         if error.code == "timeout":
-            return StoreError(f"the {self.backend} store did not answer within {self.timeout:g} s "
-                              "(request_timeout_seconds): the query is slow or waiting on a lock another session "
-                              "holds; narrow the search (filters, fewer candidates) or raise "
-                              "REQUEST_TIMEOUT_SECONDS")
+            return StoreError(
+                f"the {self.backend} store did not answer within {self.timeout:g} s "
+                "(request_timeout_seconds): the query is slow or waiting on a lock another session "
+                "holds; narrow the search (filters, fewer candidates) or raise "
+                "REQUEST_TIMEOUT_SECONDS"
+            )
         if error.code == "AR001":
             info = json.loads(error.detail or "{}")
-            return EmbeddingModelMismatch(info.get("stored") or "another model", info.get("dimension", 0),
-                                          info.get("current") or "the configured embedder", info.get("got"))
+            return EmbeddingModelMismatch(
+                info.get("stored") or "another model",
+                info.get("dimension", 0),
+                info.get("current") or "the configured embedder",
+                info.get("got"),
+            )
         if error.code == "AR002":
             return DimensionMismatch(f"{error.message}. {error.hint or ''}".strip())
         if error.code == "22023":
             return InvalidRequest(error.message)
         if error.code == "57014":
-            return StoreError(f"the {self.backend} store cancelled the query at its statement timeout "
-                              f"({self._statement_timeout()}): the query is slow or waiting on a lock another "
-                              "session holds; narrow the search (filters, fewer candidates) or raise the timeout")
+            return StoreError(
+                f"the {self.backend} store cancelled the query at its statement timeout "
+                f"({self._statement_timeout()}): the query is slow or waiting on a lock another "
+                "session holds; narrow the search (filters, fewer candidates) or raise the timeout"
+            )
         if error.code in ("42883", "3F000", "42P01", "PGRST202", "PGRST205"):
-            return StoreError(f"the agent-retrieval SQL is not installed in schema {self.schema!r} (or is older "
-                              "than this version): run `agent-retrieval db init`")
+            return StoreError(
+                f"the agent-retrieval SQL is not installed in schema {self.schema!r} (or is older "
+                "than this version): run `agent-retrieval db init`"
+            )
         if error.code == "42501":
-            return StoreError(f"permission denied by the {self.backend} store: writing needs the service role "
-                              "(or the table owner's DSN); users and anon may only search")
+            return StoreError(
+                f"permission denied by the {self.backend} store: writing needs the service role "
+                "(or the table owner's DSN); users and anon may only search"
+            )
         return StoreError(f"the {self.backend} store failed: {error.message} ({error.code})")
 
     def _statement_timeout(self) -> str:
@@ -286,9 +332,13 @@ class RPCStore(Store):
     def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
         check_batch(documents, chunks)
         self._model_cache = None  # the first write records the model
-        self._call("upsert_documents", model=model_id, tenant=self.tenant,
-                   documents=Json([_document_json(d) for d in documents]),
-                   chunks=Json([_chunk_json(c) for c in chunks]))
+        self._call(
+            "upsert_documents",
+            model=model_id,
+            tenant=self.tenant,
+            documents=Json([_document_json(d) for d in documents]),
+            chunks=Json([_chunk_json(c) for c in chunks]),
+        )
 
     def delete_documents(self, ids: Sequence[str]) -> int:
         return int(self._call("delete_documents", ids=list(ids), tenant=self.tenant) or 0)
@@ -308,15 +358,37 @@ class RPCStore(Store):
         return found
 
     def pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
-        rows = self._call("pending_embeddings", level=level, model=model_id, max_rows=limit, tenant=self.tenant)
+        rows = self._call(
+            "pending_embeddings", level=level, model=model_id, max_rows=limit, tenant=self.tenant
+        )
         if level == "documents":
-            return [Document(id=r["id"], title=r["title"], content=r["content"], metadata=r["metadata"],
-                             source=r["source"], content_hash=r["content_hash"]) for r in rows]
-        return [Chunk(id=r["id"], document_id=r["document_id"], ordinal=r["ordinal"], content=r["content"],
-                      heading_path=r["heading_path"], metadata=r["metadata"]) for r in rows]
+            return [
+                Document(
+                    id=r["id"],
+                    title=r["title"],
+                    content=r["content"],
+                    metadata=r["metadata"],
+                    source=r["source"],
+                    content_hash=r["content_hash"],
+                )
+                for r in rows
+            ]
+        return [
+            Chunk(
+                id=r["id"],
+                document_id=r["document_id"],
+                ordinal=r["ordinal"],
+                content=r["content"],
+                heading_path=r["heading_path"],
+                metadata=r["metadata"],
+            )
+            for r in rows
+        ]
 
     def set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
-        payload = [{"id": r.id, "text_hash": r.text_hash, "embedding": _vector_json(r.embedding)} for r in rows]
+        payload = [
+            {"id": r.id, "text_hash": r.text_hash, "embedding": _vector_json(r.embedding)} for r in rows
+        ]
         self._call("set_embeddings", level=level, rows=Json(payload), model=model_id, tenant=self.tenant)
 
     # --- reading -------------------------------------------------------------------------------------
@@ -325,27 +397,50 @@ class RPCStore(Store):
     def _scope(self, filters: dict[str, Any] | None, document_ids: Sequence[str] | None) -> dict[str, Any]:
         # Numbers and their text forms match each other, as on every backend (the SQL does so too).
         expanded = {key: filter_values(value) for key, value in (filters or {}).items()}
-        return {"filter": Json(expanded), "document_ids": None if document_ids is None else list(document_ids),
-                "tenant": self.tenant}
+        return {
+            "filter": Json(expanded),
+            "document_ids": None if document_ids is None else list(document_ids),
+            "tenant": self.tenant,
+        }
 
-    def _vector_plan(self, level: Level, vector: np.ndarray, k: int, filters: dict[str, Any] | None = None,
-                     document_ids: Sequence[str] | None = None, min_similarity: float = -1.0) -> _Plan | None:
+    def _vector_plan(
+        self,
+        level: Level,
+        vector: np.ndarray,
+        k: int,
+        filters: dict[str, Any] | None = None,
+        document_ids: Sequence[str] | None = None,
+        min_similarity: float = -1.0,
+    ) -> _Plan | None:
         level, k, filters, document_ids = check_search(level, k, filters, document_ids)
         vector = check_vector(vector, min_similarity)
         if vector is None or (document_ids is not None and not document_ids):
             return None
-        return f"match_{level}", {"query_embedding": vector, "match_count": k,
-                                  "min_similarity": float(min_similarity), **self._scope(filters, document_ids)}
+        return f"match_{level}", {
+            "query_embedding": vector,
+            "match_count": k,
+            "min_similarity": float(min_similarity),
+            **self._scope(filters, document_ids),
+        }
 
-    def _keyword_plan(self, level: Level, query: str, k: int, filters: dict[str, Any] | None = None,
-                      document_ids: Sequence[str] | None = None) -> _Plan | None:
+    def _keyword_plan(
+        self,
+        level: Level,
+        query: str,
+        k: int,
+        filters: dict[str, Any] | None = None,
+        document_ids: Sequence[str] | None = None,
+    ) -> _Plan | None:
         level, k, filters, document_ids = check_search(level, k, filters, document_ids)
         if not check_keyword_query(query).strip() or (document_ids is not None and not document_ids):
             return None
         # The query is plain text: Postgres text holds no NUL, and UTF-8 no lone surrogate ("\ud800").
         text = query.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
-        return f"keyword_search_{level}", {"query_text": text, "match_count": k,
-                                           **self._scope(filters, document_ids)}
+        return f"keyword_search_{level}", {
+            "query_text": text,
+            "match_count": k,
+            **self._scope(filters, document_ids),
+        }
 
     def vector_search(self, level: Level, vector: np.ndarray, k: int, **kwargs: Any) -> list[Hit]:
         plan = self._vector_plan(level, vector, k, **kwargs)
@@ -375,9 +470,15 @@ class RPCStore(Store):
         hits: list[Hit] = []
         after = None
         while len(hits) < limit:
-            page = yield "document_chunks", {"ids": document_ids, "tenant": self.tenant,
-                                             "max_rows": min(PAGE_ROWS, limit - len(hits)),
-                                             "after": Json(after) if after else None}
+            page = yield (
+                "document_chunks",
+                {
+                    "ids": document_ids,
+                    "tenant": self.tenant,
+                    "max_rows": min(PAGE_ROWS, limit - len(hits)),
+                    "after": Json(after) if after else None,
+                },
+            )
             hits += [_hit("chunks", r) for r in page["rows"]]
             if (after := page["next"]) is None:
                 break
@@ -410,7 +511,7 @@ def _vector(value: Any) -> np.ndarray:
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 def _vector_json(vector: Any) -> list[float] | None:
@@ -419,20 +520,43 @@ def _vector_json(vector: Any) -> list[float] | None:
 
 
 def _document_json(doc: Document) -> dict[str, Any]:
-    return {"id": doc.id, "title": doc.title, "content": doc.content, "metadata": doc.metadata,
-            "source": doc.source, "public": doc.public, "content_hash": doc.content_hash,
-            "text_hash": doc.text_hash, "embedding": _vector_json(doc.embedding)}
+    return {
+        "id": doc.id,
+        "title": doc.title,
+        "content": doc.content,
+        "metadata": doc.metadata,
+        "source": doc.source,
+        "public": doc.public,
+        "content_hash": doc.content_hash,
+        "text_hash": doc.text_hash,
+        "embedding": _vector_json(doc.embedding),
+    }
 
 
 def _chunk_json(chunk: Chunk) -> dict[str, Any]:
-    return {"id": chunk.id, "document_id": chunk.document_id, "ordinal": chunk.ordinal,
-            "heading_path": chunk.heading_path, "content": chunk.content, "metadata": chunk.metadata,
-            "text_hash": chunk.text_hash, "embedding": _vector_json(chunk.embedding)}
+    return {
+        "id": chunk.id,
+        "document_id": chunk.document_id,
+        "ordinal": chunk.ordinal,
+        "heading_path": chunk.heading_path,
+        "content": chunk.content,
+        "metadata": chunk.metadata,
+        "text_hash": chunk.text_hash,
+        "embedding": _vector_json(chunk.embedding),
+    }
 
 
 def _hit(level: Level, row: dict[str, Any]) -> Hit:
-    return Hit(id=row["id"], level=level, document_id=row["document_id"], title=row["title"],
-               content=row["content"], metadata=row["metadata"] or {}, ordinal=row.get("ordinal"),
-               heading_path=row.get("heading_path"), vector_similarity=row.get("vector_similarity"),
-               keyword_score=row.get("keyword_score"), tenant=row.get("tenant_id") or "")
-
+    return Hit(
+        id=row["id"],
+        level=level,
+        document_id=row["document_id"],
+        title=row["title"],
+        content=row["content"],
+        metadata=row["metadata"] or {},
+        ordinal=row.get("ordinal"),
+        heading_path=row.get("heading_path"),
+        vector_similarity=row.get("vector_similarity"),
+        keyword_score=row.get("keyword_score"),
+        tenant=row.get("tenant_id") or "",
+    )

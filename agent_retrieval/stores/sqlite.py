@@ -42,7 +42,9 @@ from agent_retrieval.stores.base import (
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 _BM25_K1_PLUS_1 = 2.2  # FTS5's bm25 uses k1 = 1.2: one term adds less than 2.2 times its idf to a score
-TITLE_WEIGHT = 3.0  # a word of the title (a chunk's heading path) counts 3 times one of the text: tuned on SciFact train
+TITLE_WEIGHT = (
+    3.0  # a word of the title (a chunk's heading path) counts 3 times one of the text: tuned on SciFact train
+)
 NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
 # Every row's FTS entry also holds this token, in a column of its own: "(rare) AND (common OR EVERY_ROW)"
@@ -58,7 +60,9 @@ def _every_row_column(level: str, heading: str) -> list[str]:
     old_values = ", ".join(f"old.{c}" for c in (heading, "content", "every_row"))
     return [
         f"ALTER TABLE {level} ADD COLUMN every_row TEXT GENERATED ALWAYS AS ('{EVERY_ROW}') VIRTUAL",
-        f"DROP TRIGGER {level}_ai", f"DROP TRIGGER {level}_ad", f"DROP TRIGGER {level}_au",
+        f"DROP TRIGGER {level}_ai",
+        f"DROP TRIGGER {level}_ad",
+        f"DROP TRIGGER {level}_au",
         f"DROP TABLE {level}_fts",
         f"""CREATE VIRTUAL TABLE {level}_fts USING fts5({text}, every_row, content='{level}',
             content_rowid='rowid', tokenize='{TOKENIZER}')""",
@@ -139,7 +143,7 @@ MIGRATIONS: list[list[str]] = [
 _TABLE = {"documents": "documents", "chunks": "chunks"}
 _COLUMNS = {
     "documents": f"d.rowid, d.id, d.id, d.title, substr(d.content, 1, {DOCUMENT_PREVIEW_CHARS}), d.metadata, "
-                 "NULL, NULL",
+    "NULL, NULL",
     "chunks": "d.rowid, d.id, d.document_id, p.title, d.content, d.metadata, d.ordinal, d.heading_path",
 }
 _FROM = {"documents": "documents d", "chunks": "chunks d JOIN documents p ON p.id = d.document_id"}
@@ -175,7 +179,9 @@ class SQLiteStore(Store):
         self._guard_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._matrices: dict[Level, _Matrix] = {}
-        self._frequencies: dict[Level, tuple[int, int, dict[str, int]]] = {}  # (generation, rows, term counts)
+        self._frequencies: dict[
+            Level, tuple[int, int, dict[str, int]]
+        ] = {}  # (generation, rows, term counts)
         self._closed = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -202,16 +208,23 @@ class SQLiteStore(Store):
     def _open(self) -> sqlite3.Connection:
         """A new connection in WAL mode; on a read-only filesystem, a read-only one."""
         try:
-            return _set_up(sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
-                                           check_same_thread=False),
-                           "PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON")
+            return _set_up(
+                sqlite3.connect(
+                    self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+                ),
+                "PRAGMA journal_mode=WAL",
+                "PRAGMA synchronous=NORMAL",
+                "PRAGMA foreign_keys=ON",
+            )
         except sqlite3.OperationalError:
             if not _on_read_only_filesystem(self.path):
                 raise
         # There SQLite cannot create the WAL's shared-memory file, so the plain open fails even for reading.
         if not self.path.exists():
-            raise StoreError(f"cannot create the store {self.path}: it is on a read-only filesystem; point "
-                             "AGENT_RETRIEVAL_DB (or --db) at a writable place") from None
+            raise StoreError(
+                f"cannot create the store {self.path}: it is on a read-only filesystem; point "
+                "AGENT_RETRIEVAL_DB (or --db) at a writable place"
+            ) from None
         wal = Path(f"{self.path}-wal")
         # immutable=1 reads without the shared-memory file, but would ignore commits still in the WAL: use it
         # only when the WAL is empty. (A store that something keeps writing through another, writable mount
@@ -219,14 +232,19 @@ class SQLiteStore(Store):
         immutable = not wal.exists() or wal.stat().st_size == 0
         uri = f"{self.path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if immutable else "")
         try:
-            return _set_up(sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None,
-                                           check_same_thread=False),
-                           "PRAGMA query_only=ON", "SELECT count(*) FROM sqlite_schema")
+            return _set_up(
+                sqlite3.connect(
+                    uri, uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
+                ),
+                "PRAGMA query_only=ON",
+                "SELECT count(*) FROM sqlite_schema",
+            )
         except sqlite3.OperationalError:
-            raise StoreError(f"cannot open the store {self.path}: it is on a read-only filesystem and its last "
-                             f"writes are still in {wal.name} without their index file; open it once where it "
-                             "is writable (any agent-retrieval command) so SQLite folds them into the store") \
-                from None
+            raise StoreError(
+                f"cannot open the store {self.path}: it is on a read-only filesystem and its last "
+                f"writes are still in {wal.name} without their index file; open it once where it "
+                "is writable (any agent-retrieval command) so SQLite folds them into the store"
+            ) from None
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -241,24 +259,37 @@ class SQLiteStore(Store):
         code = getattr(error, "sqlite_errorcode", 0) & 0xFF  # the primary result code
         text = str(error).lower()
         if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
-            return (f"the store {self.path} is locked by another writer (waited {self.timeout:g} s): another "
-                    "process is writing to it, such as an ingest or reembed. Wait for it to finish, then run "
-                    "this again")
+            return (
+                f"the store {self.path} is locked by another writer (waited {self.timeout:g} s): another "
+                "process is writing to it, such as an ingest or reembed. Wait for it to finish, then run "
+                "this again"
+            )
         if code == sqlite3.SQLITE_READONLY or "readonly" in text:
-            return (f"cannot write the store {self.path}: it is read-only (the file's permissions or a read-only "
-                    "filesystem); searches still work. To write, make the file and its folder writable, or copy "
-                    "the store to a writable place and point AGENT_RETRIEVAL_DB (or --db) at it")
+            return (
+                f"cannot write the store {self.path}: it is read-only (the file's permissions or a read-only "
+                "filesystem); searches still work. To write, make the file and its folder writable, or copy "
+                "the store to a writable place and point AGENT_RETRIEVAL_DB (or --db) at it"
+            )
         if code == sqlite3.SQLITE_FULL or "full" in text:
-            return (f"cannot write the store {self.path}: the disk is full. The unfinished write was undone; "
-                    "free some space, then run this again")
+            return (
+                f"cannot write the store {self.path}: the disk is full. The unfinished write was undone; "
+                "free some space, then run this again"
+            )
         if code == sqlite3.SQLITE_IOERR or "disk i/o" in text:
-            return (f"cannot read or write the store {self.path}: the disk failed "
-                    f"({getattr(error, 'sqlite_errorname', 'I/O error')}). Check the disk, then run this again")
-        if code in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT) or "not a database" in text \
-                or "malformed" in text:
+            return (
+                f"cannot read or write the store {self.path}: the disk failed "
+                f"({getattr(error, 'sqlite_errorname', 'I/O error')}). Check the disk, then run this again"
+            )
+        if (
+            code in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT)
+            or "not a database" in text
+            or "malformed" in text
+        ):
             return f"{self.path} is not a valid agent-retrieval store (or is damaged)"
         if code == sqlite3.SQLITE_CANTOPEN:
-            return f"cannot open the store {self.path}: check that its folder exists and may be read and written"
+            return (
+                f"cannot open the store {self.path}: check that its folder exists and may be read and written"
+            )
         return f"the store {self.path} failed: {type(error).__name__}"
 
     @contextlib.contextmanager
@@ -269,7 +300,9 @@ class SQLiteStore(Store):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
-                conn.execute("UPDATE store_info SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+                conn.execute(
+                    "UPDATE store_info SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'"
+                )
                 conn.execute("COMMIT")
             except BaseException:
                 _end(conn, "ROLLBACK")
@@ -323,8 +356,10 @@ class SQLiteStore(Store):
 
     def set_embedding_model(self, model_id: str, dimension: int) -> None:
         with self._write() as conn:
-            conn.executemany("INSERT OR REPLACE INTO store_info VALUES (?, ?)",
-                             [("embedding_model", model_id), ("dimension", str(dimension))])
+            conn.executemany(
+                "INSERT OR REPLACE INTO store_info VALUES (?, ?)",
+                [("embedding_model", model_id), ("dimension", str(dimension))],
+            )
 
     def _claim_model(self, conn: sqlite3.Connection, model_id: str, vectors: list[Any]) -> None:
         """Record the model on first write; refuse vectors of another model or dimension."""
@@ -334,8 +369,10 @@ class SQLiteStore(Store):
         info = self._info(conn)
         if "embedding_model" not in info:
             if dims:
-                conn.executemany("INSERT INTO store_info VALUES (?, ?)",
-                                 [("embedding_model", model_id), ("dimension", str(dims.pop()))])
+                conn.executemany(
+                    "INSERT INTO store_info VALUES (?, ?)",
+                    [("embedding_model", model_id), ("dimension", str(dims.pop()))],
+                )
             return
         stored, stored_dim = info["embedding_model"], int(info["dimension"])
         if stored != model_id or (dims and dims != {stored_dim}):
@@ -359,13 +396,34 @@ class SQLiteStore(Store):
                           content_hash = excluded.content_hash, text_hash = excluded.text_hash,
                           embedding = excluded.embedding, embedding_model = excluded.embedding_model,
                           updated_at = {NOW}""",
-                    (doc.id, doc.title, doc.content, _json(doc.metadata), doc.source, doc.content_hash,
-                     doc.text_hash, *_blob(doc.embedding, model_id)))
+                    (
+                        doc.id,
+                        doc.title,
+                        doc.content,
+                        _json(doc.metadata),
+                        doc.source,
+                        doc.content_hash,
+                        doc.text_hash,
+                        *_blob(doc.embedding, model_id),
+                    ),
+                )
             conn.executemany(
                 """INSERT INTO chunks (id, document_id, ordinal, heading_path, content, metadata, text_hash,
                                        embedding, embedding_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                [(c.id, c.document_id, c.ordinal, c.heading_path, c.content, _json(c.metadata), c.text_hash,
-                  *_blob(c.embedding, model_id)) for c in chunks])
+                [
+                    (
+                        c.id,
+                        c.document_id,
+                        c.ordinal,
+                        c.heading_path,
+                        c.content,
+                        _json(c.metadata),
+                        c.text_hash,
+                        *_blob(c.embedding, model_id),
+                    )
+                    for c in chunks
+                ],
+            )
 
     def delete_documents(self, ids: Sequence[str]) -> int:
         with self._write() as conn:
@@ -386,9 +444,15 @@ class SQLiteStore(Store):
                           d.embedding_model IS ? AND NOT EXISTS (
                             SELECT 1 FROM chunks c WHERE c.document_id = d.id AND c.embedding_model IS NOT ?),
                           d.source
-                        FROM documents d WHERE d.id IN ({marks})""", (model, model, *batch))
-                states.update({doc_id: DocumentState(content_hash, bool(done), source, False)
-                               for doc_id, content_hash, done, source in rows})
+                        FROM documents d WHERE d.id IN ({marks})""",
+                    (model, model, *batch),
+                )
+                states.update(
+                    {
+                        doc_id: DocumentState(content_hash, bool(done), source, False)
+                        for doc_id, content_hash, done, source in rows
+                    }
+                )
         return states
 
     def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
@@ -397,30 +461,56 @@ class SQLiteStore(Store):
             for batch in _batches(list(set(text_hashes)), 500):
                 marks = ",".join("?" * len(batch))
                 for table in ("chunks", "documents"):
-                    rows = conn.execute(f"""SELECT text_hash, embedding FROM {table}
+                    rows = conn.execute(
+                        f"""SELECT text_hash, embedding FROM {table}
                         WHERE text_hash IN ({marks}) AND embedding_model = ? GROUP BY text_hash""",
-                                        (*batch, model_id))
+                        (*batch, model_id),
+                    )
                     found.update({h: np.frombuffer(blob, dtype=np.float32) for h, blob in rows})
         return found
 
     def pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
         with self._read() as conn:
             if level == "documents":
-                rows = conn.execute("""SELECT id, title, content, metadata, source, content_hash FROM documents
-                    WHERE embedding_model IS NOT ? ORDER BY rowid LIMIT ?""", (model_id, limit)).fetchall()
-                return [Document(id=r[0], title=r[1], content=r[2], metadata=json.loads(r[3]), source=r[4],
-                                 content_hash=r[5]) for r in rows]
-            rows = conn.execute("""SELECT c.id, c.document_id, c.ordinal, c.content, c.heading_path, c.metadata
+                rows = conn.execute(
+                    """SELECT id, title, content, metadata, source, content_hash FROM documents
+                    WHERE embedding_model IS NOT ? ORDER BY rowid LIMIT ?""",
+                    (model_id, limit),
+                ).fetchall()
+                return [
+                    Document(
+                        id=r[0],
+                        title=r[1],
+                        content=r[2],
+                        metadata=json.loads(r[3]),
+                        source=r[4],
+                        content_hash=r[5],
+                    )
+                    for r in rows
+                ]
+            rows = conn.execute(
+                """SELECT c.id, c.document_id, c.ordinal, c.content, c.heading_path, c.metadata
                 FROM chunks c WHERE c.embedding_model IS NOT ? ORDER BY c.rowid LIMIT ?""",
-                                (model_id, limit)).fetchall()
-            return [Chunk(id=r[0], document_id=r[1], ordinal=r[2], content=r[3], heading_path=r[4],
-                          metadata=json.loads(r[5])) for r in rows]
+                (model_id, limit),
+            ).fetchall()
+            return [
+                Chunk(
+                    id=r[0],
+                    document_id=r[1],
+                    ordinal=r[2],
+                    content=r[3],
+                    heading_path=r[4],
+                    metadata=json.loads(r[5]),
+                )
+                for r in rows
+            ]
 
     def set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
         with self._write() as conn:
-            conn.executemany(f"UPDATE {_TABLE[level]} SET text_hash = ?, embedding = ?, embedding_model = ? "
-                             "WHERE id = ?",
-                             [(r.text_hash, *_blob(r.embedding, model_id), r.id) for r in rows])
+            conn.executemany(
+                f"UPDATE {_TABLE[level]} SET text_hash = ?, embedding = ?, embedding_model = ? WHERE id = ?",
+                [(r.text_hash, *_blob(r.embedding, model_id), r.id) for r in rows],
+            )
 
     # --- reading ---------------------------------------------------------------------------------
     def _matrix(self, conn: sqlite3.Connection, level: Level) -> _Matrix | None:
@@ -436,16 +526,26 @@ class SQLiteStore(Store):
             current = self._matrices.get(level)
             if current is not None and current.generation == generation:
                 return current
-            rows = conn.execute(f"SELECT rowid, embedding FROM {_TABLE[level]} "
-                                "WHERE embedding_model = ? ORDER BY rowid", (model,)).fetchall()
+            rows = conn.execute(
+                f"SELECT rowid, embedding FROM {_TABLE[level]} WHERE embedding_model = ? ORDER BY rowid",
+                (model,),
+            ).fetchall()
             dim = int(info["dimension"])
             rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dim)
             current = self._matrices[level] = _Matrix(generation, model, rowids, vectors)
             return current
 
-    def vector_search(self, level: Level, vector: np.ndarray, k: int, *, filters: dict[str, Any] | None = None,
-                      document_ids: Sequence[str] | None = None, min_similarity: float = -1.0) -> list[Hit]:
+    def vector_search(
+        self,
+        level: Level,
+        vector: np.ndarray,
+        k: int,
+        *,
+        filters: dict[str, Any] | None = None,
+        document_ids: Sequence[str] | None = None,
+        min_similarity: float = -1.0,
+    ) -> list[Hit]:
         level, k, filters, document_ids = check_search(level, k, filters, document_ids)
         query = check_vector(vector, min_similarity)
         if query is None:
@@ -455,12 +555,18 @@ class SQLiteStore(Store):
             if matrix is None or len(matrix.rowids) == 0:
                 return []
             if query.shape != (matrix.vectors.shape[1],):
-                raise EmbeddingModelMismatch(matrix.model, matrix.vectors.shape[1], "the query embedder",
-                                             query.shape[-1] if query.ndim else None)
+                raise EmbeddingModelMismatch(
+                    matrix.model,
+                    matrix.vectors.shape[1],
+                    "the query embedder",
+                    query.shape[-1] if query.ndim else None,
+                )
             where, params = _where(level, filters, document_ids)
             vectors, rowids = matrix.vectors, matrix.rowids
             if where:  # the scope is applied before ranking, so k results still come back
-                allowed = [r[0] for r in conn.execute(f"SELECT d.rowid FROM {_FROM[level]} WHERE {where}", params)]
+                allowed = [
+                    r[0] for r in conn.execute(f"SELECT d.rowid FROM {_FROM[level]} WHERE {where}", params)
+                ]
                 keep = np.isin(rowids, np.asarray(allowed, dtype=np.int64))
                 vectors, rowids = vectors[keep], rowids[keep]
             if len(rowids) == 0:
@@ -470,10 +576,19 @@ class SQLiteStore(Store):
             top = np.argpartition(-scores, k - 1)[:k] if len(scores) > k else np.arange(len(scores))
             top = top[np.argsort(-scores[top], kind="stable")]
             top = top[scores[top] >= min_similarity]
-            return self._hits(conn, level, {int(rowids[i]): float(scores[i]) for i in top}, "vector_similarity")
+            return self._hits(
+                conn, level, {int(rowids[i]): float(scores[i]) for i in top}, "vector_similarity"
+            )
 
-    def keyword_search(self, level: Level, query: str, k: int, *, filters: dict[str, Any] | None = None,
-                       document_ids: Sequence[str] | None = None) -> list[Hit]:
+    def keyword_search(
+        self,
+        level: Level,
+        query: str,
+        k: int,
+        *,
+        filters: dict[str, Any] | None = None,
+        document_ids: Sequence[str] | None = None,
+    ) -> list[Hit]:
         """BM25 over the query's words (FTS5), computed exactly but, for long queries, only over the rows
         that can reach the top k (MaxScore): a row holding none of the rarer terms scores at most the sum
         of the common terms' upper bounds, so once k rows beat that sum, rows with only common terms are
@@ -486,14 +601,19 @@ class SQLiteStore(Store):
         where, params = _where(level, filters, document_ids)
         # Unscoped, the FTS index answers alone: joining the table for every match would double the time.
         score = f"-bm25({fts}, {TITLE_WEIGHT}, 1.0, 0.0)"  # the every-row column weighs nothing
-        sql = (f"SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ? ORDER BY score DESC LIMIT ?"
-               if not where else
-               f"""SELECT d.rowid, f.score FROM (SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ?) f
-                   JOIN {_TABLE[level]} d ON d.rowid = f.rowid WHERE {where} ORDER BY f.score DESC LIMIT ?""")
+        sql = (
+            f"SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ? ORDER BY score DESC LIMIT ?"
+            if not where
+            else f"""SELECT d.rowid, f.score FROM (SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ?) f
+                   JOIN {_TABLE[level]} d ON d.rowid = f.rowid WHERE {where} ORDER BY f.score DESC LIMIT ?"""
+        )
         with self._read() as conn:
+
             def ranked(essential: list[str]) -> list[tuple[int, float]]:
                 rest = [t for t in terms if t not in essential]
-                match = f"({_fts_any(essential)})" + (f" AND ({_fts_any(rest)} OR {EVERY_ROW})" if rest else "")
+                match = f"({_fts_any(essential)})" + (
+                    f" AND ({_fts_any(rest)} OR {EVERY_ROW})" if rest else ""
+                )
                 return conn.execute(sql, (match, *params, k)).fetchall()
 
             if len(terms) < 3:
@@ -502,7 +622,7 @@ class SQLiteStore(Store):
             by_rarity = sorted((t for t in terms if weights[t] > 0), key=lambda t: -weights[t])
             if not by_rarity:
                 return []
-            first = by_rarity[:(len(by_rarity) + 1) // 2]
+            first = by_rarity[: (len(by_rarity) + 1) // 2]
             rows = ranked(first)
             threshold = rows[-1][1] if len(rows) == k else 0.0
             bound, essential = 0.0, list(by_rarity)
@@ -534,15 +654,22 @@ class SQLiteStore(Store):
         # As FTS5: idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6, for a term in n of N rows.
         return {t: max(1e-6, math.log((rows - n + 0.5) / (n + 0.5))) if n else 0.0 for t, n in counts.items()}
 
-    def _hits(self, conn: sqlite3.Connection, level: Level, scores: dict[int, float], score_field: str) -> list[Hit]:
+    def _hits(
+        self, conn: sqlite3.Connection, level: Level, scores: dict[int, float], score_field: str
+    ) -> list[Hit]:
         """The rows of `scores` (rowid -> score) as hits in that order, the score in `score_field`."""
         if not scores:
             return []
         marks = ",".join("?" * len(scores))
-        rows = conn.execute(f"SELECT {_COLUMNS[level]} FROM {_FROM[level]} WHERE d.rowid IN ({marks})", list(scores))
+        rows = conn.execute(
+            f"SELECT {_COLUMNS[level]} FROM {_FROM[level]} WHERE d.rowid IN ({marks})", list(scores)
+        )
         by_rowid = {r[0]: r for r in rows}
-        return [_hit(level, by_rowid[i], self.tenant, **{score_field: score})
-                for i, score in scores.items() if i in by_rowid]
+        return [
+            _hit(level, by_rowid[i], self.tenant, **{score_field: score})
+            for i, score in scores.items()
+            if i in by_rowid
+        ]
 
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
         document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
@@ -553,8 +680,11 @@ class SQLiteStore(Store):
             for doc_id in document_ids:
                 if len(rows) == limit:
                     break
-                rows += conn.execute(f"""SELECT {_COLUMNS['chunks']} FROM {_FROM['chunks']}
-                    WHERE d.document_id = ? ORDER BY d.ordinal LIMIT ?""", (doc_id, limit - len(rows)))
+                rows += conn.execute(
+                    f"""SELECT {_COLUMNS["chunks"]} FROM {_FROM["chunks"]}
+                    WHERE d.document_id = ? ORDER BY d.ordinal LIMIT ?""",
+                    (doc_id, limit - len(rows)),
+                )
         return [_hit("chunks", r, self.tenant) for r in rows]
 
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
@@ -563,7 +693,9 @@ class SQLiteStore(Store):
         with self._read() as conn:
             for batch in _batches(list(ids), 500):
                 marks = ",".join("?" * len(batch))
-                known.update(r[0] for r in conn.execute(f"SELECT id FROM documents WHERE id IN ({marks})", batch))
+                known.update(
+                    r[0] for r in conn.execute(f"SELECT id FROM documents WHERE id IN ({marks})", batch)
+                )
         return [i for i in ids if i not in known]
 
     def stats(self) -> StoreStats:
@@ -575,14 +707,21 @@ class SQLiteStore(Store):
                 return conn.execute(sql, params).fetchone()[0]
 
             return StoreStats(
-                backend=self.backend, location=str(self.path.resolve()),
-                documents=count("SELECT count(*) FROM documents"), chunks=count("SELECT count(*) FROM chunks"),
-                embedding_model=model, dimension=int(info["dimension"]) if model else None,
+                backend=self.backend,
+                location=str(self.path.resolve()),
+                documents=count("SELECT count(*) FROM documents"),
+                chunks=count("SELECT count(*) FROM chunks"),
+                embedding_model=model,
+                dimension=int(info["dimension"]) if model else None,
                 documents_missing_embeddings=count(
-                    "SELECT count(*) FROM documents WHERE embedding IS NULL OR embedding_model IS NOT ?", model),
+                    "SELECT count(*) FROM documents WHERE embedding IS NULL OR embedding_model IS NOT ?",
+                    model,
+                ),
                 chunks_missing_embeddings=count(
-                    "SELECT count(*) FROM chunks WHERE embedding IS NULL OR embedding_model IS NOT ?", model),
-                schema_version=count("PRAGMA user_version"))
+                    "SELECT count(*) FROM chunks WHERE embedding IS NULL OR embedding_model IS NOT ?", model
+                ),
+                schema_version=count("PRAGMA user_version"),
+            )
 
 
 def _set_up(conn: sqlite3.Connection, *statements: str) -> sqlite3.Connection:
@@ -635,8 +774,18 @@ def _fts_any(terms: Sequence[str]) -> str:
 
 def _hit(level: Level, row: Any, tenant: str, **scores: float) -> Hit:
     """A hit from a row selected with _COLUMNS, of the store's tenant."""
-    return Hit(id=row[1], level=level, document_id=row[2], title=row[3], content=row[4],
-               metadata=json.loads(row[5]), ordinal=row[6], heading_path=row[7], tenant=tenant, **scores)
+    return Hit(
+        id=row[1],
+        level=level,
+        document_id=row[2],
+        title=row[3],
+        content=row[4],
+        metadata=json.loads(row[5]),
+        ordinal=row[6],
+        heading_path=row[7],
+        tenant=tenant,
+        **scores,
+    )
 
 
 def _json(metadata: dict[str, Any]) -> str:
@@ -651,11 +800,12 @@ def _blob(vector: Any, model_id: str) -> tuple[bytes | None, str | None]:
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
-def _where(level: Level, filters: dict[str, Any] | None, document_ids: Sequence[str] | None
-           ) -> tuple[str, list[Any]]:
+def _where(
+    level: Level, filters: dict[str, Any] | None, document_ids: Sequence[str] | None
+) -> tuple[str, list[Any]]:
     """SQL conditions on alias d for metadata filters and a document scope; values are bound, never inlined."""
     clauses: list[str] = []
     params: list[Any] = []

@@ -87,11 +87,22 @@ class SupabaseStore(RPCStore):
     """
 
     backend = "supabase"
-    unreachable_advice = ("Check that the project is running (a paused project is restored from the Supabase "
-                          "dashboard) and that SUPABASE_URL is right")
+    unreachable_advice = (
+        "Check that the project is running (a paused project is restored from the Supabase "
+        "dashboard) and that SUPABASE_URL is right"
+    )
 
-    def __init__(self, url: str, key: str, *, schema: str = DEFAULT_SCHEMA, tenant: str | None = None,
-                 user_token: str | None = None, timeout: float = 30.0, max_retries: int = 3):
+    def __init__(
+        self,
+        url: str,
+        key: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        tenant: str | None = None,
+        user_token: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+    ):
         super().__init__(schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout)
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"the Supabase URL must start with https:// (got {url[:40]!r})")
@@ -100,7 +111,9 @@ class SupabaseStore(RPCStore):
         key = check_secret("SUPABASE_KEY", key)
         user_token = check_secret("SUPABASE_USER_TOKEN", user_token) if user_token else None
         if not key:
-            raise ConfigError("the Supabase key is empty: set SUPABASE_KEY to the project's anon or service role key")
+            raise ConfigError(
+                "the Supabase key is empty: set SUPABASE_KEY to the project's anon or service role key"
+            )
         self.url, self._key, self._user_token = url.rstrip("/"), key, user_token
         protect(key, user_token or "")  # keys never reach a log, the SDKs' included
         self._client: Any = None
@@ -127,8 +140,11 @@ class SupabaseStore(RPCStore):
                 from supabase import create_client
                 from supabase.lib.client_options import SyncClientOptions
 
-                http = httpx.Client(timeout=self.timeout, limits=httpx.Limits(max_connections=32),
-                                    event_hooks={"request": [_check_request], "response": [_check_response]})
+                http = httpx.Client(
+                    timeout=self.timeout,
+                    limits=httpx.Limits(max_connections=32),
+                    event_hooks={"request": [_check_request], "response": [_check_response]},
+                )
                 self._client = create_client(self.url, self._key, self._options(SyncClientOptions, http))
             return self._client
 
@@ -140,8 +156,10 @@ class SupabaseStore(RPCStore):
             from supabase import acreate_client
             from supabase.lib.client_options import AsyncClientOptions
 
-            http = httpx.AsyncClient(timeout=self.timeout, event_hooks={"request": [_acheck_request],
-                                                                        "response": [_acheck_response]})
+            http = httpx.AsyncClient(
+                timeout=self.timeout,
+                event_hooks={"request": [_acheck_request], "response": [_acheck_response]},
+            )
             client = await acreate_client(self.url, self._key, self._options(AsyncClientOptions, http))
             # Clients of loops that have ended cannot be used again; keep only live ones.
             self._async_clients = {lp: c for lp, c in self._async_clients.items() if not lp.is_closed()}
@@ -162,14 +180,14 @@ class SupabaseStore(RPCStore):
     def _send(self, function: str, params: dict[str, Any]) -> Any:
         try:
             return self._sync_client().rpc(function, _payload(params)).execute().data
-        except Exception as error:  # noqa: BLE001 - every failure becomes a CallError below
+        except Exception as error:
             raise _call_error(error) from None
 
     async def _asend(self, function: str, params: dict[str, Any]) -> Any:
         try:
             client = await self._async_client()
             return (await client.rpc(function, _payload(params)).execute()).data
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise _call_error(error) from None
 
 
@@ -191,27 +209,37 @@ def _call_error(error: Exception) -> CallError:
 
     if isinstance(error, APIError):
         code = str(error.code or "unknown")
-        detail = error.details if isinstance(error.details, str) or error.details is None else str(error.details)
+        detail = (
+            error.details if isinstance(error.details, str) or error.details is None else str(error.details)
+        )
         message = error.message or "request failed"
         if code == "PGRST106":
-            message = (f"{message}. Add the schema to the exposed schemas of the Supabase project "
-                       "(Settings > API > Exposed schemas)")
+            message = (
+                f"{message}. Add the schema to the exposed schemas of the Supabase project "
+                "(Settings > API > Exposed schemas)"
+            )
         elif code in ("PGRST301", "PGRST302", "PGRST303", "401"):
             message = f"the Supabase key or user token was rejected ({message})"
         elif code in ("PGRST000", "PGRST001", "PGRST002", "PGRST003"):
             message = f"the API is up but cannot reach its database ({message})"
         return CallError(code, message, detail, error.hint, transient=code in _TRANSIENT)
     if isinstance(error, _GatewayError):
-        return CallError("gateway", f"its gateway answered HTTP {error.status} ({error.message}): the REST "
-                                    "service behind /rest/v1 (PostgREST) is down or restarting",
-                         transient=str(error.status) in _TRANSIENT)
+        return CallError(
+            "gateway",
+            f"its gateway answered HTTP {error.status} ({error.message}): the REST "
+            "service behind /rest/v1 (PostgREST) is down or restarting",
+            transient=str(error.status) in _TRANSIENT,
+        )
     if isinstance(error, _UnsendableHeader | httpx.LocalProtocolError):
         # The request never left, and the same request would fail again: not retried. httpx's message
         # quotes the offending header, secret and all, so only the header's name is passed on.
         name = f"its {error.name} header" if isinstance(error, _UnsendableHeader) else "a header"
-        return CallError("header", f"the request could not be sent: {name} holds a character no HTTP header "
-                                   "may carry (a line break, say); check SUPABASE_KEY and the user token "
-                                   "(SUPABASE_USER_TOKEN)")
+        return CallError(
+            "header",
+            f"the request could not be sent: {name} holds a character no HTTP header "
+            "may carry (a line break, say); check SUPABASE_KEY and the user token "
+            "(SUPABASE_USER_TOKEN)",
+        )
     if isinstance(error, httpx.ReadTimeout | httpx.WriteTimeout):
         # Not retried: the request reached the API and is slow or blocked; asking again only adds waiting.
         return CallError("timeout", f"{type(error).__name__}")

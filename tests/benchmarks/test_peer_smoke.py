@@ -53,8 +53,9 @@ def test_the_peer_cache_embeds_each_text_once_per_model(tmp_path):
 
 
 def test_the_peer_recipe_ranks_100_deep_by_document_id():
-    documents = [peer.LCDocument(page_content=f"abstract {i} about topic{i % 7}", id=f"d{i}")
-                 for i in range(150)]
+    documents = [
+        peer.LCDocument(page_content=f"abstract {i} about topic{i % 7}", id=f"d{i}") for i in range(150)
+    ]
     embeddings = peer.PeerEmbeddings(CountingEmbeddings(size=8))
     ensemble, seconds = peer.build_peer(documents, embeddings)
     assert ensemble.weights == [0.5, 0.5] and seconds["index_seconds"] >= 0

@@ -29,11 +29,15 @@ squad = _load_script()
 
 def _articles() -> list:
     long = "A paragraph long enough to be split when chunks are small. " * 6
-    return [squad.Article("First_one", "First one", ["Alpha paragraph one.", long.strip(), "Alpha three."]),
-            squad.Article("Second", "Second", ["Beta paragraph one.", "Beta paragraph two."])]
+    return [
+        squad.Article("First_one", "First one", ["Alpha paragraph one.", long.strip(), "Alpha three."]),
+        squad.Article("Second", "Second", ["Beta paragraph one.", "Beta paragraph two."]),
+    ]
 
 
-def _store(tmp_path: Path, articles: list, chunk_size: int = squad.CHUNK_SIZE, headings: bool = True) -> SQLiteStore:
+def _store(
+    tmp_path: Path, articles: list, chunk_size: int = squad.CHUNK_SIZE, headings: bool = True
+) -> SQLiteStore:
     """A real store holding the articles as the benchmark chunks them (no vectors: the check reads text only)."""
     store = SQLiteStore(tmp_path / "mapping.db")
     for article in articles:
@@ -52,13 +56,25 @@ def test_the_mapping_check_passes_when_each_paragraph_is_one_chunk(tmp_path):
     assert chunk_ids["First_one", 1].startswith("First_one#")
 
 
-@pytest.mark.parametrize(("chunk_size", "headings", "problem"), [
-    (100, True, "3 paragraphs became 4 chunks"),  # a paragraph split in two
-    (squad.CHUNK_SIZE, False, "3 paragraphs became 1 chunks"),  # without headings, paragraphs are packed together
-])
-def test_the_mapping_check_fails_loudly_when_paragraphs_are_split_or_merged(tmp_path, chunk_size, headings, problem):
+@pytest.mark.parametrize(
+    ("chunk_size", "headings", "problem"),
+    [
+        (100, True, "3 paragraphs became 4 chunks"),  # a paragraph split in two
+        (
+            squad.CHUNK_SIZE,
+            False,
+            "3 paragraphs became 1 chunks",
+        ),  # without headings, paragraphs are packed together
+    ],
+)
+def test_the_mapping_check_fails_loudly_when_paragraphs_are_split_or_merged(
+    tmp_path, chunk_size, headings, problem
+):
     articles = _articles()
-    with _store(tmp_path, articles, chunk_size, headings) as store, pytest.raises(squad.MappingError) as error:
+    with (
+        _store(tmp_path, articles, chunk_size, headings) as store,
+        pytest.raises(squad.MappingError) as error,
+    ):
         squad.verify_mapping(store, articles)
     assert problem in str(error.value)
 
@@ -70,8 +86,10 @@ def test_the_mapping_check_fails_when_the_store_holds_other_documents(tmp_path):
 
 
 def test_paragraphs_are_kept_in_the_form_the_chunker_stores():
-    assert squad.paragraph_text(" model\u2014\u200b\u200bmany\n leaders  9\u00b0E\ufeff / x \u200e y ") == \
-        "model\u2014many leaders 9\u00b0E / x y"
+    assert (
+        squad.paragraph_text(" model\u2014\u200b\u200bmany\n leaders  9\u00b0E\ufeff / x \u200e y ")
+        == "model\u2014many leaders 9\u00b0E / x y"
+    )
 
 
 def test_the_sample_is_seeded_and_checked():
@@ -109,7 +127,9 @@ def test_the_smoke_run_measures_both_tools_and_a_rerun_embeds_nothing(tmp_path, 
         recalls = [figures[f"recall@{k}"] for k in squad.KS]
         assert all(0.0 <= value <= 1.0 for value in [*recalls, figures["mrr@10"]])
         assert recalls == sorted(recalls) and recalls[0] <= figures["mrr@10"] <= recalls[-1]
-    assert quality["chunks"]["recall@10"] >= 0.6  # the right paragraph is usually found: a broken mapping finds none
+    assert (
+        quality["chunks"]["recall@10"] >= 0.6
+    )  # the right paragraph is usually found: a broken mapping finds none
     for n in squad.SCOPES:
         scoped = quality[f"chunks_top{n}"]
         # A paragraph is findable only inside its article: the scoped search is bounded by document recall@n.

@@ -20,6 +20,7 @@ from agent_retrieval.stores.supabase import SupabaseStore
 MODEL = "test/axes"
 DIM = 4
 
+
 def sqlite_store(request: pytest.FixtureRequest, folder: Path) -> Store:
     return SQLiteStore(folder / "contract.db")
 
@@ -39,7 +40,10 @@ def supabase_store(request: pytest.FixtureRequest, folder: Path) -> Store:
 
 
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Store]] = {
-    "sqlite": sqlite_store, "postgres": postgres_store, "supabase": supabase_store}
+    "sqlite": sqlite_store,
+    "postgres": postgres_store,
+    "supabase": supabase_store,
+}
 CONTRACT_SCHEMA = "ar_contract"
 
 
@@ -56,7 +60,8 @@ def supabase_contract(supabase_contract_schema):
     supabase_contract_schema.postgres.execute(
         f"truncate {CONTRACT_SCHEMA}.documents, {CONTRACT_SCHEMA}.chunks, {CONTRACT_SCHEMA}.documents_terms, "
         f"{CONTRACT_SCHEMA}.chunks_terms, {CONTRACT_SCHEMA}.corpus_stats; "
-        f"delete from {CONTRACT_SCHEMA}.store_info where key = 'embedding_model'")
+        f"delete from {CONTRACT_SCHEMA}.store_info where key = 'embedding_model'"
+    )
     return supabase_contract_schema
 
 
@@ -89,24 +94,76 @@ def axis(*weights: float) -> np.ndarray:
 def corpus() -> tuple[list[Document], list[Chunk]]:
     """Three documents whose vectors point along known axes, so the expected ranking is exact."""
     docs = [
-        Document("fees", "Fee Schedule", "Commission and referral fees are disclosed in writing.",
-                 {"category": "policy", "year": 2023}, "policies/fees.md", content_hash="h1",
-                 text_hash="t-fees", embedding=axis(1)),
-        Document("banda", "14 Banda Lane", "The tenancy deposit of £2,100 is protected.",
-                 {"category": "property", "year": 2024}, content_hash="h2", text_hash="t-banda", embedding=axis(0, 1)),
-        Document("gifts", "Gifts and Hospitality", "Staff may accept gifts worth up to £50.",
-                 {"category": "policy", "year": "2021"}, content_hash="h3", text_hash="t-gifts",
-                 embedding=axis(0, 0, 1)),
+        Document(
+            "fees",
+            "Fee Schedule",
+            "Commission and referral fees are disclosed in writing.",
+            {"category": "policy", "year": 2023},
+            "policies/fees.md",
+            content_hash="h1",
+            text_hash="t-fees",
+            embedding=axis(1),
+        ),
+        Document(
+            "banda",
+            "14 Banda Lane",
+            "The tenancy deposit of £2,100 is protected.",
+            {"category": "property", "year": 2024},
+            content_hash="h2",
+            text_hash="t-banda",
+            embedding=axis(0, 1),
+        ),
+        Document(
+            "gifts",
+            "Gifts and Hospitality",
+            "Staff may accept gifts worth up to £50.",
+            {"category": "policy", "year": "2021"},
+            content_hash="h3",
+            text_hash="t-gifts",
+            embedding=axis(0, 0, 1),
+        ),
     ]
     chunks = [
-        Chunk("fees#0", "fees", 0, "Commission must be disclosed to the vendor in writing.", "Fee Schedule > Lettings",
-              {"category": "policy", "year": 2023}, "c-fees0", axis(1, 0.1)),
-        Chunk("fees#1", "fees", 1, "Sales commission is 1.2% of the price.", "Fee Schedule > Sales",
-              {"category": "policy", "year": 2023}, "c-fees1", axis(1, 0, 0.3)),
-        Chunk("banda#0", "banda", 0, "The deposit of £2,100 for Banda Lane is protected.", "14 Banda Lane",
-              {"category": "property", "year": 2024}, "c-banda0", axis(0.2, 1)),
-        Chunk("gifts#0", "gifts", 0, "Gifts above £50 must be declined and recorded.", "Gifts and Hospitality",
-              {"category": "policy", "year": "2021"}, "c-gifts0", axis(0, 0, 1)),
+        Chunk(
+            "fees#0",
+            "fees",
+            0,
+            "Commission must be disclosed to the vendor in writing.",
+            "Fee Schedule > Lettings",
+            {"category": "policy", "year": 2023},
+            "c-fees0",
+            axis(1, 0.1),
+        ),
+        Chunk(
+            "fees#1",
+            "fees",
+            1,
+            "Sales commission is 1.2% of the price.",
+            "Fee Schedule > Sales",
+            {"category": "policy", "year": 2023},
+            "c-fees1",
+            axis(1, 0, 0.3),
+        ),
+        Chunk(
+            "banda#0",
+            "banda",
+            0,
+            "The deposit of £2,100 for Banda Lane is protected.",
+            "14 Banda Lane",
+            {"category": "property", "year": 2024},
+            "c-banda0",
+            axis(0.2, 1),
+        ),
+        Chunk(
+            "gifts#0",
+            "gifts",
+            0,
+            "Gifts above £50 must be declined and recorded.",
+            "Gifts and Hospitality",
+            {"category": "policy", "year": "2021"},
+            "c-gifts0",
+            axis(0, 0, 1),
+        ),
     ]
     return docs, chunks
 
@@ -136,14 +193,21 @@ def test_vector_search_ranks_by_cosine_with_similarities(store: Store):
 def test_filters_apply_inside_the_search_before_the_limit(store: Store):
     # the best vector match is a policy; filtered to property, k=1 must still return the property chunk
     assert ids(store.vector_search("chunks", axis(1), 1, filters={"category": "property"})) == ["banda#0"]
-    assert ids(store.vector_search("chunks", axis(1), 5, filters={"category": ["property", "nothing"]})) == ["banda#0"]
-    assert ids(store.keyword_search("chunks", "deposit commission", 1, filters={"category": "property"})) == ["banda#0"]
+    assert ids(store.vector_search("chunks", axis(1), 5, filters={"category": ["property", "nothing"]})) == [
+        "banda#0"
+    ]
+    assert ids(store.keyword_search("chunks", "deposit commission", 1, filters={"category": "property"})) == [
+        "banda#0"
+    ]
 
 
 def test_numbers_and_their_text_match_each_other_in_filters(store: Store):
     assert set(ids(store.vector_search("documents", axis(1), 5, filters={"year": "2023"}))) == {"fees"}
     assert set(ids(store.vector_search("documents", axis(1), 5, filters={"year": 2021}))) == {"gifts"}
-    assert set(ids(store.vector_search("documents", axis(1), 5, filters={"year": [2021, "2024"]}))) == {"gifts", "banda"}
+    assert set(ids(store.vector_search("documents", axis(1), 5, filters={"year": [2021, "2024"]}))) == {
+        "gifts",
+        "banda",
+    }
     assert store.vector_search("documents", axis(1), 5, filters={"missing_key": "x"}) == []
 
 
@@ -163,8 +227,22 @@ def test_keyword_search_ranks_by_bm25_on_content_words(store: Store):
     assert len(store.keyword_search("chunks", "the and of", 5)) == 4  # only stopwords: search them after all
 
 
-SYNTAX = ['"unbalanced', "NEAR(commission deposit", "commission AND OR NOT", "(((", "*", "comm*", "'; DROP TABLE chunks; --",
-          "title:commission", "^commission", "commission -deposit", "a\u0000b", "💥 ünïcödé", "", "   "]
+SYNTAX = [
+    '"unbalanced',
+    "NEAR(commission deposit",
+    "commission AND OR NOT",
+    "(((",
+    "*",
+    "comm*",
+    "'; DROP TABLE chunks; --",
+    "title:commission",
+    "^commission",
+    "commission -deposit",
+    "a\u0000b",
+    "💥 ünïcödé",
+    "",
+    "   ",
+]
 
 
 @pytest.mark.parametrize("query", SYNTAX)
@@ -223,8 +301,10 @@ def test_delete_removes_documents_with_their_chunks(store: Store):
 
 def test_states_hashes_and_backfill(store: Store):
     states = store.document_states(["fees", "banda", "nope"])
-    assert states == {"fees": DocumentState("h1", True, "policies/fees.md", False),
-                      "banda": DocumentState("h2", True, None, False)}
+    assert states == {
+        "fees": DocumentState("h1", True, "policies/fees.md", False),
+        "banda": DocumentState("h2", True, None, False),
+    }
     found = store.vectors_by_hash(["c-fees0", "t-banda", "unknown"], MODEL)
     assert set(found) == {"c-fees0", "t-banda"}
     np.testing.assert_allclose(found["c-fees0"], axis(1, 0.1), rtol=1e-6)
@@ -235,7 +315,9 @@ def test_states_hashes_and_backfill(store: Store):
     store.upsert([docs[0]], chunks[:2], MODEL)
     assert store.document_states(["fees"])["fees"].embedded is False
     assert store.stats().chunks_missing_embeddings == 1
-    assert "fees#1" not in ids(store.vector_search("chunks", axis(1), 5))  # unembedded rows stay out of vector search
+    assert "fees#1" not in ids(
+        store.vector_search("chunks", axis(1), 5)
+    )  # unembedded rows stay out of vector search
     assert "fees#1" in ids(store.keyword_search("chunks", "sales", 5))  # ... but keyword search finds them
     pending = store.pending_embeddings("chunks", MODEL, 10)
     assert ids(pending) == ["fees#1"] and pending[0].heading_path == "Fee Schedule > Sales"
@@ -277,14 +359,14 @@ def test_readers_work_beside_a_writer(store: Store):
             for _ in range(30):
                 assert len(store.vector_search("chunks", axis(1), 2)) == 2
                 assert store.keyword_search("chunks", "deposit", 2)
-        except BaseException as error:  # noqa: BLE001 - collected and asserted below
+        except BaseException as error:
             errors.append(error)
 
     def write() -> None:
         try:
             for _ in range(15):
                 store.upsert([docs[1]], [chunks[2]], MODEL)
-        except BaseException as error:  # noqa: BLE001
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=read) for _ in range(4)] + [threading.Thread(target=write)]
@@ -298,8 +380,10 @@ def test_readers_work_beside_a_writer(store: Store):
 
 # --- hostile arguments every backend must survive (tests/unit/test_hostile_input.py generates more) ------
 
-@pytest.mark.parametrize("vector", [[0.0] * DIM, [1e-40] * DIM, [3e38, -3e38] * (DIM // 2)],
-                         ids=["zeros", "tiny", "huge"])
+
+@pytest.mark.parametrize(
+    "vector", [[0.0] * DIM, [1e-40] * DIM, [3e38, -3e38] * (DIM // 2)], ids=["zeros", "tiny", "huge"]
+)
 def test_a_vector_without_direction_or_of_extreme_numbers_gives_no_nan(store, vector):
     # Float sums underflow or overflow on these (pgvector then answered NaN similarities, which passed every
     # threshold, and SQLite returned arbitrary rows).
@@ -311,11 +395,22 @@ def test_a_vector_without_direction_or_of_extreme_numbers_gives_no_nan(store, ve
 
 def test_any_text_is_a_metadata_key_that_matches_only_itself(make_store):
     # '"', '.', '$', escapes and emoji once broke or misled a JSON path; keys are compared as they are.
-    odd = {'a"b': 1, "a.b": "dot", "$.a": "dollar", "🔥": "fire", "\\x": "slash", "a b": True, "') or 1=1 --": "x"}
+    odd = {
+        'a"b': 1,
+        "a.b": "dot",
+        "$.a": "dollar",
+        "🔥": "fire",
+        "\\x": "slash",
+        "a b": True,
+        "') or 1=1 --": "x",
+    }
     meta = {**odd, "a": {"b": "nested"}}
     store = make_store()
-    store.upsert([Document("d", "Odd keys", "deposit", meta, content_hash="h", embedding=axis(1))],
-                 [Chunk("d#0", "d", 0, "deposit", "Odd keys", meta, "t", axis(1))], MODEL)
+    store.upsert(
+        [Document("d", "Odd keys", "deposit", meta, content_hash="h", embedding=axis(1))],
+        [Chunk("d#0", "d", 0, "deposit", "Odd keys", meta, "t", axis(1))],
+        MODEL,
+    )
     for key, value in odd.items():
         assert ids(store.keyword_search("chunks", "deposit", 3, filters={key: value})) == ["d#0"]
         assert store.keyword_search("chunks", "deposit", 3, filters={key: "other"}) == []

@@ -31,8 +31,9 @@ def api():
 @pytest.fixture
 def run_context(api: FakeAPI, context: Context) -> Context:
     """The run's Context: the chat model is ChatOpenAI against the fake (the Retrieval is shared)."""
-    return Context(db_path=context.db_path, openai_base_url=api.openai_url, openai_api_key="test",
-                   max_retries=0)
+    return Context(
+        db_path=context.db_path, openai_base_url=api.openai_url, openai_api_key="test", max_retries=0
+    )
 
 
 def chats(api: FakeAPI) -> list[dict]:
@@ -112,14 +113,16 @@ async def test_agent_calls_document_then_chunk_retriever_and_cites_a_chunk(api, 
     assert [m["role"] for m in bodies[2]["messages"]].count("tool") == 2
 
 
-async def test_codegen_writes_sql_that_compiles_against_the_retrieved_schemas(api, retrieval, embedder,
-                                                                               run_context):
+async def test_codegen_writes_sql_that_compiles_against_the_retrieved_schemas(
+    api, retrieval, embedder, run_context
+):
     from graphs import codegen
 
     ingest(load_documents([demo.schemas_dir()]), retrieval.store, embedder, retrieval.context, progress=False)
     graph = codegen.build(GraphParts(retrieval=retrieval))
-    out = await graph.ainvoke({"request": "total value of one-off orders per customer", "language": "sql"},
-                              context=run_context)
+    out = await graph.ainvoke(
+        {"request": "total value of one-off orders per customer", "language": "sql"}, context=run_context
+    )
 
     assert out["errors"] == [] and out["valid"] is True
     assert out["attempts"] == 1
@@ -134,8 +137,11 @@ async def test_indexer_stores_a_pasted_document_that_search_then_finds(api, retr
     from graphs import indexer
 
     graph = indexer.build(GraphParts(retrieval=retrieval))
-    document = {"id": "zanzibar-memo", "title": "Zanzibar office memo",
-                "content": "The Zanzibar branch closes at noon on Fridays for staff training."}
+    document = {
+        "id": "zanzibar-memo",
+        "title": "Zanzibar office memo",
+        "content": "The Zanzibar branch closes at noon on Fridays for staff training.",
+    }
     out = await graph.ainvoke({"documents": [document]}, context=run_context)
 
     assert out["errors"] == []

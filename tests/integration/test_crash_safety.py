@@ -47,8 +47,14 @@ from tests.storecheck import (
 REPO = Path(__file__).resolve().parents[2]
 SEED = 20240611
 CONTEXT = Context(chunk_size=400, chunk_overlap=40)
-SETTINGS = {"EMBEDDING_PROVIDER": "openai", "OPENAI_API_KEY": "test-key-not-a-secret", "CHUNK_SIZE": "400",
-            "CHUNK_OVERLAP": "40", "EMBEDDING_BATCH_SIZE": "64", "MAX_RETRIES": "0"}
+SETTINGS = {
+    "EMBEDDING_PROVIDER": "openai",
+    "OPENAI_API_KEY": "test-key-not-a-secret",
+    "CHUNK_SIZE": "400",
+    "CHUNK_OVERLAP": "40",
+    "EMBEDDING_BATCH_SIZE": "64",
+    "MAX_RETRIES": "0",
+}
 FAILED_REQUESTS = 2  # the provider's first embedding requests fail
 REQUEST_DELAY = 0.02  # every embedding request is held this long, so a kill can land inside one
 # Where the kills of one store land, in order (how far into its work each run gets first is seeded).
@@ -94,8 +100,14 @@ class Driver:
     """The forking driver: `start` a CLI run and get its pid, then `wait` for how it ended."""
 
     def __init__(self, env: dict[str, str]):
-        self.process = subprocess.Popen([sys.executable, "-c", DRIVER], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", DRIVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+        )
         assert self._read() == {"ready": True}
 
     def _read(self) -> dict[str, Any]:
@@ -128,8 +140,11 @@ def api() -> Iterator[FakeAPI]:
 
 @pytest.fixture(scope="module")
 def driver() -> Iterator[Driver]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in {f.metadata.get("env") or f.name.upper() for f in fields(Context)}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {f.metadata.get("env") or f.name.upper() for f in fields(Context)}
+    }
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO))
     runner = Driver(env)
     yield runner
@@ -205,23 +220,35 @@ def postgres_backend(dsn: str, schema: str) -> Backend:
 
     def writing() -> bool:
         """Whether a run's upsert is executing or its transaction is still open."""
-        return monitor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE %s "
-            "AND state IN ('active', 'idle in transaction')", (f"%{schema}%upsert_documents%",)).fetchone()[0] > 0
+        return (
+            monitor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE %s "
+                "AND state IN ('active', 'idle in transaction')",
+                (f"%{schema}%upsert_documents%",),
+            ).fetchone()[0]
+            > 0
+        )
 
     def close() -> None:
         store.close()
         monitor.close()
 
-    return Backend({"AGENT_RETRIEVAL_DSN": dsn, "AGENT_RETRIEVAL_SCHEMA": schema},
-                   lambda: pg_snapshot(dsn, schema), lambda: pg_digest(dsn, schema), store.document_states,
-                   writing, close)
+    return Backend(
+        {"AGENT_RETRIEVAL_DSN": dsn, "AGENT_RETRIEVAL_SCHEMA": schema},
+        lambda: pg_snapshot(dsn, schema),
+        lambda: pg_digest(dsn, schema),
+        store.document_states,
+        writing,
+        close,
+    )
 
 
 class Runs:
     """Ingest runs of one corpus into one store, each checked against what the store lacked before it."""
 
-    def __init__(self, driver: Driver, api: FakeAPI, corpus: Path, want: Expected, backend: Backend, logs: Path):
+    def __init__(
+        self, driver: Driver, api: FakeAPI, corpus: Path, want: Expected, backend: Backend, logs: Path
+    ):
         self.driver, self.api, self.corpus, self.want = driver, api, corpus, want
         self.backend, self.logs = backend, logs
         self.env = {**SETTINGS, "OPENAI_BASE_URL": api.openai_url, **backend.env}
@@ -230,7 +257,9 @@ class Runs:
     def check(self) -> set[str]:
         """The store's invariants (see check_snapshot); the texts it lacks a vector for."""
         snapshot = self.backend.snapshot()
-        check_snapshot(snapshot, self.want, self.backend.states(list(snapshot.documents)), self.api.unit_vector)
+        check_snapshot(
+            snapshot, self.want, self.backend.states(list(snapshot.documents)), self.api.unit_vector
+        )
         return self.want.texts - snapshot.embedded_texts()
 
     def run(self, kill: Callable[[int, int], str] | None = None) -> tuple[dict[str, Any], list[str], str]:
@@ -258,8 +287,9 @@ def alive(pid: int) -> bool:
     return True
 
 
-def killer(api: FakeAPI, backend: Backend, phase: str, fraction: float, rng: random.Random,
-           missing: int) -> Callable[[int, int], str]:
+def killer(
+    api: FakeAPI, backend: Backend, phase: str, fraction: float, rng: random.Random, missing: int
+) -> Callable[[int, int], str]:
     """A kill once the run has sent `fraction` of the `missing` texts, then: at once while that request is
     held (embedding), inside the next write transaction (writing), or after a random delay."""
 
@@ -289,8 +319,9 @@ def killer(api: FakeAPI, backend: Backend, phase: str, fraction: float, rng: ran
     return kill
 
 
-def crash_and_recover(driver: Driver, api: FakeAPI, corpus: Path, want: Expected, backend: Backend,
-                      clean: Backend, logs: Path) -> None:
+def crash_and_recover(
+    driver: Driver, api: FakeAPI, corpus: Path, want: Expected, backend: Backend, clean: Backend, logs: Path
+) -> None:
     rng = random.Random(SEED)
     runs = Runs(driver, api, corpus, want, backend, logs)
 
@@ -319,14 +350,23 @@ def crash_and_recover(driver: Driver, api: FakeAPI, corpus: Path, want: Expected
     assert backend.digest()[:2] == (len(want.documents), sum(len(c) for c in want.chunks.values()))
 
 
-def test_sigkilled_sqlite_ingests_leave_a_consistent_store_that_a_rerun_completes(driver, api, corpus, want,
-                                                                                   tmp_path):
-    crash_and_recover(driver, api, corpus, want, sqlite_backend(tmp_path / "store.db"),
-                      sqlite_backend(tmp_path / "clean.db"), tmp_path)
+def test_sigkilled_sqlite_ingests_leave_a_consistent_store_that_a_rerun_completes(
+    driver, api, corpus, want, tmp_path
+):
+    crash_and_recover(
+        driver,
+        api,
+        corpus,
+        want,
+        sqlite_backend(tmp_path / "store.db"),
+        sqlite_backend(tmp_path / "clean.db"),
+        tmp_path,
+    )
 
 
-def test_sigkilled_postgres_ingests_leave_a_consistent_store_that_a_rerun_completes(driver, api, corpus, want,
-                                                                                     postgres, tmp_path):
+def test_sigkilled_postgres_ingests_leave_a_consistent_store_that_a_rerun_completes(
+    driver, api, corpus, want, postgres, tmp_path
+):
     for schema in ("crash_safety", "crash_safety_clean"):
         postgres.execute(f"drop schema if exists {schema} cascade")
     backend = postgres_backend(postgres.dsn, "crash_safety")

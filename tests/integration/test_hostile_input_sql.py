@@ -56,9 +56,15 @@ def _load(execute, schema: str) -> Corpus:
     """What is stored, read with SQL: ids, metadata, and the lexemes each row is indexed under."""
     documents = dict(execute(f"select id, metadata from {schema}.documents"))
     chunks = {i: (d, o) for i, d, o in execute(f"select id, document_id, ordinal from {schema}.chunks")}
-    words = {level: {i: set(lexemes) for i, lexemes in execute(
-        f"select id, array(select lexeme from unnest(tsv)) from {schema}.{level}")} for level in ("documents",
-                                                                                           "chunks")}
+    words = {
+        level: {
+            i: set(lexemes)
+            for i, lexemes in execute(
+                f"select id, array(select lexeme from unnest(tsv)) from {schema}.{level}"
+            )
+        }
+        for level in ("documents", "chunks")
+    }
     return Corpus(documents=documents, chunks=chunks, words=words)
 
 
@@ -68,27 +74,49 @@ class Backend:
     def __init__(self, name: str, store: Any, execute: Any, schema: str):
         self.name, self.store, self.execute, self.schema = name, store, execute, schema
         self.corpus = _load(execute, schema)
-        self.retrieval = Retrieval(Context(), store=store, embedder=Embedder(WordHashEmbeddings(), "test/word-hash"))
+        self.retrieval = Retrieval(
+            Context(), store=store, embedder=Embedder(WordHashEmbeddings(), "test/word-hash")
+        )
         names = ["document_retriever", "chunk_retriever", "similarity_search"]
-        self.tools = dict(zip(names, make_retrieval_tools(retrieval=self.retrieval, names=names), strict=True))
+        self.tools = dict(
+            zip(names, make_retrieval_tools(retrieval=self.retrieval, names=names), strict=True)
+        )
 
     def __repr__(self) -> str:
         return f"Backend({self.name})"
 
     def fingerprint(self) -> list[tuple[str, str]]:
         """An md5 of every row of every table in the store's schema."""
-        tables = [r[0] for r in self.execute(
-            "select table_name from information_schema.tables where table_schema = %s and table_type = 'BASE TABLE' "
-            "order by 1", (self.schema,))]
+        tables = [
+            r[0]
+            for r in self.execute(
+                "select table_name from information_schema.tables where table_schema = %s and table_type = 'BASE TABLE' "
+                "order by 1",
+                (self.schema,),
+            )
+        ]
         assert {"documents", "chunks", "chunks_terms", "corpus_stats", "store_info"} <= set(tables)
-        return [(t, self.execute(f"select md5(coalesce(string_agg(r::text, '|' order by r::text), '')) "
-                                 f"from {self.schema}.{t} r")[0][0]) for t in tables]
+        return [
+            (
+                t,
+                self.execute(
+                    f"select md5(coalesce(string_agg(r::text, '|' order by r::text), '')) "
+                    f"from {self.schema}.{t} r"
+                )[0][0],
+            )
+            for t in tables
+        ]
 
     def query_words(self, query: str) -> set[str]:
         """The lexemes of the query as the keyword function reads it (NUL and lone surrogates replaced)."""
         text = query.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")[:4000]
-        return set(self.execute(f"select array(select lexeme from unnest(to_tsvector("
-                                f"'{self.schema}.english_all'::regconfig, %s)))", (text,))[0][0])
+        return set(
+            self.execute(
+                f"select array(select lexeme from unnest(to_tsvector("
+                f"'{self.schema}.english_all'::regconfig, %s)))",
+                (text,),
+            )[0][0]
+        )
 
 
 def _ingest(store: Any) -> None:
@@ -130,7 +158,8 @@ def unchanged(backend):
 @SQL_SETTINGS
 @given(data=st.data())
 def test_every_tool_answers_any_arguments_with_bounded_hits_or_an_error_naming_the_argument(
-        backend, unchanged, data):
+    backend, unchanged, data
+):
     name, bad, args = draw_tool_call(data, sorted(backend.corpus["documents"]), sorted(backend.tools))
     check_tool_answer(call(backend.tools[name], args), name, bad, args, backend.corpus)
 
@@ -138,8 +167,10 @@ def test_every_tool_answers_any_arguments_with_bounded_hits_or_an_error_naming_t
 @SQL_SETTINGS
 @given(query=st.one_of(clean_query, hostile_text), top_k=st.integers(1, 50))
 def test_tsquery_fts5_and_sql_syntax_in_the_query_never_widen_the_search(backend, unchanged, query, top_k):
-    result = call(backend.tools["chunk_retriever"], {"query": query, "top_k": top_k, "query_type": "exact",
-                                                     "hyde": "off"})
+    result = call(
+        backend.tools["chunk_retriever"],
+        {"query": query, "top_k": top_k, "query_type": "exact", "hyde": "off"},
+    )
     if result.status == "error":
         assert result.content.startswith("Invalid arguments: query"), result.content
         return
@@ -161,8 +192,9 @@ def test_a_thousand_levels_of_nesting_and_the_inputs_postgres_cannot_hold_are_to
         ({"document_ids": ["a\x00b"]}, "document_ids: each id must be"),
     ]:
         result = call(tool, {"query": "deposit", **args})
-        assert result.status == "error" and result.content.startswith(f"Invalid arguments: {message}"), \
+        assert result.status == "error" and result.content.startswith(f"Invalid arguments: {message}"), (
             result.content
+        )
 
 
 async def test_the_async_path_checks_the_same_arguments(backend, unchanged):
@@ -177,12 +209,25 @@ async def test_the_async_path_checks_the_same_arguments(backend, unchanged):
         with pytest.raises(InvalidRequest, match=message):
             await coroutine
     result = await backend.tools["chunk_retriever"].ainvoke(
-        {"type": "tool_call", "id": "c", "name": "chunk_retriever",
-         "args": {"query": "'; drop table chunks; -- deposit & !lane", "document_ids": ["fee-schedule", "nope"]}})
+        {
+            "type": "tool_call",
+            "id": "c",
+            "name": "chunk_retriever",
+            "args": {
+                "query": "'; drop table chunks; -- deposit & !lane",
+                "document_ids": ["fee-schedule", "nope"],
+            },
+        }
+    )
     assert result.status == "error" and "document_ids: 1 unknown id(s): 'nope'" in result.content
     result = await backend.tools["document_retriever"].ainvoke(
-        {"type": "tool_call", "id": "c", "name": "document_retriever",
-         "args": {"query": "deposit <-> lane:* | !fee", "filters": {"year": ["2024", 2021]}, "top_k": 50}})
+        {
+            "type": "tool_call",
+            "id": "c",
+            "name": "document_retriever",
+            "args": {"query": "deposit <-> lane:* | !fee", "filters": {"year": ["2024", 2021]}, "top_k": 50},
+        }
+    )
     assert result.status == "success" and result.artifact["hits"]
     assert all(h["metadata"]["year"] in (2021, 2024) for h in result.artifact["hits"])
 
@@ -194,16 +239,32 @@ async def test_the_async_path_checks_the_same_arguments(backend, unchanged):
 @given(data=st.data())
 def test_keyword_search_answers_any_arguments_or_names_the_bad_one(backend, unchanged, data):
     valid, hostile = search_strategies(sorted(backend.corpus["documents"]))
-    bad, args = one_bad(data, {**valid, "query": st.one_of(clean_query, hostile_text)},
-                        {**hostile, "query": st.one_of(st.none(), st.integers(), st.just(["deposit"]))})
-    result = store_call(bad, backend.store.keyword_search, args["level"], args["query"], args["k"],
-                        filters=args["filters"], document_ids=args["document_ids"])
+    bad, args = one_bad(
+        data,
+        {**valid, "query": st.one_of(clean_query, hostile_text)},
+        {**hostile, "query": st.one_of(st.none(), st.integers(), st.just(["deposit"]))},
+    )
+    result = store_call(
+        bad,
+        backend.store.keyword_search,
+        args["level"],
+        args["query"],
+        args["k"],
+        filters=args["filters"],
+        document_ids=args["document_ids"],
+    )
     if result is None:
         return
     assert accepted_scope(args["level"], args["k"], args["document_ids"]) and isinstance(args["query"], str)
     hits = [h.to_dict() for h in result]
-    check_hits(hits, backend.corpus, args["level"], top_k=args["k"], filters=args["filters"],
-               document_ids=args["document_ids"])
+    check_hits(
+        hits,
+        backend.corpus,
+        args["level"],
+        top_k=args["k"],
+        filters=args["filters"],
+        document_ids=args["document_ids"],
+    )
     if hits:
         words = backend.query_words(args["query"])
         assert all(backend.corpus["words"][args["level"]][h["id"]] & words for h in hits), args["query"]
@@ -214,13 +275,26 @@ def test_keyword_search_answers_any_arguments_or_names_the_bad_one(backend, unch
 @given(data=st.data())
 def test_vector_search_answers_any_arguments_or_names_the_bad_one(backend, unchanged, data):
     valid, hostile = search_strategies(sorted(backend.corpus["documents"]))
-    bad, args = one_bad(data, {**valid, "vector": vector_256, "min_similarity": st.floats(-1, 1)},
-                        {**hostile, "vector": hostile_vectors,
-                         "min_similarity": st.one_of(st.just(float("nan")), st.booleans(), hostile_text)})
+    bad, args = one_bad(
+        data,
+        {**valid, "vector": vector_256, "min_similarity": st.floats(-1, 1)},
+        {
+            **hostile,
+            "vector": hostile_vectors,
+            "min_similarity": st.one_of(st.just(float("nan")), st.booleans(), hostile_text),
+        },
+    )
     try:
-        result = store_call(bad, backend.store.vector_search, args["level"], args["vector"], args["k"],
-                            filters=args["filters"], document_ids=args["document_ids"],
-                            min_similarity=args["min_similarity"])
+        result = store_call(
+            bad,
+            backend.store.vector_search,
+            args["level"],
+            args["vector"],
+            args["k"],
+            filters=args["filters"],
+            document_ids=args["document_ids"],
+            min_similarity=args["min_similarity"],
+        )
     except AgentRetrievalError as error:
         assert not isinstance(error, InvalidRequest)
         assert bad in ("vector", "all") and "dimension" in str(error), str(error)  # another dimension, named
@@ -229,8 +303,14 @@ def test_vector_search_answers_any_arguments_or_names_the_bad_one(backend, uncha
         return
     assert accepted_scope(args["level"], args["k"], args["document_ids"])
     hits = [h.to_dict() for h in result]
-    check_hits(hits, backend.corpus, args["level"], top_k=args["k"], filters=args["filters"],
-               document_ids=args["document_ids"])
+    check_hits(
+        hits,
+        backend.corpus,
+        args["level"],
+        top_k=args["k"],
+        filters=args["filters"],
+        document_ids=args["document_ids"],
+    )
     assert all(h["vector_similarity"] >= args["min_similarity"] for h in hits)
 
 
@@ -267,7 +347,11 @@ FOUND = [  # each once reached the database and came back as a misleading or unh
     ("unknown_documents", (["a\x00b"],), "ids: each id must be"),  # was: "text fields cannot contain NUL"
     ("unknown_documents", ([7],), "ids: each id must be"),  # was: "SQL is not installed" (no int[] function)
     ("document_chunks", (["fee-schedule"], -1), "limit must be"),  # was: "LIMIT must not be negative"
-    ("vector_search", ("chunks", [float("nan")] * DIM, 5), "vector must be a non-empty list of finite numbers"),
+    (
+        "vector_search",
+        ("chunks", [float("nan")] * DIM, 5),
+        "vector must be a non-empty list of finite numbers",
+    ),
 ]
 
 
@@ -281,4 +365,6 @@ def test_keyword_text_postgres_cannot_hold_is_searched_as_plain_words(backend, u
     # A lone surrogate or NUL cannot reach Postgres: the store replaces them and searches the words around.
     for query in ("banda\ud800lane deposit", "banda\x00lane deposit", "deposit & !lane | (x <-> y):*"):
         hits = backend.store.keyword_search("documents", query, 5)
-        assert hits and all(backend.corpus["words"]["documents"][h.id] & backend.query_words(query) for h in hits)
+        assert hits and all(
+            backend.corpus["words"]["documents"][h.id] & backend.query_words(query) for h in hits
+        )

@@ -31,9 +31,12 @@ QUESTION = "What is the codename of the acquisition plan, and when is closing pl
 
 
 def tenant_document(tenant: str) -> Document:
-    return Document(f"{tenant}-plan", f"{tenant} acquisition plan",
-                    f"# Acquisition plan\n\nThe {tenant} acquisition plan is codenamed {SECRETS[tenant]}. "
-                    "Closing is planned for the spring, after the board approves the codename.")
+    return Document(
+        f"{tenant}-plan",
+        f"{tenant} acquisition plan",
+        f"# Acquisition plan\n\nThe {tenant} acquisition plan is codenamed {SECRETS[tenant]}. "
+        "Closing is planned for the spring, after the board approves the codename.",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,16 +52,34 @@ def server(supabase_stack, api, tmp_path_factory) -> Iterator[Server]:
     PostgresStore(stack.postgres.dsn, schema=SCHEMA).init(DIM)
     stack.postgrest.reload_schema()
     for tenant in SECRETS:  # written with the service role, as an operator ingests
-        context = Context(supabase_url=stack.url, supabase_key=stack.service_key, db_schema=SCHEMA,
-                          tenant_id=tenant, embedding_provider="openai", openai_base_url=api.openai_url,
-                          openai_api_key=SERVER_KEY)
+        context = Context(
+            supabase_url=stack.url,
+            supabase_key=stack.service_key,
+            db_schema=SCHEMA,
+            tenant_id=tenant,
+            embedding_provider="openai",
+            openai_base_url=api.openai_url,
+            openai_api_key=SERVER_KEY,
+        )
         with open_store(context) as store:
-            report = ingest([tenant_document(tenant)], store, make_embedder(context), context, progress=False,
-                            public=tenant == "press")
+            report = ingest(
+                [tenant_document(tenant)],
+                store,
+                make_embedder(context),
+                context,
+                progress=False,
+                public=tenant == "press",
+            )
         assert report.written == 1 and report.unembedded == 0
-    settings = {"SUPABASE_URL": stack.url, "SUPABASE_KEY": stack.anon_key, "AGENT_RETRIEVAL_SCHEMA": SCHEMA,
-                "SUPABASE_JWT_SECRET": stack.jwt_secret, "EMBEDDING_PROVIDER": "openai",
-                "OPENAI_BASE_URL": api.openai_url, "OPENAI_API_KEY": SERVER_KEY}
+    settings = {
+        "SUPABASE_URL": stack.url,
+        "SUPABASE_KEY": stack.anon_key,
+        "AGENT_RETRIEVAL_SCHEMA": SCHEMA,
+        "SUPABASE_JWT_SECRET": stack.jwt_secret,
+        "EMBEDDING_PROVIDER": "openai",
+        "OPENAI_BASE_URL": api.openai_url,
+        "OPENAI_API_KEY": SERVER_KEY,
+    }
     with serve(tmp_path_factory.mktemp("langgraph-auth"), settings) as running:
         yield running
 
@@ -67,9 +88,10 @@ def everything(out: dict) -> str:
     return json.dumps(out)
 
 
-@pytest.mark.parametrize(("sub", "tenant", "own"), [
-    ("u-acme", "acme", "acme"), ("u-globex", "globex", "globex"),
-    ("acme", None, None)])  # a user named like a tenant, with no tenant claim
+@pytest.mark.parametrize(
+    ("sub", "tenant", "own"),
+    [("u-acme", "acme", "acme"), ("u-globex", "globex", "globex"), ("acme", None, None)],
+)  # a user named like a tenant, with no tenant claim
 def test_each_user_reads_only_their_tenant_and_public_rows_through_every_graph(server, api, sub, tenant, own):
     allowed = {"press", own} - {None}
     with get_sync_client(url=server.url, headers=server.headers(sub, tenant)) as client:
@@ -92,8 +114,9 @@ def test_the_server_key_goes_only_to_its_endpoint_and_no_key_or_token_reaches_th
     user_token = server.token("u-acme", "acme")
     with get_sync_client(url=server.url, headers={"Authorization": f"Bearer {user_token}"}) as client:
         thread = client.threads.create()
-        client.runs.wait(thread["thread_id"], "rag",
-                         input={"messages": [{"role": "user", "content": QUESTION}]})
+        client.runs.wait(
+            thread["thread_id"], "rag", input={"messages": [{"role": "user", "content": QUESTION}]}
+        )
         state = json.dumps(client.threads.get_state(thread["thread_id"]))
     assert api.requests_to("embeddings")
     assert all(r.headers["authorization"] == f"Bearer {SERVER_KEY}" for r in api.requests_to("embeddings"))
@@ -103,7 +126,18 @@ def test_the_server_key_goes_only_to_its_endpoint_and_no_key_or_token_reaches_th
 
 def test_a_users_indexer_run_writes_nothing_into_another_tenant(server):
     with get_sync_client(url=server.url, headers=server.headers("u-globex", "globex")) as client:
-        out = client.runs.wait(None, "indexer", input={"documents": [
-            {"title": "acme acquisition plan", "id": "acme-plan", "content": "Overwritten by globex.",
-             "metadata": {"tenant_id": "acme"}}]})
+        out = client.runs.wait(
+            None,
+            "indexer",
+            input={
+                "documents": [
+                    {
+                        "title": "acme acquisition plan",
+                        "id": "acme-plan",
+                        "content": "Overwritten by globex.",
+                        "metadata": {"tenant_id": "acme"},
+                    }
+                ]
+            },
+        )
     assert out["report"]["written"] == 0 and "tenant_id cannot be set" in " ".join(out["errors"])

@@ -35,12 +35,23 @@ TENANT = "demo"
 
 def fill_store(api: FakeAPI, db_path: Path) -> None:
     """The demo corpus and schemas in tenant "demo", embedded by the model config the server will use."""
-    context = Context(db_path=str(db_path), tenant_id=TENANT, embedding_provider="openai",
-                      openai_base_url=api.openai_url, openai_api_key=SERVER_KEY, use_hyde=False)
+    context = Context(
+        db_path=str(db_path),
+        tenant_id=TENANT,
+        embedding_provider="openai",
+        openai_base_url=api.openai_url,
+        openai_api_key=SERVER_KEY,
+        use_hyde=False,
+    )
     embedder = make_embedder(context)
     with Retrieval(context, embedder=embedder) as retrieval:
-        report = ingest(load_documents([demo.corpus_dir(), demo.schemas_dir()]), retrieval.store, embedder,
-                        context, progress=False)
+        report = ingest(
+            load_documents([demo.corpus_dir(), demo.schemas_dir()]),
+            retrieval.store,
+            embedder,
+            context,
+            progress=False,
+        )
     assert report.written == report.documents > 0 and report.unembedded == 0
 
 
@@ -55,9 +66,14 @@ def server(tmp_path_factory: pytest.TempPathFactory, api: FakeAPI) -> Iterator[S
     folder = tmp_path_factory.mktemp("langgraph-server")
     fill_store(api, folder / "store.db")
     api.clear()
-    settings = {"AGENT_RETRIEVAL_DB": str(folder / "store.db"), "EMBEDDING_PROVIDER": "openai",
-                "OPENAI_BASE_URL": api.openai_url, "OPENAI_API_KEY": SERVER_KEY, "USE_HYDE": "true",
-                "SUPABASE_JWT_SECRET": secrets.token_urlsafe(32)}
+    settings = {
+        "AGENT_RETRIEVAL_DB": str(folder / "store.db"),
+        "EMBEDDING_PROVIDER": "openai",
+        "OPENAI_BASE_URL": api.openai_url,
+        "OPENAI_API_KEY": SERVER_KEY,
+        "USE_HYDE": "true",
+        "SUPABASE_JWT_SECRET": secrets.token_urlsafe(32),
+    }
     with serve(folder, settings) as running:
         print(f"\nlanggraph dev served in {running.started_in:.1f} s")
         yield running
@@ -86,8 +102,9 @@ def test_assistants_are_the_graphs_of_langgraph_json(client):
 
 def test_rag_answers_on_a_thread_citing_a_hit(client, api):
     thread = client.threads.create()
-    out = client.runs.wait(thread["thread_id"], "rag",
-                           input={"messages": [{"role": "user", "content": QUESTION}]})
+    out = client.runs.wait(
+        thread["thread_id"], "rag", input={"messages": [{"role": "user", "content": QUESTION}]}
+    )
 
     assert [(q["text"], q["purpose"]) for q in out["plan"]["queries"]] == [(QUESTION, "direct")]
     assert [s["status"] for s in out["searches"]] == ["ran"]
@@ -99,8 +116,9 @@ def test_rag_answers_on_a_thread_citing_a_hit(client, api):
     assert out["notes"] == []
 
     sent = api.requests_to("chat/completions")
-    assert any((r.body.get("response_format") or {}).get("json_schema", {}).get("name") == "QueryPlan"
-               for r in sent)
+    assert any(
+        (r.body.get("response_format") or {}).get("json_schema", {}).get("name") == "QueryPlan" for r in sent
+    )
     assert all(r.headers["authorization"] == f"Bearer {SERVER_KEY}" for r in sent)
     state = client.threads.get_state(thread["thread_id"])
     assert state["values"]["answer"] == out["answer"]
@@ -109,8 +127,13 @@ def test_rag_answers_on_a_thread_citing_a_hit(client, api):
 def test_rag_streams_its_answer_as_studio_does_with_the_run_context(client, api):
     """Studio streams messages, so ChatOpenAI streams too; the run's context overrides the environment."""
     answer_tokens, values = [], {}
-    for part in client.runs.stream(None, "rag", input={"messages": [{"role": "user", "content": QUESTION}]},
-                                   context={"answer_chunks": 2}, stream_mode=["messages-tuple", "values"]):
+    for part in client.runs.stream(
+        None,
+        "rag",
+        input={"messages": [{"role": "user", "content": QUESTION}]},
+        context={"answer_chunks": 2},
+        stream_mode=["messages-tuple", "values"],
+    ):
         if part.event == "messages":
             chunk, metadata = part.data
             if metadata.get("langgraph_node") == "answer" and chunk["type"] == "AIMessageChunk":
@@ -140,16 +163,20 @@ def test_agent_calls_both_tools_then_cites_a_chunk(client):
 
 
 def test_codegen_writes_valid_sql(client):
-    out = client.runs.wait(None, "codegen", input={"request": "total value of one-off orders per customer",
-                                                   "language": "sql"})
+    out = client.runs.wait(
+        None, "codegen", input={"request": "total value of one-off orders per customer", "language": "sql"}
+    )
     assert out["errors"] == [] and out["valid"] is True, out
     assert out["code"].startswith("SELECT ") and out["attempts"] == 1
     assert out["context_ids"]
 
 
 def test_indexer_stores_a_new_document(client, api):
-    document = {"id": "zanzibar-memo", "title": "Zanzibar office memo",
-                "content": "The Zanzibar branch closes at noon on Fridays for staff training."}
+    document = {
+        "id": "zanzibar-memo",
+        "title": "Zanzibar office memo",
+        "content": "The Zanzibar branch closes at noon on Fridays for staff training.",
+    }
     out = client.runs.wait(None, "indexer", input={"documents": [document]})
     assert out["errors"] == []
     assert out["report"]["documents"] == 1 and out["report"]["written"] == 1 and out["report"]["chunks"] >= 1
@@ -158,6 +185,7 @@ def test_indexer_stores_a_new_document(client, api):
 
 
 # --- the boundary: who may run, what a caller may set, what a user may see ----------------------------------
+
 
 def refusal(call) -> tuple[int, str]:
     """The HTTP status and body of a request the server must refuse."""
@@ -169,40 +197,53 @@ def refusal(call) -> tuple[int, str]:
 def test_a_run_without_a_valid_signed_in_users_token_is_refused(server, api):
     api.clear()
     forged = Server(server.url, server.log, "another-secret-" + "x" * 32, 0)
-    for headers in [{}, {"Authorization": "Bearer not-a-jwt"},
-                    {"Authorization": f"Bearer {forged.token('user-demo', TENANT)}"},  # signed with another key
-                    {"Authorization": f"Bearer {server.token('user-demo', TENANT, expires_in=-60)}"},
-                    {"Authorization": f"Bearer {server.token('anon-caller', role='anon')}"},
-                    {"Authorization": f"Bearer {server.token('service', role='service_role')}"}]:
+    for headers in [
+        {},
+        {"Authorization": "Bearer not-a-jwt"},
+        {"Authorization": f"Bearer {forged.token('user-demo', TENANT)}"},  # signed with another key
+        {"Authorization": f"Bearer {server.token('user-demo', TENANT, expires_in=-60)}"},
+        {"Authorization": f"Bearer {server.token('anon-caller', role='anon')}"},
+        {"Authorization": f"Bearer {server.token('service', role='service_role')}"},
+    ]:
         with get_sync_client(url=server.url, headers=headers) as sdk:
-            status, body = refusal(lambda: sdk.runs.wait(None, "rag", input={"messages": [
-                {"role": "user", "content": QUESTION}]}))
+            status, body = refusal(
+                lambda: sdk.runs.wait(
+                    None, "rag", input={"messages": [{"role": "user", "content": QUESTION}]}
+                )
+            )
             assert status == 401, (headers, body)
     assert api.requests_to("chat/completions") == [] and api.requests_to("embeddings") == []
 
 
 def test_a_runs_context_cannot_send_the_servers_key_elsewhere_or_pick_a_store_or_tenant(client, server, api):
     with FakeAPI() as attacker:
-        attempts = [{"context": {"openai_base_url": attacker.openai_url}},
-                    {"context": {"db_path": str(REPO / "pyproject.toml"), "answer_chunks": 2}},
-                    {"context": {"tenant_id": "globex"}},
-                    {"context": {"voyage_base_url": attacker.voyage_url, "embedding_provider": "voyage"}},
-                    {"config": {"configurable": {"openai_base_url": attacker.openai_url}}}]
+        attempts = [
+            {"context": {"openai_base_url": attacker.openai_url}},
+            {"context": {"db_path": str(REPO / "pyproject.toml"), "answer_chunks": 2}},
+            {"context": {"tenant_id": "globex"}},
+            {"context": {"voyage_base_url": attacker.voyage_url, "embedding_provider": "voyage"}},
+            {"config": {"configurable": {"openai_base_url": attacker.openai_url}}},
+        ]
         for attempt in attempts:
-            status, body = refusal(lambda: client.runs.wait(None, "rag", input={"messages": [
-                {"role": "user", "content": QUESTION}]}, **attempt))
-            named = next(iter((attempt.get("context") or attempt["config"]["configurable"])))
+            status, body = refusal(
+                lambda: client.runs.wait(
+                    None, "rag", input={"messages": [{"role": "user", "content": QUESTION}]}, **attempt
+                )
+            )
+            named = next(iter(attempt.get("context") or attempt["config"]["configurable"]))
             assert status == 403 and f"{named}" in body and "deployment settings" in body, (attempt, body)
-        status, body = refusal(lambda: client.assistants.create(
-            "rag", context={"openai_base_url": attacker.openai_url}))
+        status, body = refusal(
+            lambda: client.assistants.create("rag", context={"openai_base_url": attacker.openai_url})
+        )
         assert status == 403 and "openai_base_url" in body
         assert attacker.requests_to("chat/completions") == [] and attacker.requests_to("embeddings") == []
 
 
 def test_a_user_sees_only_their_tenant_and_only_their_own_threads(client, server):
     thread = client.threads.create()
-    mine = client.runs.wait(thread["thread_id"], "rag",
-                            input={"messages": [{"role": "user", "content": QUESTION}]})
+    mine = client.runs.wait(
+        thread["thread_id"], "rag", input={"messages": [{"role": "user", "content": QUESTION}]}
+    )
     assert mine["hits"]
     for sub, tenant in [("user-globex", "globex"), ("demo", None)]:  # another tenant; a user named like one
         with get_sync_client(url=server.url, headers=server.headers(sub, tenant)) as other:

@@ -50,12 +50,17 @@ class EchoChatModel(CountingChatModel):
 def questions() -> list[str]:
     """32 distinct long questions (HyDE runs for each), each asked twice: 64 calls."""
     base = [q["question"] for q in json.loads((demo.corpus_dir().parent / "questions.json").read_text())]
-    topics = sorted({m.lower() for p in demo.corpus_dir().glob("*.md")
-                     for m in re.findall(r"^#+\s+(.+)$", p.read_text(encoding="utf-8"), re.M)})
+    topics = sorted(
+        {
+            m.lower()
+            for p in demo.corpus_dir().glob("*.md")
+            for m in re.findall(r"^#+\s+(.+)$", p.read_text(encoding="utf-8"), re.M)
+        }
+    )
     distinct = [q for q in base if len(q.split()) > Context().hyde_skip_max_words]
     distinct += [f"what does the firm's guidance say about {t} for our clients" for t in topics]
     assert len(distinct) >= CALLS // 2, "the demo corpus has too few headings for 32 questions"
-    return distinct[:CALLS // 2] * 2
+    return distinct[: CALLS // 2] * 2
 
 
 QUESTIONS = questions()
@@ -67,14 +72,18 @@ def store(request, tmp_path_factory):
     embedder = Embedder(WordHashEmbeddings(), MODEL)
     if request.param == "sqlite":
         from agent_retrieval.stores import SQLiteStore
+
         store = SQLiteStore(tmp_path_factory.mktemp("load") / "store.db")
     else:
         stack = request.getfixturevalue("supabase_stack")
         stack.postgres.execute(f"drop schema if exists {SCHEMA} cascade")
         PostgresStore(stack.postgres.dsn, schema=SCHEMA).init(DIM)
         stack.postgrest.reload_schema()
-        store = (PostgresStore(stack.postgres.dsn, schema=SCHEMA) if request.param == "postgres"
-                 else SupabaseStore(stack.url, stack.service_key, schema=SCHEMA))
+        store = (
+            PostgresStore(stack.postgres.dsn, schema=SCHEMA)
+            if request.param == "postgres"
+            else SupabaseStore(stack.url, stack.service_key, schema=SCHEMA)
+        )
     ingest(load_documents([demo.corpus_dir()]), store, embedder, Context(), progress=False)
     yield store
     store.close()
@@ -82,20 +91,29 @@ def store(request, tmp_path_factory):
 
 def tools_on(store) -> tuple[Any, CountingChatModel]:
     chat = EchoChatModel(responses=["unused"])
-    retrieval = Retrieval(Context(use_hyde=True), store=store, embedder=Embedder(WordHashEmbeddings(), MODEL),
-                          llm=chat)
+    retrieval = Retrieval(
+        Context(use_hyde=True), store=store, embedder=Embedder(WordHashEmbeddings(), MODEL), llm=chat
+    )
     document_retriever, _ = make_retrieval_tools(retrieval=retrieval)
     return document_retriever, chat
 
 
 def call(n: int, question: str) -> dict[str, Any]:
-    return {"type": "tool_call", "id": f"call-{n}", "name": "document_retriever",
-            "args": {"query": question, "top_k": 5}}
+    return {
+        "type": "tool_call",
+        "id": f"call-{n}",
+        "name": "document_retriever",
+        "args": {"query": question, "top_k": 5},
+    }
 
 
 def outcome(message: Any) -> tuple[str, list[tuple[str, float]], str]:
     artifact = message.artifact or {}
-    return message.status, [(h["id"], round(h["score"], 6)) for h in artifact.get("hits", [])], artifact.get("hyde")
+    return (
+        message.status,
+        [(h["id"], round(h["score"], 6)) for h in artifact.get("hits", [])],
+        artifact.get("hyde"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +145,9 @@ def test_64_concurrent_threads_each_get_their_own_result_and_one_hyde_call_per_q
     assert chat.calls == len(alone)
 
 
-async def test_64_concurrent_asyncio_tasks_each_get_their_own_result_and_one_hyde_call_per_question(store, alone):
+async def test_64_concurrent_asyncio_tasks_each_get_their_own_result_and_one_hyde_call_per_question(
+    store, alone
+):
     tool, chat = tools_on(store)
     hyde.clear_cache()
     results = await run_tasks(tool)

@@ -31,20 +31,41 @@ def axis(*weights: float) -> list[float]:
 
 def v1_upsert(pg, tenant: str, title: str, text: str, public: bool) -> None:
     """A document "plan" with two chunks, written by version 1's own upsert (which published by metadata)."""
-    document = {"id": "plan", "title": title, "content": text, "content_hash": tenant,
-                "metadata": {"public": public} if public else {}, "text_hash": f"d-{tenant}",
-                "embedding": axis(1, 0.5)}
-    chunks = [{"id": f"plan#{n}", "document_id": "plan", "ordinal": n, "heading_path": title,
-               "content": f"{text} Part {n}.", "metadata": {}, "text_hash": f"c-{tenant}{n}",
-               "embedding": axis(1, 0.1 * n)} for n in range(2)]
-    pg.execute(f"select {SCHEMA}.upsert_documents(%s::jsonb, %s::jsonb, %s, %s)",
-               (json.dumps([document]), json.dumps(chunks), MODEL, tenant))
+    document = {
+        "id": "plan",
+        "title": title,
+        "content": text,
+        "content_hash": tenant,
+        "metadata": {"public": public} if public else {},
+        "text_hash": f"d-{tenant}",
+        "embedding": axis(1, 0.5),
+    }
+    chunks = [
+        {
+            "id": f"plan#{n}",
+            "document_id": "plan",
+            "ordinal": n,
+            "heading_path": title,
+            "content": f"{text} Part {n}.",
+            "metadata": {},
+            "text_hash": f"c-{tenant}{n}",
+            "embedding": axis(1, 0.1 * n),
+        }
+        for n in range(2)
+    ]
+    pg.execute(
+        f"select {SCHEMA}.upsert_documents(%s::jsonb, %s::jsonb, %s, %s)",
+        (json.dumps([document]), json.dumps(chunks), MODEL, tenant),
+    )
 
 
 def functions(pg) -> list[tuple[str, int]]:
     """Each of the schema's functions with how many overloads it has."""
-    return pg.execute("select proname, count(*)::int from pg_proc where pronamespace = %s::regnamespace "
-                      "group by proname order by proname", (SCHEMA,))
+    return pg.execute(
+        "select proname, count(*)::int from pg_proc where pronamespace = %s::regnamespace "
+        "group by proname order by proname",
+        (SCHEMA,),
+    )
 
 
 @pytest.fixture
@@ -58,8 +79,9 @@ def v1_store(supabase_stack):
     return pg
 
 
-def test_db_init_brings_a_version_1_store_up_to_date_and_can_run_again(capsys, monkeypatch, supabase_stack,
-                                                                      v1_store, tmp_path):
+def test_db_init_brings_a_version_1_store_up_to_date_and_can_run_again(
+    capsys, monkeypatch, supabase_stack, v1_store, tmp_path
+):
     pg = v1_store
     assert pg.execute(f"select value from {SCHEMA}.store_info where key = 'schema_version'") == [("1",)]
     rows = f"select tenant_id, id, is_public, embedding::text from {SCHEMA}.chunks order by 1, 2"
@@ -74,12 +96,25 @@ def test_db_init_brings_a_version_1_store_up_to_date_and_can_run_again(capsys, m
 
     with PostgresStore(pg.dsn, schema=SCHEMA, tenant="acme") as acme:
         assert acme.stats().schema_version == SCHEMA_VERSION
-        rows = acme._call("hybrid_search_chunks", query_text="plan", query_embedding=np.asarray(axis(1)),
-                          match_count=10, tenant="acme")
-        assert sorted((r["tenant_id"], r["id"]) for r in rows) == [("acme", "plan#0"), ("acme", "plan#1"),
-                                                                  ("press", "plan#0"), ("press", "plan#1")]
+        rows = acme._call(
+            "hybrid_search_chunks",
+            query_text="plan",
+            query_embedding=np.asarray(axis(1)),
+            match_count=10,
+            tenant="acme",
+        )
+        assert sorted((r["tenant_id"], r["id"]) for r in rows) == [
+            ("acme", "plan#0"),
+            ("acme", "plan#1"),
+            ("press", "plan#0"),
+            ("press", "plan#1"),
+        ]
         assert [(h.tenant, h.ordinal) for h in acme.document_chunks(["plan"], 10)] == [
-            ("acme", 0), ("acme", 1), ("press", 0), ("press", 1)]
+            ("acme", 0),
+            ("acme", 1),
+            ("press", 0),
+            ("press", 1),
+        ]
         assert acme.document_states(["plan"])["plan"][:2] == ("acme", True)
 
     # PostgREST serves the migrated functions (after the reload db init asks for), to a user of acme
@@ -87,11 +122,19 @@ def test_db_init_brings_a_version_1_store_up_to_date_and_can_run_again(capsys, m
     rest = start_postgrest(pg, schemas=[SCHEMA], jwt_secret=stack.jwt_secret, folder=tmp_path / "rest")
     gateway = start_gateway(rest.url, anon_key=stack.anon_key, service_key=stack.service_key)
     try:
-        with SupabaseStore(gateway.url, supabase_stack.anon_key, schema=SCHEMA,
-                           user_token=supabase_stack.user_token("alice", tenant="acme")) as alice:
+        with SupabaseStore(
+            gateway.url,
+            supabase_stack.anon_key,
+            schema=SCHEMA,
+            user_token=supabase_stack.user_token("alice", tenant="acme"),
+        ) as alice:
             hits = alice.keyword_search("chunks", "plan", 10)
-            assert sorted((h.tenant, h.id) for h in hits) == [("acme", "plan#0"), ("acme", "plan#1"),
-                                                              ("press", "plan#0"), ("press", "plan#1")]
+            assert sorted((h.tenant, h.id) for h in hits) == [
+                ("acme", "plan#0"),
+                ("acme", "plan#1"),
+                ("press", "plan#0"),
+                ("press", "plan#1"),
+            ]
             assert len(alice.document_chunks(["plan"], 10)) == 4 and alice.unknown_documents(["plan"]) == []
     finally:
         gateway.stop()

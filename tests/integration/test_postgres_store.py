@@ -47,7 +47,9 @@ def test_db_init_then_the_cli_ingests_queries_and_counts(capsys, monkeypatch, po
     assert "from test/word-hash" in err  # the dimension was read off the configured embedder
     assert run(capsys, "db", "init")[0] == 0  # running it again changes nothing
 
-    (tmp_path / "fees.md").write_text("---\ncategory: policy\n---\n# Fees\n\nSales commission is 1.2% of the price.\n")
+    (tmp_path / "fees.md").write_text(
+        "---\ncategory: policy\n---\n# Fees\n\nSales commission is 1.2% of the price.\n"
+    )
     (tmp_path / "banda.md").write_text("# 14 Banda Lane\n\nThe tenancy deposit of £2,100 is protected.\n")
     code, out, _ = run(capsys, "ingest", "--no-progress", str(tmp_path))
     assert code == 0 and "2 documents: 2 written" in out
@@ -103,7 +105,9 @@ def test_tenants_are_scoped_inside_the_sql(stores):
     owner = stores()
     vector = np.asarray([1, 0, 0, 0], dtype=np.float32)
     for tenant in ("acme", "globex"):
-        doc = Document("plan", f"{tenant} plan", f"secret plan of {tenant}", content_hash=tenant, embedding=vector)
+        doc = Document(
+            "plan", f"{tenant} plan", f"secret plan of {tenant}", content_hash=tenant, embedding=vector
+        )
         chunk = Chunk("plan#0", "plan", 0, f"secret plan of {tenant}", "plan", embedding=vector)
         stores(tenant=tenant).upsert([doc], [chunk], "m")
     acme = stores(tenant="acme")
@@ -121,16 +125,29 @@ def test_filtered_vector_search_fills_k_where_the_index_alone_would_not(stores):
     store = stores()
     rng = np.random.default_rng(1)
     near = rng.normal([1, 0, 0, 0], 0.05, (3000, 4)).astype(np.float32)
-    docs = [Document(f"n{i}", "near", "near", {"kind": "near"}, content_hash=str(i), embedding=v / np.linalg.norm(v))
-            for i, v in enumerate(near)]
-    docs += [Document(f"f{i}", "far", "far", {"kind": "far"}, content_hash=f"f{i}",
-                      embedding=np.asarray([0, 1, 0.1 * i, 0], dtype=np.float32) / np.hypot(1, 0.1 * i))
-             for i in range(5)]
+    docs = [
+        Document(
+            f"n{i}", "near", "near", {"kind": "near"}, content_hash=str(i), embedding=v / np.linalg.norm(v)
+        )
+        for i, v in enumerate(near)
+    ]
+    docs += [
+        Document(
+            f"f{i}",
+            "far",
+            "far",
+            {"kind": "far"},
+            content_hash=f"f{i}",
+            embedding=np.asarray([0, 1, 0.1 * i, 0], dtype=np.float32) / np.hypot(1, 0.1 * i),
+        )
+        for i in range(5)
+    ]
     for start in range(0, len(docs), 500):
-        store.upsert(docs[start:start + 500], [], "m")
+        store.upsert(docs[start : start + 500], [], "m")
     query = np.asarray([1, 0, 0, 0], dtype=np.float32)
     assert {h.id for h in store.vector_search("documents", query, 5, filters={"kind": "far"})} == {
-        f"f{i}" for i in range(5)}
+        f"f{i}" for i in range(5)
+    }
     assert len(store.vector_search("documents", query, 50)) == 50
     best = store.vector_search("documents", query, 10)
     exact = np.argsort(-(np.stack([d.embedding for d in docs]) @ query))[:10]
@@ -141,7 +158,9 @@ def test_errors_say_what_to_do(postgres, schema, stores):
     with PostgresStore(postgres.dsn, schema=schema) as missing, pytest.raises(StoreError, match="db init"):
         missing.stats()
     store = stores(timeout=0.2)
-    postgres.execute(f"create function {schema}.slow() returns int language sql as 'select 1 from pg_sleep(5)'")
+    postgres.execute(
+        f"create function {schema}.slow() returns int language sql as 'select 1 from pg_sleep(5)'"
+    )
     with pytest.raises(StoreError, match="statement timeout"):
         store._call("slow")
     unreachable = PostgresStore("postgresql://user:hunter2@127.0.0.1:1/db", schema=schema, max_retries=0)
@@ -161,10 +180,16 @@ def test_a_search_blocked_on_both_paths_fails_clearly_at_the_tool_deadline(postg
 
     store = stores(timeout=20)
     vector = np.asarray([1, 0, 0, 0], dtype=np.float32)
-    store.upsert([Document("plan", "plan", "the plan", content_hash="h", embedding=vector)],
-                 [Chunk("plan#0", "plan", 0, "the plan", "plan", embedding=vector)], "test/word-hash")
-    retrieval = Retrieval(Context(tool_timeout_seconds=0.5), store=store,
-                          embedder=Embedder(WordHashEmbeddings(size=4), "test/word-hash"))
+    store.upsert(
+        [Document("plan", "plan", "the plan", content_hash="h", embedding=vector)],
+        [Chunk("plan#0", "plan", 0, "the plan", "plan", embedding=vector)],
+        "test/word-hash",
+    )
+    retrieval = Retrieval(
+        Context(tool_timeout_seconds=0.5),
+        store=store,
+        embedder=Embedder(WordHashEmbeddings(size=4), "test/word-hash"),
+    )
     request = ChunkSearchRequest(query="the plan")
     with postgres.connect() as locker:
         locker.execute("begin")
@@ -177,8 +202,9 @@ def test_a_search_blocked_on_both_paths_fails_clearly_at_the_tool_deadline(postg
     assert [h.id for h in retrieval.search(request, "chunks").hits] == ["plan#0"]
 
 
-def test_ingest_public_is_the_operators_flag_and_metadata_publishes_nothing(capsys, monkeypatch, postgres,
-                                                                            schema, tmp_path):
+def test_ingest_public_is_the_operators_flag_and_metadata_publishes_nothing(
+    capsys, monkeypatch, postgres, schema, tmp_path
+):
     monkeypatch.setenv("AGENT_RETRIEVAL_DSN", postgres.dsn)
     monkeypatch.setenv("AGENT_RETRIEVAL_SCHEMA", schema)
     assert run(capsys, "db", "init")[0] == 0

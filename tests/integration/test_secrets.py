@@ -39,8 +39,10 @@ from tests.stack import _free_port, mint_jwt, start_gateway
 OPENAI_KEY = "sk-LEAKCHECK-openai-7f3a9e"
 VOYAGE_KEY = "pa-LEAKCHECK-voyage-91c2d4"
 QUESTION = "Which fees must an estate agent disclose to the client in writing?"
-DOCS = [Document("fees", "Referral fees", "Estate agents must disclose referral fees paid by third parties."),
-        Document("deposits", "Deposits", "A landlord must protect a tenancy deposit within thirty days.")]
+DOCS = [
+    Document("fees", "Referral fees", "Estate agents must disclose referral fees paid by third parties."),
+    Document("deposits", "Deposits", "A landlord must protect a tenancy deposit within thirty days."),
+]
 
 
 @pytest.fixture
@@ -72,9 +74,16 @@ def api():
 
 
 def keyed_context(api: FakeAPI, tmp_path, provider: str) -> Context:
-    return Context(db_path=str(tmp_path / "store.db"), embedding_provider=provider, use_hyde=True,
-                   openai_api_key=OPENAI_KEY, openai_base_url=api.openai_url,
-                   voyage_api_key=VOYAGE_KEY, voyage_base_url=api.voyage_url, max_retries=0)
+    return Context(
+        db_path=str(tmp_path / "store.db"),
+        embedding_provider=provider,
+        use_hyde=True,
+        openai_api_key=OPENAI_KEY,
+        openai_base_url=api.openai_url,
+        voyage_api_key=VOYAGE_KEY,
+        voyage_base_url=api.voyage_url,
+        max_retries=0,
+    )
 
 
 @pytest.mark.parametrize("provider", ["openai", "voyage"])
@@ -84,19 +93,25 @@ async def test_refused_keys_leave_no_trace_in_tools_graph_state_logs_or_output(a
         ingest(DOCS, retrieval.store, retrieval.embedder, context, progress=False)
         api.fail_next(401, times=None)  # from now on every key is refused, the error naming it
         document_retriever, chunk_retriever = make_retrieval_tools(retrieval=retrieval)
-        sync = document_retriever.invoke({"type": "tool_call", "id": "1", "name": "document_retriever",
-                                          "args": {"query": QUESTION}})
-        asynchronous = await chunk_retriever.ainvoke({"type": "tool_call", "id": "2", "name": "chunk_retriever",
-                                                      "args": {"query": QUESTION}})
+        sync = document_retriever.invoke(
+            {"type": "tool_call", "id": "1", "name": "document_retriever", "args": {"query": QUESTION}}
+        )
+        asynchronous = await chunk_retriever.ainvoke(
+            {"type": "tool_call", "id": "2", "name": "chunk_retriever", "args": {"query": QUESTION}}
+        )
     for message in (sync, asynchronous):  # degraded to keyword search, and saying so
         assert message.status == "success" and message.artifact["hits"]
         assert message.artifact["hyde"] == "failed" and message.artifact["degraded"]
-    state = await rag.build(GraphParts()).ainvoke({"messages": [{"role": "user", "content": QUESTION}]},
-                                                  context=context)
+    state = await rag.build(GraphParts()).ainvoke(
+        {"messages": [{"role": "user", "content": QUESTION}]}, context=context
+    )
     assert state["messages"][-1].content  # planner and answer fell back, and the run still answered
     assert api.requests_to("embeddings") and api.requests_to("chat/completions")
-    assert_no_secret(seen(sync.content, sync.artifact, asynchronous.content, asynchronous.artifact, state),
-                     OPENAI_KEY, VOYAGE_KEY)
+    assert_no_secret(
+        seen(sync.content, sync.artifact, asynchronous.content, asynchronous.artifact, state),
+        OPENAI_KEY,
+        VOYAGE_KEY,
+    )
 
 
 def test_the_cli_never_prints_a_refused_key(api, tmp_path, seen, monkeypatch):
@@ -109,8 +124,11 @@ def test_the_cli_never_prints_a_refused_key(api, tmp_path, seen, monkeypatch):
     (folder / "fees.md").write_text("# Referral fees\n\nEstate agents must disclose referral fees.\n")
     api.fail_next(401, times=None)
     db = str(tmp_path / "store.db")
-    codes = [cli.main(["ingest", "--db", db, str(folder)]), cli.main(["query", "--db", db, QUESTION]),
-             cli.main(["config"])]
+    codes = [
+        cli.main(["ingest", "--db", db, str(folder)]),
+        cli.main(["query", "--db", db, QUESTION]),
+        cli.main(["config"]),
+    ]
     assert codes[0] != 0, "an ingest whose every embedding is refused must not report success"
     assert_no_secret(seen(), OPENAI_KEY)
 
@@ -123,7 +141,9 @@ def test_store_errors_never_carry_the_service_key_or_the_database_password(supab
                 store.stats()
             errors.append(repr(error.value) + str(error.value))
     password = supabase_stack.postgres.authenticator_password
-    monkeypatch.setenv("AGENT_RETRIEVAL_DSN", supabase_stack.postgres.authenticator_dsn.replace("/postgres?", "/nodb?"))
+    monkeypatch.setenv(
+        "AGENT_RETRIEVAL_DSN", supabase_stack.postgres.authenticator_dsn.replace("/postgres?", "/nodb?")
+    )
     assert cli.main(["stats"]) != 0
     text = seen(errors)
     for secret in (supabase_stack.service_key, password):
@@ -132,11 +152,13 @@ def test_store_errors_never_carry_the_service_key_or_the_database_password(supab
 
 # --- keys and tokens as configured ---------------------------------------------------------------------
 
+
 def test_a_key_or_token_is_stripped_or_refused_by_setting_name_never_by_value(supabase_stack):
     token = supabase_stack.user_token("leak-user", tenant="t-leak")
     # A trailing line break (a value read from a file) is stripped, and the call goes through for real.
-    with SupabaseStore(supabase_stack.url, supabase_stack.anon_key + "\n", user_token=token + "\r\n",
-                       schema="not_exposed") as store:
+    with SupabaseStore(
+        supabase_stack.url, supabase_stack.anon_key + "\n", user_token=token + "\r\n", schema="not_exposed"
+    ) as store:
         with pytest.raises(AgentRetrievalError, match="exposed schemas"):  # PostgREST's answer: it was sent
             store.stats()
     with PostgresStore(supabase_stack.postgres.dsn + "\n", schema="not_there") as store:
@@ -146,12 +168,15 @@ def test_a_key_or_token_is_stripped_or_refused_by_setting_name_never_by_value(su
     password = "pg-LEAKCHECK-ctl-" + "x" * 8
     refused = {
         "SUPABASE_KEY": lambda: SupabaseStore(supabase_stack.url, f"{head}\n.{tail}"),
-        "SUPABASE_USER_TOKEN": lambda: SupabaseStore(supabase_stack.url, supabase_stack.anon_key,
-                                                     user_token=f"{head}.\x00{tail}"),
+        "SUPABASE_USER_TOKEN": lambda: SupabaseStore(
+            supabase_stack.url, supabase_stack.anon_key, user_token=f"{head}.\x00{tail}"
+        ),
         "AGENT_RETRIEVAL_DSN": lambda: PostgresStore(
-            f"postgresql://u:{urllib.parse.quote(password[:9] + chr(10) + password[9:])}@127.0.0.1:1/db"),
-        "VOYAGE_API_KEY": lambda: VoyageEmbeddings(model="voyage-3.5",
-                                                   api_key=f"{VOYAGE_KEY[:8]}\t{VOYAGE_KEY}"),
+            f"postgresql://u:{urllib.parse.quote(password[:9] + chr(10) + password[9:])}@127.0.0.1:1/db"
+        ),
+        "VOYAGE_API_KEY": lambda: VoyageEmbeddings(
+            model="voyage-3.5", api_key=f"{VOYAGE_KEY[:8]}\t{VOYAGE_KEY}"
+        ),
     }
     for setting, make in refused.items():
         with pytest.raises(ConfigError) as error:
@@ -163,6 +188,7 @@ def test_a_key_or_token_is_stripped_or_refused_by_setting_name_never_by_value(su
 
 
 # --- store errors ------------------------------------------------------------------------------------
+
 
 def secret_parts(*secrets: str) -> list[str]:
     """Each secret, and for a JWT each of its payload and signature: a token cut in two by a line break
@@ -188,12 +214,15 @@ async def every_reader(store: RPCStore, tmp_path) -> tuple[list[Any], list[BaseE
     context = Context(db_path=str(tmp_path / "unused.db"))
     retrieval = Retrieval(context, store=store, embedder=Embedder(WordHashEmbeddings(), "test/word-hash"))
     document_retriever, chunk_retriever = make_retrieval_tools(retrieval=retrieval)
-    sync = document_retriever.invoke({"type": "tool_call", "id": "1", "name": "document_retriever",
-                                      "args": {"query": QUESTION}})
-    asynchronous = await chunk_retriever.ainvoke({"type": "tool_call", "id": "2", "name": "chunk_retriever",
-                                                  "args": {"query": QUESTION}})
+    sync = document_retriever.invoke(
+        {"type": "tool_call", "id": "1", "name": "document_retriever", "args": {"query": QUESTION}}
+    )
+    asynchronous = await chunk_retriever.ainvoke(
+        {"type": "tool_call", "id": "2", "name": "chunk_retriever", "args": {"query": QUESTION}}
+    )
     state = await rag.build(GraphParts(retrieval=retrieval)).ainvoke(
-        {"messages": [{"role": "user", "content": QUESTION}]}, context=context)
+        {"messages": [{"role": "user", "content": QUESTION}]}, context=context
+    )
     for message in (sync, asynchronous):
         assert message.status == "error", message.content  # the failure reached the model, as text
     assert any(s["status"] == "failed" for s in state["searches"])  # and the graph's state
@@ -205,8 +234,9 @@ def retries(caplog) -> int:
 
 
 @pytest.mark.parametrize("cut", ["trailing line break", "line break inside"])
-async def test_a_token_no_header_can_carry_is_not_retried_and_leaves_no_trace(supabase_stack, seen, caplog,
-                                                                             tmp_path, cut):
+async def test_a_token_no_header_can_carry_is_not_retried_and_leaves_no_trace(
+    supabase_stack, seen, caplog, tmp_path, cut
+):
     token = supabase_stack.user_token("leak-user", tenant="t-leak")
     store = SupabaseStore(supabase_stack.url, supabase_stack.anon_key, user_token=token, max_retries=3)
     # Changed after the store checked it, as a token refreshed in place might be: httpx then refuses the
@@ -227,12 +257,16 @@ def test_a_driver_message_quoting_a_secret_is_masked_on_its_way_out(supabase_sta
     """Drivers and servers may quote what they were given; whatever they say, every store error that
     reaches a user or a model has the configured secrets masked."""
     password = "pg-LEAKCHECK-quoted-5b7d"
-    stores = {password: PostgresStore(f"postgresql://u:{password}@127.0.0.1:1/db"),
-              supabase_stack.service_key: SupabaseStore(supabase_stack.url, supabase_stack.service_key)}
+    stores = {
+        password: PostgresStore(f"postgresql://u:{password}@127.0.0.1:1/db"),
+        supabase_stack.service_key: SupabaseStore(supabase_stack.url, supabase_stack.service_key),
+    }
     for secret, store in stores.items():
-        for error in (CallError("XX000", f"failed near '{secret}'"),
-                      CallError("08006", f"connection to {secret} lost", transient=True),
-                      CallError("AR002", "wrong dimension", hint=f"connect with {secret}")):
+        for error in (
+            CallError("XX000", f"failed near '{secret}'"),
+            CallError("08006", f"connection to {secret} lost", transient=True),
+            CallError("AR002", "wrong dimension", hint=f"connect with {secret}"),
+        ):
             message = str(store._readable(error))
             assert secret not in message and "[redacted]" in message, message
 
@@ -267,8 +301,11 @@ async def test_a_refused_key_or_token_leaves_no_trace(supabase_stack, seen, tmp_
 async def test_an_api_that_cannot_be_reached_leaves_no_trace(supabase_stack, seen, tmp_path, down):
     gateway = None
     if down == "PostgREST down":  # a gateway whose PostgREST is gone answers 502
-        gateway = start_gateway(f"http://127.0.0.1:{_free_port()}", anon_key=supabase_stack.anon_key,
-                                service_key=supabase_stack.service_key)
+        gateway = start_gateway(
+            f"http://127.0.0.1:{_free_port()}",
+            anon_key=supabase_stack.anon_key,
+            service_key=supabase_stack.service_key,
+        )
     url = gateway.url if gateway else f"http://127.0.0.1:{_free_port()}"
     token = supabase_stack.user_token("leak-user", tenant="t-leak")
     try:
@@ -284,8 +321,9 @@ async def test_an_api_that_cannot_be_reached_leaves_no_trace(supabase_stack, see
 
 
 @pytest.mark.parametrize("fault", ["wrong password", "closed port"])
-async def test_database_errors_leave_no_trace_of_the_dsn_or_its_password(supabase_stack, seen, caplog,
-                                                                        tmp_path, fault):
+async def test_database_errors_leave_no_trace_of_the_dsn_or_its_password(
+    supabase_stack, seen, caplog, tmp_path, fault
+):
     right = supabase_stack.postgres.authenticator_password
     wrong = "pg-LEAKCHECK-" + right[::-1]
     if fault == "wrong password":
@@ -298,8 +336,9 @@ async def test_database_errors_leave_no_trace_of_the_dsn_or_its_password(supabas
     finally:
         store.close()
     if fault == "wrong password":
-        assert all("password authentication failed" in str(e) and "AGENT_RETRIEVAL_DSN" in str(e)
-                   for e in errors), [str(e) for e in errors]
+        assert all(
+            "password authentication failed" in str(e) and "AGENT_RETRIEVAL_DSN" in str(e) for e in errors
+        ), [str(e) for e in errors]
         assert retries(caplog) == 0  # a wrong password is not an outage
     text = seen(*readers, *(rendered(e) for e in errors))
     for secret in (right, wrong, dsn):

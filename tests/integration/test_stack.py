@@ -25,7 +25,8 @@ from tests.stack import Postgres, SupabaseStack, mint_jwt, start_postgres
 
 # supabase-py passes its own deprecated arguments to postgrest-py: nothing for these tests to fix
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:The '(timeout|verify)' parameter is deprecated:DeprecationWarning")
+    "ignore:The '(timeout|verify)' parameter is deprecated:DeprecationWarning"
+)
 
 SCHEMA_SQL = """
 create schema stack_test;
@@ -62,8 +63,9 @@ class Api:
         return raw_rpc(self.stack, fn, apikey=apikey, token=token, **kwargs)
 
 
-def raw_rpc(stack: SupabaseStack, fn: str, *, apikey: str, token: str | None = None,
-            **kwargs: object) -> httpx.Response:
+def raw_rpc(
+    stack: SupabaseStack, fn: str, *, apikey: str, token: str | None = None, **kwargs: object
+) -> httpx.Response:
     """A call through the gateway without the supabase client, to see what it would hide."""
     headers = {"apikey": apikey, "Content-Profile": "stack_test"}
     if token is not None:
@@ -107,8 +109,11 @@ def test_supabase_client_calls_rpc_as_anon_user_and_service_role(api: Api) -> No
     assert anon["claims"]["role"] == "anon" and "sub" not in anon["claims"]
 
     # ClientOptions(schema=...) above, client.schema(...) here: both send the schema as Content-Profile
-    user = create_client(stack.url, stack.anon_key, ClientOptions(headers={
-        "Authorization": f"Bearer {stack.user_token('alice', tenant='t1')}"}))
+    user = create_client(
+        stack.url,
+        stack.anon_key,
+        ClientOptions(headers={"Authorization": f"Bearer {stack.user_token('alice', tenant='t1')}"}),
+    )
     mine = user.schema("stack_test").rpc("whoami", {}).execute().data  # (this rpc() has no default params)
     assert mine["role"] == "authenticated"
     assert mine["claims"]["sub"] == "alice"
@@ -156,10 +161,16 @@ def test_the_gateway_uses_the_apikey_as_bearer_when_no_token_is_sent(api: Api) -
 
 
 def test_the_gateway_passes_method_query_and_repeated_headers(api: Api) -> None:
-    response = httpx.get(f"{api.stack.url}/rest/v1/many",
-                         params={"select": "id", "id": "in.(2,3,5)", "order": "id.desc"},
-                         headers=[("apikey", api.stack.anon_key), ("Accept-Profile", "stack_test"),
-                                  ("Prefer", "count=exact"), ("Prefer", "missing=default")])
+    response = httpx.get(
+        f"{api.stack.url}/rest/v1/many",
+        params={"select": "id", "id": "in.(2,3,5)", "order": "id.desc"},
+        headers=[
+            ("apikey", api.stack.anon_key),
+            ("Accept-Profile", "stack_test"),
+            ("Prefer", "count=exact"),
+            ("Prefer", "missing=default"),
+        ],
+    )
     assert response.status_code == 200
     assert response.json() == [{"id": 5}, {"id": 3}, {"id": 2}]
     assert response.headers["content-range"] == "0-2/3"  # count=exact got through beside the other Prefer
@@ -225,8 +236,11 @@ def test_32_concurrent_rpc_calls_through_the_gateway(api: Api) -> None:
 
 async def test_the_async_client_works_through_the_gateway(api: Api) -> None:
     stack = api.stack
-    async_client = await acreate_client(stack.url, stack.anon_key, ClientOptions(headers={
-        "Authorization": f"Bearer {stack.user_token('bob')}"}))
+    async_client = await acreate_client(
+        stack.url,
+        stack.anon_key,
+        ClientOptions(headers={"Authorization": f"Bearer {stack.user_token('bob')}"}),
+    )
     rpc = async_client.schema("stack_test")
     results = await asyncio.gather(*(rpc.rpc("slow_echo", {"n": n}).execute() for n in range(32)))
     assert [r.data for r in results] == [{"n": n, "role": "authenticated"} for n in range(32)]
@@ -239,9 +253,13 @@ async def test_the_async_client_works_through_the_gateway(api: Api) -> None:
 
 def test_postgres_has_pgvector_and_supabases_roles(postgres: Postgres) -> None:
     assert postgres.execute("select '[1,2,3]'::vector <-> '[1,2,5]'::vector") == [(2.0,)]
-    roles = dict((name, (login, inherit, bypass)) for name, login, inherit, bypass in postgres.execute(
-        "select rolname, rolcanlogin, rolinherit, rolbypassrls from pg_roles"
-        " where rolname in ('anon', 'authenticated', 'service_role', 'authenticator')"))
+    roles = dict(
+        (name, (login, inherit, bypass))
+        for name, login, inherit, bypass in postgres.execute(
+            "select rolname, rolcanlogin, rolinherit, rolbypassrls from pg_roles"
+            " where rolname in ('anon', 'authenticated', 'service_role', 'authenticator')"
+        )
+    )
     assert roles == {
         "anon": (False, True, False),
         "authenticated": (False, True, False),
@@ -250,7 +268,8 @@ def test_postgres_has_pgvector_and_supabases_roles(postgres: Postgres) -> None:
     }
     granted = postgres.execute(
         "select r.rolname from pg_auth_members m join pg_roles r on r.oid = m.roleid"
-        " join pg_roles u on u.oid = m.member where u.rolname = 'authenticator' order by 1")
+        " join pg_roles u on u.oid = m.member where u.rolname = 'authenticator' order by 1"
+    )
     assert granted == [("anon",), ("authenticated",), ("service_role",)]
 
 

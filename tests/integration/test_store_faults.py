@@ -73,8 +73,11 @@ def rpc_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 
 def retries_logged(caplog: pytest.LogCaptureFixture) -> list[float]:
     """The delays of the retries the stores logged."""
-    return [float(m.group(1)) for r in caplog.records if r.name == RPC_LOGGER
-            and (m := re.search(r"retry \d+ of \d+ in ([\d.]+) s", r.getMessage()))]
+    return [
+        float(m.group(1))
+        for r in caplog.records
+        if r.name == RPC_LOGGER and (m := re.search(r"retry \d+ of \d+ in ([\d.]+) s", r.getMessage()))
+    ]
 
 
 def ids(hits: list) -> list[str]:
@@ -96,8 +99,10 @@ def table_locked(stack: SupabaseStack, table: str) -> Iterator[None]:
 def wait_until_waiting_on_a_lock(stack: SupabaseStack, function: str, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if stack.postgres.execute("select count(*) from pg_stat_activity where wait_event_type = 'Lock' "
-                                  "and query like %s", (f"%{function}%",))[0][0]:
+        if stack.postgres.execute(
+            "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and query like %s",
+            (f"%{function}%",),
+        )[0][0]:
             return
         time.sleep(0.02)
     raise AssertionError(f"no {function} call came to wait on the lock")
@@ -125,8 +130,10 @@ def test_a_search_in_flight_when_postgres_restarts(stack, dsn, rpc_log, max_retr
     """The search waits on a lock when the server restarts: with retries it is repeated once the server is
     back and answers as before; without, it fails saying it cannot reach the store and to try again, and the
     next call works (the pool dropped the dead connection)."""
-    with PostgresStore(dsn, schema=SCHEMA, timeout=10, max_retries=max_retries) as store, \
-            ThreadPoolExecutor(1) as worker:
+    with (
+        PostgresStore(dsn, schema=SCHEMA, timeout=10, max_retries=max_retries) as store,
+        ThreadPoolExecutor(1) as worker,
+    ):
         expected = ids(store.keyword_search("chunks", QUERY, 5))
         assert expected
         with table_locked(stack, "chunks"):
@@ -158,32 +165,59 @@ def test_the_pool_lends_no_dead_connection_after_a_restart(stack, dsn):
         started = time.monotonic()
         for _ in range(8):
             assert ids(store.keyword_search("chunks", QUERY, 5)) == expected
-        assert time.monotonic() - started < 4, "dead connections were tested one per pause of the pool's backoff"
+        assert time.monotonic() - started < 4, (
+            "dead connections were tested one per pause of the pool's backoff"
+        )
 
 
 def synthetic_corpus(count: int) -> list[Document]:
     """`count` documents of three sections each (about three chunks), the same every run."""
     rng = random.Random(7)
-    words = ["deposit", "tenancy", "landlord", "boiler", "repair", "commission", "referral", "fee", "vendor",
-             "survey", "inventory", "notice", "rent", "arrears", "garden", "lease", "clause"]
+    words = [
+        "deposit",
+        "tenancy",
+        "landlord",
+        "boiler",
+        "repair",
+        "commission",
+        "referral",
+        "fee",
+        "vendor",
+        "survey",
+        "inventory",
+        "notice",
+        "rent",
+        "arrears",
+        "garden",
+        "lease",
+        "clause",
+    ]
     docs = []
     for i in range(count):
-        sections = [f"## Section {s}\n\n" + " ".join(rng.choice(words) for _ in range(110)) + "."
-                    for s in range(3)]
-        docs.append(Document(f"doc-{i:03d}", f"Document {i}", f"# Document {i}\n\n" + "\n\n".join(sections),
-                             {"n": i}))
+        sections = [
+            f"## Section {s}\n\n" + " ".join(rng.choice(words) for _ in range(110)) + "." for s in range(3)
+        ]
+        docs.append(
+            Document(f"doc-{i:03d}", f"Document {i}", f"# Document {i}\n\n" + "\n\n".join(sections), {"n": i})
+        )
     return docs
 
 
 def tenant_digest(stack: SupabaseStack, tenant: str) -> tuple[int, int, str]:
     """Document and chunk counts of a tenant, and a hash of every row's ids, content, vector and of the
     keyword statistics the triggers keep (a duplicated or half-written row would change them)."""
-    documents = ("select id, title, content, metadata::text, content_hash, text_hash, embedding::text, "
-                 f"embedding_model from {SCHEMA}.documents where tenant_id = %s order by id")
-    chunks = ("select document_id, id, ordinal, heading_path, content, text_hash, embedding::text, "
-              f"embedding_model from {SCHEMA}.chunks where tenant_id = %s order by id")
-    keyword_stats = (f"select level, is_public, rows, total_length from {SCHEMA}.corpus_stats "
-                     "where tenant_id = %s order by level, is_public")
+    documents = (
+        "select id, title, content, metadata::text, content_hash, text_hash, embedding::text, "
+        f"embedding_model from {SCHEMA}.documents where tenant_id = %s order by id"
+    )
+    chunks = (
+        "select document_id, id, ordinal, heading_path, content, text_hash, embedding::text, "
+        f"embedding_model from {SCHEMA}.chunks where tenant_id = %s order by id"
+    )
+    keyword_stats = (
+        f"select level, is_public, rows, total_length from {SCHEMA}.corpus_stats "
+        "where tenant_id = %s order by level, is_public"
+    )
     rows = [stack.postgres.execute(sql, (tenant,)) for sql in (documents, chunks, keyword_stats)]
     return len(rows[0]), len(rows[1]), hashlib.sha256(repr(rows).encode()).hexdigest()
 
@@ -197,10 +231,12 @@ def clean_ingest(stack) -> tuple[int, int, str]:
     return tenant_digest(stack, "clean")
 
 
-@pytest.mark.parametrize(("down_seconds", "timeout"), [(0.3, 2.0), (8.5, 1.0)],
-                         ids=["short-outage", "long-outage"])
-def test_postgres_restarting_mid_ingest_loses_and_duplicates_nothing(stack, dsn, clean_ingest, down_seconds,
-                                                                     timeout):
+@pytest.mark.parametrize(
+    ("down_seconds", "timeout"), [(0.3, 2.0), (8.5, 1.0)], ids=["short-outage", "long-outage"]
+)
+def test_postgres_restarting_mid_ingest_loses_and_duplicates_nothing(
+    stack, dsn, clean_ingest, down_seconds, timeout
+):
     """The server restarts from another thread after the second batch. A short outage is ridden out; a
     long one fails the ingest clearly, within about one request timeout. Either way a re-run completes
     (after the long outage the pool's own reconnection is seconds away: the store must not wait for it),
@@ -222,8 +258,9 @@ def test_postgres_restarting_mid_ingest_loses_and_duplicates_nothing(stack, dsn,
 
     with PostgresStore(dsn, schema=SCHEMA, tenant=tenant, timeout=timeout, max_retries=3) as store:
         try:
-            first = ingest(synthetic_corpus(300), store, embedder(), progress=False,
-                           on_batch=restart_after_two_batches)
+            first = ingest(
+                synthetic_corpus(300), store, embedder(), progress=False, on_batch=restart_after_two_batches
+            )
         except StoreError as error:
             first = None
             assert isinstance(error, StoreUnavailable)
@@ -255,8 +292,10 @@ def test_postgrest_down_is_a_clear_error_after_bounded_retries_then_works_again(
     request.addfinalizer(store.close)
     expected = ids(store.keyword_search("chunks", QUERY, 5))
     assert expected
-    calls = {"sync": lambda: store.keyword_search("chunks", QUERY, 5),
-             "async": lambda: asyncio.run(store.akeyword_search("chunks", QUERY, 5))}
+    calls = {
+        "sync": lambda: store.keyword_search("chunks", QUERY, 5),
+        "async": lambda: asyncio.run(store.akeyword_search("chunks", QUERY, 5)),
+    }
     delays: list[float] = []
     stack.postgrest.stop()
     try:
@@ -312,12 +351,15 @@ def test_a_query_blocked_by_a_lock_ends_at_the_request_timeout_on_postgres(stack
 def test_a_query_blocked_by_a_lock_ends_at_the_request_timeout_on_supabase(stack):
     """PostgREST holds the request while the query waits: the client gives up at request_timeout_seconds
     and does not ask again (a retry would wait on the same lock), sync and async."""
-    context = Context(supabase_url=stack.url, supabase_key=stack.service_key, db_schema=SCHEMA,
-                      request_timeout_seconds=1.0)
+    context = Context(
+        supabase_url=stack.url, supabase_key=stack.service_key, db_schema=SCHEMA, request_timeout_seconds=1.0
+    )
     with open_store(context) as store:
         expected = ids(store.keyword_search("chunks", QUERY, 5))
-        calls = [lambda: store.keyword_search("chunks", QUERY, 5),
-                 lambda: asyncio.run(store.akeyword_search("chunks", QUERY, 5))]
+        calls = [
+            lambda: store.keyword_search("chunks", QUERY, 5),
+            lambda: asyncio.run(store.akeyword_search("chunks", QUERY, 5)),
+        ]
         with table_locked(stack, "chunks"):
             for call in calls:
                 started = time.monotonic()

@@ -37,9 +37,19 @@ def tenant_corpus(tenant: str, secret: str, public: bool = False) -> tuple[list[
     doc_id = f"{tenant}-plan"
     text = f"The {tenant} acquisition plan is codenamed {secret}. Closing is planned for the spring."
     meta = {"category": "strategy", "owner": tenant}
-    doc = Document(doc_id, f"{tenant} plan", text, meta, content_hash=tenant, text_hash=f"d-{tenant}",
-                   embedding=_unit(embedder.vector(text)), public=public)
-    chunk = Chunk(f"{doc_id}#0", doc_id, 0, text, f"{tenant} plan", meta, f"c-{tenant}", _unit(embedder.vector(text)))
+    doc = Document(
+        doc_id,
+        f"{tenant} plan",
+        text,
+        meta,
+        content_hash=tenant,
+        text_hash=f"d-{tenant}",
+        embedding=_unit(embedder.vector(text)),
+        public=public,
+    )
+    chunk = Chunk(
+        f"{doc_id}#0", doc_id, 0, text, f"{tenant} plan", meta, f"c-{tenant}", _unit(embedder.vector(text))
+    )
     return [doc], [chunk]
 
 
@@ -55,8 +65,11 @@ def stack(supabase_stack):
     PostgresStore(supabase_stack.postgres.dsn, schema=SCHEMA).init(DIM)
     supabase_stack.postgrest.reload_schema()
     model = "test/word-hash"
-    for tenant, secret, public in [("acme", "BLUEHERON", False), ("globex", "REDFALCON", False),
-                                   ("press", "OPENDOOR", True)]:
+    for tenant, secret, public in [
+        ("acme", "BLUEHERON", False),
+        ("globex", "REDFALCON", False),
+        ("press", "OPENDOOR", True),
+    ]:
         with SupabaseStore(supabase_stack.url, supabase_stack.service_key, schema=SCHEMA, tenant=tenant) as s:
             s.upsert(*tenant_corpus(tenant, secret, public), model)
     return supabase_stack
@@ -76,8 +89,16 @@ def visible_ids(store: SupabaseStore, **scope) -> set[str]:
     for level in ("documents", "chunks"):
         found |= {h.id for h in store.vector_search(level, vector, 20, **scope)}
         found |= {h.id for h in store.keyword_search(level, query, 20, **scope)}
-        found |= {r["id"] for r in store._call(f"hybrid_search_{level}", query_text=query, query_embedding=vector,
-                                                match_count=20, tenant=store.tenant)}
+        found |= {
+            r["id"]
+            for r in store._call(
+                f"hybrid_search_{level}",
+                query_text=query,
+                query_embedding=vector,
+                match_count=20,
+                tenant=store.tenant,
+            )
+        }
     everything = ["acme-plan", "globex-plan", "press-plan"]
     found |= {h.id for h in store.document_chunks(everything, 20)}
     found |= set(everything) - set(store.unknown_documents(everything))
@@ -85,10 +106,18 @@ def visible_ids(store: SupabaseStore, **scope) -> set[str]:
 
 
 def test_each_user_reads_only_their_tenant_and_public_rows_through_every_function(stack):
-    assert visible_ids(user_store(stack, "alice", "acme")) == {"acme-plan", "acme-plan#0", "press-plan",
-                                                                "press-plan#0"}
-    assert visible_ids(user_store(stack, "gina", "globex")) == {"globex-plan", "globex-plan#0", "press-plan",
-                                                                 "press-plan#0"}
+    assert visible_ids(user_store(stack, "alice", "acme")) == {
+        "acme-plan",
+        "acme-plan#0",
+        "press-plan",
+        "press-plan#0",
+    }
+    assert visible_ids(user_store(stack, "gina", "globex")) == {
+        "globex-plan",
+        "globex-plan#0",
+        "press-plan",
+        "press-plan#0",
+    }
     assert visible_ids(user_store(stack, None)) == {"press-plan", "press-plan#0"}  # anon: public only
     assert user_store(stack, "alice", "acme").stats().documents == 2
 
@@ -115,12 +144,21 @@ def test_users_cannot_write_and_the_service_role_sees_everything(stack):
         alice.delete_documents(["acme-plan"])
     service = SupabaseStore(stack.url, stack.service_key, schema=SCHEMA)
     assert service.stats().documents == 3
-    assert {h.id for h in service.keyword_search("documents", "BLUEHERON REDFALCON", 5)} == {"acme-plan",
-                                                                                              "globex-plan"}
+    assert {h.id for h in service.keyword_search("documents", "BLUEHERON REDFALCON", 5)} == {
+        "acme-plan",
+        "globex-plan",
+    }
 
 
-HOSTILE = ["'; drop table agent_retrieval.documents; --", "\" or 1=1 --", "REDFALCON') or ('1'='1",
-           "$$; delete from agent_retrieval.chunks; $$", "a & b | !c <-> d:*", "\\x00\\'", "🔥" * 200]
+HOSTILE = [
+    "'; drop table agent_retrieval.documents; --",
+    '" or 1=1 --',
+    "REDFALCON') or ('1'='1",
+    "$$; delete from agent_retrieval.chunks; $$",
+    "a & b | !c <-> d:*",
+    "\\x00\\'",
+    "🔥" * 200,
+]
 
 
 @pytest.mark.parametrize("text", HOSTILE)
@@ -155,8 +193,10 @@ def test_async_searches_run_on_the_async_client(stack):
     vector = _unit(WordHashEmbeddings().vector("acquisition plan"))
 
     async def run() -> list[list]:
-        return await asyncio.gather(*[store.avector_search("chunks", vector, 5) for _ in range(16)],
-                                    *[store.akeyword_search("chunks", "BLUEHERON", 5) for _ in range(16)])
+        return await asyncio.gather(
+            *[store.avector_search("chunks", vector, 5) for _ in range(16)],
+            *[store.akeyword_search("chunks", "BLUEHERON", 5) for _ in range(16)],
+        )
 
     results = asyncio.run(run())
     assert {h.id for r in results[:16] for h in r} == {"acme-plan#0", "press-plan#0"}
@@ -170,14 +210,28 @@ def test_the_sql_hybrid_function_fuses_as_the_tools_do(stack, mode):
     query = "acquisition plan codenamed BLUEHERON"
     vector = _unit(WordHashEmbeddings().vector("spring closing plan"))
     weights = {"vector_weight": 0.7, "keyword_weight": 1.3}
-    rows = service._call("hybrid_search_chunks", query_text=query, query_embedding=vector, match_count=10,
-                         fusion=mode, rrf_k=10, candidates=10, **weights)
-    expected = fuse(service.vector_search("chunks", vector, 10), service.keyword_search("chunks", query, 10),
-                    mode=mode, k=10, **weights)
+    rows = service._call(
+        "hybrid_search_chunks",
+        query_text=query,
+        query_embedding=vector,
+        match_count=10,
+        fusion=mode,
+        rrf_k=10,
+        candidates=10,
+        **weights,
+    )
+    expected = fuse(
+        service.vector_search("chunks", vector, 10),
+        service.keyword_search("chunks", query, 10),
+        mode=mode,
+        k=10,
+        **weights,
+    )
     assert [r["id"] for r in rows] == [h.id for h in expected]
     assert [r["score"] for r in rows] == pytest.approx([h.score for h in expected], rel=1e-9)
-    assert [(r["vector_rank"], r["keyword_rank"]) for r in rows] == [(h.vector_rank, h.keyword_rank)
-                                                                     for h in expected]
+    assert [(r["vector_rank"], r["keyword_rank"]) for r in rows] == [
+        (h.vector_rank, h.keyword_rank) for h in expected
+    ]
 
 
 def test_the_tools_run_on_supabase_from_the_context(stack, tmp_path):
@@ -189,19 +243,36 @@ def test_the_tools_run_on_supabase_from_the_context(stack, tmp_path):
         assert report.written == report.documents > 10
         again = ingest(load_documents([demo.corpus_dir()]), store, embedder, writer, progress=False)
         assert (again.unchanged, again.embedded) == (report.documents, 0)  # nothing re-embedded
-    reader = Context(supabase_url=stack.url, supabase_key=stack.anon_key,
-                     supabase_user_token=stack.user_token("dora", tenant="demo"))
+    reader = Context(
+        supabase_url=stack.url,
+        supabase_key=stack.anon_key,
+        supabase_user_token=stack.user_token("dora", tenant="demo"),
+    )
     with Retrieval(reader, embedder=embedder) as retrieval:
         document_retriever, chunk_retriever = make_retrieval_tools(retrieval=retrieval)
-        docs = document_retriever.invoke({"type": "tool_call", "id": "1", "name": "document_retriever",
-                                          "args": {"query": "Banda Lane deposit", "top_k": 3}})
+        docs = document_retriever.invoke(
+            {
+                "type": "tool_call",
+                "id": "1",
+                "name": "document_retriever",
+                "args": {"query": "Banda Lane deposit", "top_k": 3},
+            }
+        )
         ids = [h["id"] for h in docs.artifact["hits"]]
         assert "banda-lane-property-file" in ids and "acme-plan" not in ids
-        chunks = chunk_retriever.invoke({"type": "tool_call", "id": "2", "name": "chunk_retriever",
-                                         "args": {"query": "Banda Lane deposit", "document_ids": ids, "top_k": 3}})
+        chunks = chunk_retriever.invoke(
+            {
+                "type": "tool_call",
+                "id": "2",
+                "name": "chunk_retriever",
+                "args": {"query": "Banda Lane deposit", "document_ids": ids, "top_k": 3},
+            }
+        )
         assert {h["document_id"] for h in chunks.artifact["hits"]} <= set(ids)
         assert chunks.artifact["degraded"] == []
-        result = asyncio.run(retrieval.asearch(ChunkSearchRequest(query="deposit protection scheme"), "chunks"))
+        result = asyncio.run(
+            retrieval.asearch(ChunkSearchRequest(query="deposit protection scheme"), "chunks")
+        )
         assert result.hits and {p for h in result.hits for p in h.found_by} == {"vector", "keyword"}
 
 

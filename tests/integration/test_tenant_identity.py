@@ -31,11 +31,17 @@ QUERY = "annual leave and expenses handbook"
 
 # The same document id in two tenants: acme's own handbook, and the press's, published to everyone.
 HANDBOOKS = {
-    "acme": ("Acme staff handbook", "# Annual leave\n\nAcme staff take 25 days of annual leave a year, "
-             "booked in the rota.\n\n# Expenses\n\nAcme expenses are claimed monthly with receipts."),
-    "press": ("Press contributor handbook", "# Annual leave\n\nContributors agree annual leave with the desk "
-              "editor.\n\n# Expenses\n\nTravel expenses are repaid after the story runs, from the handbook "
-              "rate."),
+    "acme": (
+        "Acme staff handbook",
+        "# Annual leave\n\nAcme staff take 25 days of annual leave a year, "
+        "booked in the rota.\n\n# Expenses\n\nAcme expenses are claimed monthly with receipts.",
+    ),
+    "press": (
+        "Press contributor handbook",
+        "# Annual leave\n\nContributors agree annual leave with the desk "
+        "editor.\n\n# Expenses\n\nTravel expenses are repaid after the story runs, from the handbook "
+        "rate.",
+    ),
 }
 
 
@@ -103,8 +109,13 @@ def test_the_same_id_in_two_tenants_is_two_rows_in_every_search(acme):
         tenants = [sorted({h.tenant for h in hits}) for hits in (vector_hits, keyword_hits)]
         assert tenants == [["acme", "press"], ["acme", "press"]]
         assert len(set(keys(vector_hits))) == len(vector_hits) == expected
-        rows = acme._call(f"hybrid_search_{level}", query_text=QUERY, query_embedding=vector, match_count=10,
-                          tenant=acme.tenant)
+        rows = acme._call(
+            f"hybrid_search_{level}",
+            query_text=QUERY,
+            query_embedding=vector,
+            match_count=10,
+            tenant=acme.tenant,
+        )
         # a join on id alone gave 4 and 8 rows
         assert len(rows) == expected, [(r["tenant_id"], r["id"]) for r in rows]
         # each row's two scores are its own tenant's row's, never one tenant's paired with the other's
@@ -120,12 +131,18 @@ def test_the_same_id_in_two_tenants_is_two_rows_in_every_search(acme):
 def test_summarize_returns_each_tenants_document_whole_and_apart(acme):
     hits = acme.document_chunks(["default-note", "handbook"], 20)
     assert [(h.tenant, h.document_id, h.ordinal) for h in hits] == [
-        ("acme", "handbook", 0), ("acme", "handbook", 1), ("press", "handbook", 0), ("press", "handbook", 1)]
+        ("acme", "handbook", 0),
+        ("acme", "handbook", 1),
+        ("press", "handbook", 0),
+        ("press", "handbook", 1),
+    ]
     for hit in hits:  # each chunk is its own tenant's text and title
         title, _ = HANDBOOKS[hit.tenant]
         assert hit.title == title and hit.content in HANDBOOKS[hit.tenant][1]
-    assert acme.unknown_documents(["handbook", "mallory-note", "default-note"]) == ["mallory-note",
-                                                                                   "default-note"]
+    assert acme.unknown_documents(["handbook", "mallory-note", "default-note"]) == [
+        "mallory-note",
+        "default-note",
+    ]
 
 
 def test_summarize_of_two_documents_keeps_the_order_asked(stack, monkeypatch):
@@ -133,25 +150,46 @@ def test_summarize_of_two_documents_keeps_the_order_asked(stack, monkeypatch):
     asked = ["mallory-note", "handbook", "default-note"]
     hits = store.document_chunks(asked, 20)
     assert [(h.tenant, h.document_id) for h in hits] == [
-        ("user:mallory", "mallory-note"), ("acme", "handbook"), ("acme", "handbook"), ("press", "handbook"),
-        ("press", "handbook"), ("", "default-note")]
+        ("user:mallory", "mallory-note"),
+        ("acme", "handbook"),
+        ("acme", "handbook"),
+        ("press", "handbook"),
+        ("press", "handbook"),
+        ("", "default-note"),
+    ]
     monkeypatch.setattr("agent_retrieval.stores.rpc.PAGE_ROWS", 1)  # each page's cursor crosses a boundary
     assert [(h.tenant, h.id) for h in store.document_chunks(asked, 20)] == [(h.tenant, h.id) for h in hits]
     store.close()
 
 
 def test_both_tools_return_both_documents(stack):
-    reader = Context(supabase_url=stack.url, supabase_key=stack.anon_key, db_schema=SCHEMA,
-                     supabase_user_token=stack.user_token("alice", tenant="acme"))
+    reader = Context(
+        supabase_url=stack.url,
+        supabase_key=stack.anon_key,
+        db_schema=SCHEMA,
+        supabase_user_token=stack.user_token("alice", tenant="acme"),
+    )
     with Retrieval(reader, embedder=embedder()) as retrieval:
         document_retriever, chunk_retriever = make_retrieval_tools(retrieval=retrieval)
-        docs = document_retriever.invoke({"type": "tool_call", "id": "1", "name": "document_retriever",
-                                          "args": {"query": QUERY, "top_k": 5}}).artifact["hits"]
-        chunks = chunk_retriever.invoke({"type": "tool_call", "id": "2", "name": "chunk_retriever",
-                                         "args": {"query": QUERY, "top_k": 10}}).artifact["hits"]
-        summary = chunk_retriever.invoke({"type": "tool_call", "id": "3", "name": "chunk_retriever",
-                                          "args": {"query": "", "query_type": "summarize",
-                                                   "document_ids": ["handbook"]}}).artifact
+        docs = document_retriever.invoke(
+            {
+                "type": "tool_call",
+                "id": "1",
+                "name": "document_retriever",
+                "args": {"query": QUERY, "top_k": 5},
+            }
+        ).artifact["hits"]
+        chunks = chunk_retriever.invoke(
+            {"type": "tool_call", "id": "2", "name": "chunk_retriever", "args": {"query": QUERY, "top_k": 10}}
+        ).artifact["hits"]
+        summary = chunk_retriever.invoke(
+            {
+                "type": "tool_call",
+                "id": "3",
+                "name": "chunk_retriever",
+                "args": {"query": "", "query_type": "summarize", "document_ids": ["handbook"]},
+            }
+        ).artifact
     assert sorted((h["tenant"], h["id"]) for h in docs) == [("acme", "handbook"), ("press", "handbook")]
     assert {(h["tenant"], h["document_id"]) for h in chunks} == {("acme", "handbook"), ("press", "handbook")}
     assert len(chunks) == 4 and all(set(h["found_by"]) == {"vector", "keyword"} for h in chunks)
@@ -161,27 +199,33 @@ def test_both_tools_return_both_documents(stack):
 
 # --- user ids and tenant names ------------------------------------------------------------------------------
 
+
 def readable(store: SupabaseStore) -> set[tuple[str, str]]:
     """Every (tenant, document id) the store's caller can reach by search or by id."""
     found = set(keys(store.keyword_search("documents", "annual leave note handbook", 20)))
-    found |= {(h.tenant, h.document_id) for h in store.document_chunks(["handbook", "mallory-note",
-                                                                         "default-note"], 20)}
+    found |= {
+        (h.tenant, h.document_id)
+        for h in store.document_chunks(["handbook", "mallory-note", "default-note"], 20)
+    }
     return found
 
 
 PUBLIC = {("press", "handbook")}
 
 
-@pytest.mark.parametrize(("sub", "claims", "expected"), [
-    ("alice", {"tenant_id": "acme"}, {("acme", "handbook")} | PUBLIC),
-    ("acme", {}, PUBLIC),  # a user whose id is a tenant's name: not that tenant (it read acme's rows)
-    ("mallory", {}, {("user:mallory", "mallory-note")} | PUBLIC),  # no tenant claim: the user's own rows
-    ("eve", {"tenant_id": "user:mallory"}, PUBLIC),  # a tenant claim inside the user namespace: no tenant
-    ("eve", {"tenant_id": ""}, PUBLIC),  # an empty claim: no tenant (it read the tenant-less rows)
-    ("eve", {"tenant_id": 7}, PUBLIC),  # a claim that is not text: no tenant
-    ("eve", {"other": "acme"}, PUBLIC),  # app_metadata without tenant_id: eve's own (empty) namespace
-    (None, {}, PUBLIC),  # anon
-])
+@pytest.mark.parametrize(
+    ("sub", "claims", "expected"),
+    [
+        ("alice", {"tenant_id": "acme"}, {("acme", "handbook")} | PUBLIC),
+        ("acme", {}, PUBLIC),  # a user whose id is a tenant's name: not that tenant (it read acme's rows)
+        ("mallory", {}, {("user:mallory", "mallory-note")} | PUBLIC),  # no tenant claim: the user's own rows
+        ("eve", {"tenant_id": "user:mallory"}, PUBLIC),  # a tenant claim inside the user namespace: no tenant
+        ("eve", {"tenant_id": ""}, PUBLIC),  # an empty claim: no tenant (it read the tenant-less rows)
+        ("eve", {"tenant_id": 7}, PUBLIC),  # a claim that is not text: no tenant
+        ("eve", {"other": "acme"}, PUBLIC),  # app_metadata without tenant_id: eve's own (empty) namespace
+        (None, {}, PUBLIC),  # anon
+    ],
+)
 def test_a_token_reads_its_tenant_or_else_its_users_own_namespace(stack, sub, claims, expected):
     with as_user(stack, sub, **claims) as store:
         assert readable(store) == expected
@@ -229,6 +273,7 @@ def test_the_python_rule_is_the_sql_rule(current_tenant, claims):
 
 # --- publishing ---------------------------------------------------------------------------------------------
 
+
 def test_metadata_never_publishes_only_the_operators_flag_does(stack):
     vector = embedder().embed_query("quarterly memo")
     memo = Document("memo", "Quarterly memo", "The quarterly memo is for acme staff only.", {"public": True})
@@ -242,8 +287,11 @@ def test_metadata_never_publishes_only_the_operators_flag_does(stack):
     try:
         for store in (as_user(stack, "gina", tenant_id="globex"), as_user(stack, None)):
             with store:
-                found = {h.id for level in ("documents", "chunks")
-                         for h in store.keyword_search(level, "quarterly memo notice", 10)}
+                found = {
+                    h.id
+                    for level in ("documents", "chunks")
+                    for h in store.keyword_search(level, "quarterly memo notice", 10)
+                }
                 assert found == {"notice", "notice#0"}  # chunks inherit the document's visibility
                 assert store.unknown_documents(["memo", "notice"]) == ["memo"]
     finally:
@@ -263,8 +311,9 @@ def test_ingest_publishes_only_when_asked_and_says_where_each_document_came_from
         assert (state.public, state.embedded, state.source) == (False, True, str(tmp_path / "rota.md"))
         with as_user(stack, None) as anon:
             assert anon.keyword_search("documents", "weekend rota", 5) == []  # front matter published nothing
-            again = ingest(load_documents([tmp_path]), store, embedder(), context, progress=False,
-                           public=True)
+            again = ingest(
+                load_documents([tmp_path]), store, embedder(), context, progress=False, public=True
+            )
             assert (again.written, again.embedded, again.reused) == (1, 0, 2)  # rewritten, not re-embedded
             assert store.document_states(["rota"])["rota"].public is True
             assert [h.id for h in anon.keyword_search("chunks", "weekend rota", 5)] == ["rota#0"]
@@ -276,10 +325,18 @@ def test_ingest_publishes_only_when_asked_and_says_where_each_document_came_from
 def test_summarize_through_the_async_path_keeps_tenants_apart(stack):
     import asyncio
 
-    reader = Context(supabase_url=stack.url, supabase_key=stack.anon_key, db_schema=SCHEMA,
-                     supabase_user_token=stack.user_token("alice", tenant="acme"))
+    reader = Context(
+        supabase_url=stack.url,
+        supabase_key=stack.anon_key,
+        db_schema=SCHEMA,
+        supabase_user_token=stack.user_token("alice", tenant="acme"),
+    )
     request = ChunkSearchRequest(query="", query_type="summarize", document_ids=["handbook"])
     with Retrieval(reader, embedder=embedder()) as retrieval:
         result = asyncio.run(retrieval.asearch(request, "chunks"))
-    assert [(h.tenant, h.ordinal) for h in result.hits] == [("acme", 0), ("acme", 1), ("press", 0),
-                                                            ("press", 1)]
+    assert [(h.tenant, h.ordinal) for h in result.hits] == [
+        ("acme", 0),
+        ("acme", 1),
+        ("press", 0),
+        ("press", 1),
+    ]

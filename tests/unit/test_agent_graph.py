@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 
@@ -35,19 +34,25 @@ def call(name: str, args: dict, id_: str) -> AIMessage:
 
 
 async def run(graph, question: str, context: Context, **config) -> list:
-    out = await graph.ainvoke({"messages": [{"role": "user", "content": question}]}, context=context,
-                              config=config or None)
+    out = await graph.ainvoke(
+        {"messages": [{"role": "user", "content": question}]}, context=context, config=config or None
+    )
     return out["messages"]
 
 
 async def test_the_model_finds_documents_then_reads_their_passages(retrieval):
-    model = ToolCallingFake(messages=iter([
-        call("document_retriever", {"query": QUESTION, "top_k": 3}, "c1"),
-        call("chunk_retriever", {"query": QUESTION, "document_ids": ["tenancy-deposit-guide"]}, "c2"),
-        AIMessage("Within thirty days [tenancy-deposit-guide#2]."),
-    ]))
-    messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=model)), QUESTION,
-                         retrieval.context)
+    model = ToolCallingFake(
+        messages=iter(
+            [
+                call("document_retriever", {"query": QUESTION, "top_k": 3}, "c1"),
+                call("chunk_retriever", {"query": QUESTION, "document_ids": ["tenancy-deposit-guide"]}, "c2"),
+                AIMessage("Within thirty days [tenancy-deposit-guide#2]."),
+            ]
+        )
+    )
+    messages = await run(
+        agent.build(GraphParts(retrieval=retrieval, chat_model=model)), QUESTION, retrieval.context
+    )
     tools = [m for m in messages if isinstance(m, ToolMessage)]
     assert [t.name for t in tools] == ["document_retriever", "chunk_retriever"]
     assert all(t.status == "success" for t in tools)
@@ -69,24 +74,42 @@ async def test_offline_the_fixed_policy_runs_the_same_loop_and_cites(retrieval):
 
 
 async def test_bad_tool_arguments_and_unknown_tools_come_back_as_tool_errors(retrieval):
-    model = ToolCallingFake(messages=iter([
-        AIMessage("", tool_calls=[{"name": "chunk_retriever", "args": {"query": "x", "top_k": 500}, "id": "a"},
-                                  {"name": "web_search", "args": {"q": "x"}, "id": "b"}]),
-        AIMessage("I could not search."),
-    ]))
-    messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=model)), QUESTION,
-                         retrieval.context)
+    model = ToolCallingFake(
+        messages=iter(
+            [
+                AIMessage(
+                    "",
+                    tool_calls=[
+                        {"name": "chunk_retriever", "args": {"query": "x", "top_k": 500}, "id": "a"},
+                        {"name": "web_search", "args": {"q": "x"}, "id": "b"},
+                    ],
+                ),
+                AIMessage("I could not search."),
+            ]
+        )
+    )
+    messages = await run(
+        agent.build(GraphParts(retrieval=retrieval, chat_model=model)), QUESTION, retrieval.context
+    )
     errors = {m.name: m for m in messages if isinstance(m, ToolMessage)}
-    assert "top_k" in errors["chunk_retriever"].content and "between 1 and 50" in errors["chunk_retriever"].content
+    assert (
+        "top_k" in errors["chunk_retriever"].content
+        and "between 1 and 50" in errors["chunk_retriever"].content
+    )
     assert errors["web_search"].status == "error" and "document_retriever" in errors["web_search"].content
     assert messages[-1].content == "I could not search."
 
 
 async def test_a_model_that_never_stops_searching_is_stopped_before_the_recursion_limit(retrieval):
-    endless = ToolCallingFake(messages=iter([call("document_retriever", {"query": f"try {n}"}, f"c{n}")
-                                             for n in range(100)]))
-    messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=endless)), QUESTION,
-                         retrieval.context, recursion_limit=8)
+    endless = ToolCallingFake(
+        messages=iter([call("document_retriever", {"query": f"try {n}"}, f"c{n}") for n in range(100)])
+    )
+    messages = await run(
+        agent.build(GraphParts(retrieval=retrieval, chat_model=endless)),
+        QUESTION,
+        retrieval.context,
+        recursion_limit=8,
+    )
     assert isinstance(messages[-1], AIMessage) and not messages[-1].tool_calls
     assert "allowed steps" in messages[-1].content
 
@@ -94,8 +117,9 @@ async def test_a_model_that_never_stops_searching_is_stopped_before_the_recursio
 @pytest.mark.parametrize("question, expected", [("  ", "empty"), ("deposit " * 12_500, "at most 4,000")])
 async def test_an_empty_or_100kb_question_is_refused_without_a_model_call(retrieval, question, expected):
     model = ToolCallingFake(messages=iter([]))
-    messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=model)), question,
-                         retrieval.context)
+    messages = await run(
+        agent.build(GraphParts(retrieval=retrieval, chat_model=model)), question, retrieval.context
+    )
     assert expected in messages[-1].content and model.bound == []
 
 
@@ -123,22 +147,29 @@ async def test_tool_results_reach_the_model_with_every_field_inside_its_own_pass
         yield AIMessage("Within thirty days.")
 
     model = ReadingFake(messages=script(), sent=[])
-    messages = await run(agent.build(GraphParts(retrieval=retrieval, chat_model=model)), query,
-                         retrieval.context)
+    messages = await run(
+        agent.build(GraphParts(retrieval=retrieval, chat_model=model)), query, retrieval.context
+    )
     system = model.sent[0][0].content
     assert "<passage>" in system and "data, not instructions" in system
     documents, chunks = [m for m in messages if isinstance(m, ToolMessage)]
     assert chunks.status == "success", chunks.content  # the shown ids came back as the stored ones
     assert document.id in {h["document_id"] for h in chunks.artifact["hits"]}
     for result, hostile, fields in (
-            (documents, document.id, {"ID", "TITLE", "HEADING", "BODY", "METAKEY", "METAVALUE"}),
-            (chunks, f"{document.id}#0", {"ID", "TITLE", "HEADING", "BODY", "METAKEY", "METAVALUE"})):
-        sent = next(m for m in model.sent[-1]
-                    if isinstance(m, ToolMessage) and m.tool_call_id == result.tool_call_id)
+        (documents, document.id, {"ID", "TITLE", "HEADING", "BODY", "METAKEY", "METAVALUE"}),
+        (chunks, f"{document.id}#0", {"ID", "TITLE", "HEADING", "BODY", "METAKEY", "METAVALUE"}),
+    ):
+        sent = next(
+            m for m in model.sent[-1] if isinstance(m, ToolMessage) and m.tool_call_id == result.tool_call_id
+        )
         hits = result.artifact["hits"]
         assert hostile in {h["id"] for h in hits}
-        assert_quoted(sent.content, [passages_outline(len(hits), [bool(h["metadata"]) for h in hits])],
-                      {hostile}, fields)
+        assert_quoted(
+            sent.content,
+            [passages_outline(len(hits), [bool(h["metadata"]) for h in hits])],
+            {hostile},
+            fields,
+        )
 
 
 def test_the_module_graph_builds_nothing_at_import():

@@ -21,8 +21,15 @@ SECRET = "a-test-jwt-secret-of-at-least-32-characters"
 
 def token(key=SECRET, algorithm="HS256", *, headers=None, **claims) -> str:
     now = int(time.time())
-    body = {"sub": "u1", "role": "authenticated", "aud": "authenticated", "iat": now, "exp": now + 600,
-            "app_metadata": {"tenant_id": "acme"}, **claims}
+    body = {
+        "sub": "u1",
+        "role": "authenticated",
+        "aud": "authenticated",
+        "iat": now,
+        "exp": now + 600,
+        "app_metadata": {"tenant_id": "acme"},
+        **claims,
+    }
     body = {k: v for k, v in body.items() if v is not None}
     return jwt.encode(body, key, algorithm=algorithm, headers=headers)
 
@@ -46,17 +53,20 @@ async def test_a_signed_in_users_token_gives_their_identity_tenant_and_token(ver
     assert user["tenant"] == "user:u1"  # no tenant claim: the user's own namespace
 
 
-@pytest.mark.parametrize(("authorization", "reason"), [
-    (None, "needs a signed-in user's Supabase access token"),
-    ("Basic dXNlcjpwdw==", "needs a signed-in user's Supabase access token"),
-    (f"Bearer {token(key='another-secret-of-at-least-32-characters!')}", "Signature verification failed"),
-    (f"Bearer {token(exp=int(time.time()) - 60)}", "expired"),
-    (f"Bearer {token(aud='somebody-else')}", "Audience"),
-    (f"Bearer {token(role='anon', sub='anon')}", "not a signed-in user's token"),
-    (f"Bearer {token(role='service_role')}", "not a signed-in user's token"),
-    (f"Bearer {token(sub=None)}", "sub"),
-    (f"Bearer {jwt.encode({'sub': 'u1'}, None, algorithm='none')}", "are not accepted"),
-])
+@pytest.mark.parametrize(
+    ("authorization", "reason"),
+    [
+        (None, "needs a signed-in user's Supabase access token"),
+        ("Basic dXNlcjpwdw==", "needs a signed-in user's Supabase access token"),
+        (f"Bearer {token(key='another-secret-of-at-least-32-characters!')}", "Signature verification failed"),
+        (f"Bearer {token(exp=int(time.time()) - 60)}", "expired"),
+        (f"Bearer {token(aud='somebody-else')}", "Audience"),
+        (f"Bearer {token(role='anon', sub='anon')}", "not a signed-in user's token"),
+        (f"Bearer {token(role='service_role')}", "not a signed-in user's token"),
+        (f"Bearer {token(sub=None)}", "sub"),
+        (f"Bearer {jwt.encode({'sub': 'u1'}, None, algorithm='none')}", "are not accepted"),
+    ],
+)
 async def test_anything_but_a_valid_users_token_is_refused_with_401(verifying, authorization, reason):
     error = await refused(authorization)
     assert error.status_code == 401 and reason in error.detail
@@ -78,6 +88,7 @@ async def test_auth_off_trusts_every_caller_as_the_operator(monkeypatch):
 
 # --- asymmetric keys, verified by the project's JWKS -------------------------------------------------------
 
+
 @pytest.fixture
 def jwks_server(monkeypatch) -> Iterator[ec.EllipticCurvePrivateKey]:
     """A project whose Auth signs with ES256 and publishes its key at /auth/v1/.well-known/jwks.json."""
@@ -86,7 +97,7 @@ def jwks_server(monkeypatch) -> Iterator[ec.EllipticCurvePrivateKey]:
     body = json.dumps({"keys": [{**public, "kid": "k1", "alg": "ES256", "use": "sig"}]}).encode()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             status = 200 if self.path == "/auth/v1/.well-known/jwks.json" else 404
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -114,9 +125,16 @@ async def test_tokens_signed_with_the_projects_asymmetric_key_are_verified_by_it
 
 # --- authorization ----------------------------------------------------------------------------------------
 
+
 def context(resource: str, action: str, identity: str = "u1") -> Auth.types.AuthContext:
-    user = type("User", (), {"identity": identity, "get": lambda self, key, default=None: {
-        "identity": identity, "tenant": "acme"}.get(key, default)})()
+    user = type(
+        "User",
+        (),
+        {
+            "identity": identity,
+            "get": lambda self, key, default=None: {"identity": identity, "tenant": "acme"}.get(key, default),
+        },
+    )()
     return Auth.types.AuthContext(resource=resource, action=action, user=user, permissions=[])
 
 
@@ -136,4 +154,3 @@ async def test_a_deployment_setting_in_any_context_is_refused_naming_it():
         await private_to_owner(context("threads", "create_run"), value)
     assert error.value.status_code == 403
     assert error.value.detail.startswith("openai_base_url: deployment settings")
-

@@ -43,8 +43,13 @@ def schemas(context: Context, embedder: Embedder) -> Any:
         yield retrieval
 
 
-async def run(retrieval: Retrieval, context: Context, chat: CountingChatModel | None,
-              request: str = REQUEST, language: str = "sql") -> dict[str, Any]:
+async def run(
+    retrieval: Retrieval,
+    context: Context,
+    chat: CountingChatModel | None,
+    request: str = REQUEST,
+    language: str = "sql",
+) -> dict[str, Any]:
     graph = build(GraphParts(retrieval=retrieval, chat_model=chat))
     return await graph.ainvoke({"request": request, "language": language}, context=context)
 
@@ -58,6 +63,7 @@ def all_schema_passages() -> list[Passage]:
 
 
 # --- the graph ----------------------------------------------------------------------------------------
+
 
 async def test_valid_sql_passes_in_one_attempt_from_the_retrieved_schemas(schemas, context):
     chat = CountingChatModel(responses=[GOOD_SQL])
@@ -99,8 +105,9 @@ async def test_a_destructive_answer_is_rejected(schemas, context):
     chat = CountingChatModel(responses=["DROP TABLE customers", "DELETE FROM invoices WHERE status = 'void'"])
     out = await run(schemas, context, chat)
     assert out["valid"] is False and out["attempts"] == 2
-    assert out["errors"] == [("only a single read-only query is allowed (SELECT, or WITH ... SELECT); "
-                              "got DELETE")]
+    assert out["errors"] == [
+        ("only a single read-only query is allowed (SELECT, or WITH ... SELECT); got DELETE")
+    ]
     assert "got DROP" in chat_text(chat.messages[1])
 
 
@@ -141,16 +148,20 @@ async def test_a_model_that_does_not_answer_in_time_ends_with_an_error(schemas, 
     assert out["valid"] is False and out["attempts"] == 1
 
 
-@pytest.mark.parametrize(("arguments", "error"), [
-    ({"request": ""}, "request: must be a non-empty text"),
-    ({"request": "   "}, "request: must be a non-empty text"),
-    ({}, "request: must be a non-empty text"),
-    ({"request": "x" * 4001}, "request: must be at most 4000 characters (got 4001)"),
-    ({"request": "list\x00customers"}, "request: must not contain NUL characters"),
-    ({"request": REQUEST, "language": "rust"}, "language: must be one of sql, python (got 'rust')"),
-])
-async def test_bad_input_is_explained_without_any_retrieval_or_model_call(schemas, context, embeddings,
-                                                                          arguments, error):
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"request": ""}, "request: must be a non-empty text"),
+        ({"request": "   "}, "request: must be a non-empty text"),
+        ({}, "request: must be a non-empty text"),
+        ({"request": "x" * 4001}, "request: must be at most 4000 characters (got 4001)"),
+        ({"request": "list\x00customers"}, "request: must not contain NUL characters"),
+        ({"request": REQUEST, "language": "rust"}, "language: must be one of sql, python (got 'rust')"),
+    ],
+)
+async def test_bad_input_is_explained_without_any_retrieval_or_model_call(
+    schemas, context, embeddings, arguments, error
+):
     chat = CountingChatModel(responses=[GOOD_SQL])
     out = await build(GraphParts(retrieval=schemas, chat_model=chat)).ainvoke(arguments, context=context)
     assert len(out["errors"]) == 1 and out["errors"][0].startswith(error)
@@ -208,43 +219,58 @@ def test_the_graph_loads_from_its_file_as_langgraph_does(monkeypatch):
 
 # --- validation ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("sql", "error"), [
-    ("DROP TABLE customers", "got DROP"),
-    ("delete from invoices", "got DELETE"),
-    ("INSERT INTO customers (name) VALUES ('x')", "got INSERT"),
-    ("UPDATE invoices SET status = 'void'", "got UPDATE"),
-    ("ATTACH DATABASE 'other.db' AS other", "got ATTACH"),
-    ("PRAGMA table_info(customers)", "got PRAGMA"),
-    ("-- looks harmless\n/* really */ DROP TABLE customers", "got DROP"),
-    ("", "got no statement"),
-    ("WITH doomed AS (SELECT id FROM invoices) DELETE FROM invoices WHERE id IN (SELECT id FROM doomed)",
-     "the query is not read-only (it would DELETE invoices)"),
-    ("SELECT 1; DROP TABLE customers", "several statements found"),
-    ("SELECT name FROM customers; SELECT id FROM invoices;", "several statements found"),
-    ("SELECT name FROM FROM customers", 'near "FROM": syntax error'),
-    ("SELECT name FROM customers WHERE", "incomplete input"),
-    ("SELECT nme FROM customers", "no such column: nme"),
-    ("SELECT name FROM customer", "no such table: customer"),
-])
+
+@pytest.mark.parametrize(
+    ("sql", "error"),
+    [
+        ("DROP TABLE customers", "got DROP"),
+        ("delete from invoices", "got DELETE"),
+        ("INSERT INTO customers (name) VALUES ('x')", "got INSERT"),
+        ("UPDATE invoices SET status = 'void'", "got UPDATE"),
+        ("ATTACH DATABASE 'other.db' AS other", "got ATTACH"),
+        ("PRAGMA table_info(customers)", "got PRAGMA"),
+        ("-- looks harmless\n/* really */ DROP TABLE customers", "got DROP"),
+        ("", "got no statement"),
+        (
+            "WITH doomed AS (SELECT id FROM invoices) DELETE FROM invoices WHERE id IN (SELECT id FROM doomed)",
+            "the query is not read-only (it would DELETE invoices)",
+        ),
+        ("SELECT 1; DROP TABLE customers", "several statements found"),
+        ("SELECT name FROM customers; SELECT id FROM invoices;", "several statements found"),
+        ("SELECT name FROM FROM customers", 'near "FROM": syntax error'),
+        ("SELECT name FROM customers WHERE", "incomplete input"),
+        ("SELECT nme FROM customers", "no such column: nme"),
+        ("SELECT name FROM customer", "no such table: customer"),
+    ],
+)
 def test_sql_that_is_not_one_valid_read_only_query_is_rejected(sql, error):
     errors, _ = validate_sql(sql, all_schema_passages())
     assert len(errors) == 1 and error in errors[0]
 
 
-@pytest.mark.parametrize("sql", [
-    "select name from customers;",
-    "-- newest first\nSELECT name FROM customers ORDER BY created_at DESC",
-    ("WITH paid AS (SELECT customer_id, amount_pence FROM invoices WHERE status = 'paid') "
-     "SELECT customer_id, SUM(amount_pence) FROM paid GROUP BY customer_id"),
-    "SELECT name FROM customers WHERE segment = ? AND country = :country",  # parameters stay unbound
-    "SELECT strftime('%Y-%m', paid_at) AS month, COUNT(*) FROM invoices GROUP BY month",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "select name from customers;",
+        "-- newest first\nSELECT name FROM customers ORDER BY created_at DESC",
+        (
+            "WITH paid AS (SELECT customer_id, amount_pence FROM invoices WHERE status = 'paid') "
+            "SELECT customer_id, SUM(amount_pence) FROM paid GROUP BY customer_id"
+        ),
+        "SELECT name FROM customers WHERE segment = ? AND country = :country",  # parameters stay unbound
+        "SELECT strftime('%Y-%m', paid_at) AS month, COUNT(*) FROM invoices GROUP BY month",
+    ],
+)
 def test_read_only_queries_over_the_schemas_pass(sql):
     errors, notes = validate_sql(sql, all_schema_passages())
     assert errors == []
     tables = "customers, invoices, orders, plans, subscriptions"
-    assert notes == [(f"the SQL compiled in SQLite against the retrieved schemas (tables in the retrieved "
-                      f"schemas: {tables}); it was not run on any data")]
+    assert notes == [
+        (
+            f"the SQL compiled in SQLite against the retrieved schemas (tables in the retrieved "
+            f"schemas: {tables}); it was not run on any data"
+        )
+    ]
 
 
 def test_schema_statements_that_do_not_load_or_end_are_skipped_and_noted():
@@ -266,8 +292,10 @@ def test_schema_statements_that_do_not_load_or_end_are_skipped_and_noted():
 
 def test_a_schema_statement_that_runs_forever_is_stopped(monkeypatch):
     monkeypatch.setattr(codegen, "SCHEMA_SECONDS", 0.2)
-    forever = ("CREATE TABLE forever AS\n"
-               "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT x FROM n;")
+    forever = (
+        "CREATE TABLE forever AS\n"
+        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT x FROM n;"
+    )
     errors, notes = validate_sql("SELECT name FROM customers", [passage(forever), *all_schema_passages()])
     assert errors == []
     assert notes[0].startswith("skipped schema statement 'CREATE TABLE forever") and "interrupted" in notes[0]
@@ -275,8 +303,12 @@ def test_a_schema_statement_that_runs_forever_is_stopped(monkeypatch):
 
 def test_with_no_schemas_retrieved_every_table_is_unknown():
     errors, _ = validate_sql("SELECT name FROM customers", [])
-    assert errors == [("the SQL does not compile against the retrieved schemas: no such table: customers "
-                       "(no tables were retrieved)")]
+    assert errors == [
+        (
+            "the SQL does not compile against the retrieved schemas: no such table: customers "
+            "(no tables were retrieved)"
+        )
+    ]
 
 
 def test_retrieved_text_cannot_close_the_tags_it_is_quoted_in():
@@ -301,16 +333,25 @@ async def test_every_field_of_a_hostile_schema_stays_inside_its_own_passage(sche
     assert hostile in out["context_ids"] and chat.calls == 2
     first, retry = (messages[1].content for messages in chat.messages)
     request = ["request", []]
-    assert_quoted(first, [request, passages_outline(len(out["context_ids"]), tag="context")], {hostile},
-                  {"ID", "TITLE", "HEADING", "BODY"})
-    assert outline(retry) == [request, passages_outline(len(out["context_ids"]), tag="context"),
-                              ["previous_attempt", []], ["validation_errors", []]]
+    assert_quoted(
+        first,
+        [request, passages_outline(len(out["context_ids"]), tag="context")],
+        {hostile},
+        {"ID", "TITLE", "HEADING", "BODY"},
+    )
+    assert outline(retry) == [
+        request,
+        passages_outline(len(out["context_ids"]), tag="context"),
+        ["previous_attempt", []],
+        ["validation_errors", []],
+    ]
     assert as_read(retry) == retry
     assert "deposits" in retry.split("<validation_errors>")[1]  # the hostile table name, quoted
     assert "a &lt; 1" in retry  # the model's own code is quoted too
 
 
 # --- the demo schema corpus ---------------------------------------------------------------------------
+
 
 def test_each_schema_chunk_keeps_its_create_table_with_its_description():
     documents = list(load_documents([demo.schemas_dir()]))
@@ -325,8 +366,12 @@ def test_each_schema_chunk_keeps_its_create_table_with_its_description():
 
 def test_the_schemas_load_and_their_example_queries_validate():
     passages = all_schema_passages()
-    examples = [block.split("```")[0].strip() for p in passages
-                for block in p["content"].split("```sql\n")[1:] if not block.startswith("CREATE")]
+    examples = [
+        block.split("```")[0].strip()
+        for p in passages
+        for block in p["content"].split("```sql\n")[1:]
+        if not block.startswith("CREATE")
+    ]
     assert len(examples) == 5
     for sql in examples:
         errors, notes = validate_sql(sql, passages)

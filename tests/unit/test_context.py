@@ -38,12 +38,15 @@ def test_environment_fills_fields_left_at_their_default(monkeypatch):
     assert Context(hyde_num_docs=4).hyde_num_docs == 4  # an explicit value wins
 
 
-@pytest.mark.parametrize(("env", "value", "message"), [
-    ("HYDE_NUM_DOCS", "two", "HYDE_NUM_DOCS='two' is not a valid int"),
-    ("USE_HYDE", "maybe", "USE_HYDE='maybe' is not a valid bool"),
-    ("HYDE_TEMPERATURE", "0.7", "hyde_temperature must be between 0 and 0.2"),
-    ("EMBEDDING_PROVIDER", "cohere", "embedding_provider must be one of local, voyage, openai"),
-])
+@pytest.mark.parametrize(
+    ("env", "value", "message"),
+    [
+        ("HYDE_NUM_DOCS", "two", "HYDE_NUM_DOCS='two' is not a valid int"),
+        ("USE_HYDE", "maybe", "USE_HYDE='maybe' is not a valid bool"),
+        ("HYDE_TEMPERATURE", "0.7", "hyde_temperature must be between 0 and 0.2"),
+        ("EMBEDDING_PROVIDER", "cohere", "embedding_provider must be one of local, voyage, openai"),
+    ],
+)
 def test_bad_environment_values_name_the_setting_and_what_is_allowed(monkeypatch, env, value, message):
     monkeypatch.setenv(env, value)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):

@@ -12,8 +12,16 @@ import pytrec_eval
 from agent_retrieval import demo, hyde
 from agent_retrieval.cli import main
 from agent_retrieval.context import Context
-from agent_retrieval.evaluation import (DatasetError, evaluate, load_beir, mrr, ndcg, read_run, recall,
-                                        score_run)
+from agent_retrieval.evaluation import (
+    DatasetError,
+    evaluate,
+    load_beir,
+    mrr,
+    ndcg,
+    read_run,
+    recall,
+    score_run,
+)
 from agent_retrieval.ingest import ingest, load_documents
 from agent_retrieval.retrieval import Retrieval
 from tests.conftest import CountingChatModel
@@ -23,15 +31,20 @@ SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "scifact
 
 # --- metrics ------------------------------------------------------------------------------------
 
+
 def test_metrics_match_trec_eval_on_random_runs():
     rng = random.Random(5)
     docs = [f"d{n}" for n in range(300)]
-    qrels = {f"q{n}": {d: rng.choice([0, 1, 1, 2]) for d in rng.sample(docs, rng.randint(1, 8))} for n in range(40)}
+    qrels = {
+        f"q{n}": {d: rng.choice([0, 1, 1, 2]) for d in rng.sample(docs, rng.randint(1, 8))} for n in range(40)
+    }
     qrels = {q: g for q, g in qrels.items() if any(v > 0 for v in g.values())}
     run = {q: rng.sample(docs, 150) for q in qrels}
     ours = score_run(run, qrels)
     scored = {q: {d: 1000.0 - rank for rank, d in enumerate(ranked)} for q, ranked in run.items()}
-    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.10", "recall.100"}).evaluate(scored)
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.10", "recall.100"}).evaluate(
+        scored
+    )
     top10 = {q: {d: s for d, s in ranked.items() if s > 990} for q, ranked in scored.items()}
     rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)  # MRR@10: a run cut at 10
     mean = lambda table, key: sum(row[key] for row in table.values()) / len(table)  # noqa: E731
@@ -52,11 +65,14 @@ def test_metrics_on_a_hand_worked_case():
 
 # --- reading BEIR folders -----------------------------------------------------------------------
 
+
 def write_beir(folder: Path, corpus: list[dict], queries: list[dict], qrels: list[str]) -> Path:
     (folder / "qrels").mkdir(parents=True, exist_ok=True)
     (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus))
     (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries))
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\n" for q in qrels))
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\n" for q in qrels)
+    )
     return folder
 
 
@@ -87,9 +103,12 @@ def test_a_malformed_line_is_named_by_file_and_line(tmp_path):
 
 
 def test_unknown_documents_and_empty_queries_are_counted_skips(tmp_path):
-    write_beir(tmp_path, [{"_id": "d1", "text": "x"}, {"_id": "d2", "text": "y"}],
-               [{"_id": "q1", "text": "find x"}, {"_id": "q2", "text": "  "}],
-               ["q1\td1\t1", "q1\tghost\t1", "q2\td2\t1", "q9\td1\t1"])
+    write_beir(
+        tmp_path,
+        [{"_id": "d1", "text": "x"}, {"_id": "d2", "text": "y"}],
+        [{"_id": "q1", "text": "find x"}, {"_id": "q2", "text": "  "}],
+        ["q1\td1\t1", "q1\tghost\t1", "q2\td2\t1", "q9\td1\t1"],
+    )
     dataset = load_beir(tmp_path)
     assert dataset.queries == {"q1": "find x"} and dataset.qrels == {"q1": {"d1": 1}}
     assert len(dataset.skipped) == 4
@@ -112,6 +131,7 @@ def test_a_smaller_corpus_keeps_every_judged_document(tmp_path):
 
 # --- running ------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def beir_store(tmp_path, embedder):
     dataset = load_beir(demo_beir(tmp_path / "demo"))
@@ -124,7 +144,12 @@ def beir_store(tmp_path, embedder):
 def test_every_mode_is_run_written_as_trec_and_scored(beir_store, tmp_path):
     dataset, retrieval = beir_store
     report = evaluate(dataset, retrieval, tmp_path / "out", progress=False)
-    assert list(report.scores) == ["keyword", "vector", "hybrid-rrf", "hybrid-convex"]  # no chat model: no HyDE
+    assert list(report.scores) == [
+        "keyword",
+        "vector",
+        "hybrid-rrf",
+        "hybrid-convex",
+    ]  # no chat model: no HyDE
     for mode, path in report.runs.items():
         lines = Path(path).read_text().splitlines()
         qid, q0, doc, rank, score, tag = lines[0].split()
@@ -147,8 +172,9 @@ def test_a_rerun_resumes_and_runs_only_what_is_missing(beir_store, tmp_path, emb
     hyde.clear_cache()  # no cached query vector to hide the rerun
     resumed = evaluate(dataset, retrieval, tmp_path / "out", modes=["keyword", "vector"], progress=False)
     assert embeddings.query_calls == calls + 1 and resumed.scores == first.scores
-    assert sum(line.startswith("q7 ") for line in Path(first.runs["keyword"]).read_text().splitlines()) == \
-        len(read_run(first.runs["keyword"])["q7"])  # the complete run was not appended to again
+    assert sum(
+        line.startswith("q7 ") for line in Path(first.runs["keyword"]).read_text().splitlines()
+    ) == len(read_run(first.runs["keyword"])["q7"])  # the complete run was not appended to again
 
 
 def test_hyde_mode_runs_with_a_chat_model_and_is_refused_without(beir_store, tmp_path, embedder):
@@ -169,8 +195,19 @@ def test_hyde_mode_runs_with_a_chat_model_and_is_refused_without(beir_store, tmp
 @pytest.mark.slow
 @pytest.mark.skipif(not SCIFACT.is_dir(), reason="the shared SciFact dataset is not beside the repository")
 def test_the_cli_evaluates_a_scifact_sample_and_a_rerun_embeds_nothing(tmp_path, capsys):
-    args = ["eval", str(SCIFACT), "--limit", "10", "--max-documents", "60", "--out", str(tmp_path),
-            "--no-progress", "--modes", "keyword,vector,hybrid-rrf"]
+    args = [
+        "eval",
+        str(SCIFACT),
+        "--limit",
+        "10",
+        "--max-documents",
+        "60",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+        "--modes",
+        "keyword,vector,hybrid-rrf",
+    ]
     assert main(args) == 0
     first = capsys.readouterr()
     assert "60 documents: 60 written" in first.err and "hybrid-rrf" in first.out

@@ -9,8 +9,15 @@ from agent_retrieval.models import Hit
 
 
 def hit(id_: str, content: str = "", tenant: str = "", **scores: float) -> Hit:
-    return Hit(id=id_, level="chunks", document_id=id_.split("#")[0], title=id_, content=content,
-               tenant=tenant, **scores)
+    return Hit(
+        id=id_,
+        level="chunks",
+        document_id=id_.split("#")[0],
+        title=id_,
+        content=content,
+        tenant=tenant,
+        **scores,
+    )
 
 
 def test_rrf_sums_weighted_reciprocal_ranks():
@@ -21,9 +28,13 @@ def test_rrf_sums_weighted_reciprocal_ranks():
 
 
 def test_standard_scores_and_convex():
-    assert zscores({"a": 2.0, "b": 4.0, "c": 3.0}) == pytest.approx({"a": -1.2247449, "b": 1.2247449, "c": 0.0})
+    assert zscores({"a": 2.0, "b": 4.0, "c": 3.0}) == pytest.approx(
+        {"a": -1.2247449, "b": 1.2247449, "c": 0.0}
+    )
     assert zscores({"a": 5.0}) == {"a": 1.0} and zscores({}) == {}
-    fused = convex({"vector": {"a": 0.9, "b": 0.1}, "keyword": {"b": 10.0, "c": 5.0}}, {"vector": 3, "keyword": 1})
+    fused = convex(
+        {"vector": {"a": 0.9, "b": 0.1}, "keyword": {"b": 10.0, "c": 5.0}}, {"vector": 3, "keyword": 1}
+    )
     # vector: a +1, b -1, c missing -> the lowest, -1; keyword: b +1, c -1, a missing -> -1
     assert fused == pytest.approx({"a": 0.5, "b": -0.5, "c": -1.0})
     lone = convex({"vector": {"a": 0.3}, "keyword": {"b": 2.0}}, {"vector": 1, "keyword": 2})
@@ -37,7 +48,11 @@ def test_fuse_keeps_both_paths_ranks_and_orders_by_score():
     assert [h.id for h in fused] == ["b", "a", "c"]
     b = fused[0]
     assert (b.vector_rank, b.keyword_rank, b.keyword_score, b.vector_similarity) == (2, 1, 7.0, 0.5)
-    assert b.found_by == ["vector", "keyword"] and fused[1].found_by == ["vector"] and fused[2].found_by == ["keyword"]
+    assert (
+        b.found_by == ["vector", "keyword"]
+        and fused[1].found_by == ["vector"]
+        and fused[2].found_by == ["keyword"]
+    )
     assert fused[0].score > fused[1].score > fused[2].score
 
 
@@ -54,7 +69,9 @@ def test_unknown_mode_is_rejected():
 
 
 def test_entity_terms_find_names_quotes_and_numbers():
-    terms = entity_terms('What was the deposit at 14 Banda Lane paid to Halden & Rowe Estates in 2023 for "Form D7"?')
+    terms = entity_terms(
+        'What was the deposit at 14 Banda Lane paid to Halden & Rowe Estates in 2023 for "Form D7"?'
+    )
     assert "Banda Lane" in terms and "Halden & Rowe Estates" in terms
     assert "14" in terms and "2023" in terms and "Form D7" in terms
     assert "What" not in terms
@@ -73,7 +90,11 @@ def test_entity_boost_lifts_hits_that_contain_the_names():
 def test_profiles_lean_the_way_their_names_say():
     assert PROFILES["exact"].keyword_weight > PROFILES["exact"].vector_weight
     assert PROFILES["conceptual"].vector_weight > PROFILES["conceptual"].keyword_weight
-    assert PROFILES["exact"].min_similarity > PROFILES["general"].min_similarity > PROFILES["conceptual"].min_similarity
+    assert (
+        PROFILES["exact"].min_similarity
+        > PROFILES["general"].min_similarity
+        > PROFILES["conceptual"].min_similarity
+    )
 
 
 def test_the_sql_hybrid_functions_default_to_the_tools_fusion():
@@ -85,7 +106,7 @@ def test_the_sql_hybrid_functions_default_to_the_tools_fusion():
     defaults = {f.name: f.default for f in fields(Context)}
     sql = render_sql()
     for level in ("documents", "chunks"):
-        header = sql[sql.index(f"function agent_retrieval.hybrid_search_{level}("):][:900]
+        header = sql[sql.index(f"function agent_retrieval.hybrid_search_{level}(") :][:900]
         assert f"fusion text default '{defaults['fusion']}'" in header
         assert f"vector_weight float8 default {defaults['vector_weight']}" in header
         assert f"keyword_weight float8 default {defaults['keyword_weight']}" in header
@@ -94,10 +115,14 @@ def test_the_sql_hybrid_functions_default_to_the_tools_fusion():
 
 def test_the_same_id_of_two_tenants_stays_two_hits_each_with_its_own_scores():
     # one tenant's private "handbook" and another's public one: merging by id lost one of them
-    vector = [hit("handbook", vector_similarity=0.9, tenant="acme"),
-              hit("handbook", vector_similarity=0.4, tenant="press")]
-    keyword = [hit("handbook", keyword_score=8.0, tenant="press"),
-               hit("handbook", keyword_score=2.0, tenant="acme")]
+    vector = [
+        hit("handbook", vector_similarity=0.9, tenant="acme"),
+        hit("handbook", vector_similarity=0.4, tenant="press"),
+    ]
+    keyword = [
+        hit("handbook", keyword_score=8.0, tenant="press"),
+        hit("handbook", keyword_score=2.0, tenant="acme"),
+    ]
     for mode in ("rrf", "convex"):
         fused = {h.tenant: h for h in fuse(vector, keyword, mode=mode)}
         assert sorted(fused) == ["acme", "press"]

@@ -28,9 +28,16 @@ def test_importing_a_graph_file_creates_no_client_model_or_store(name, tmp_path)
         "module = importlib.util.module_from_spec(spec); sys.modules['graph_module'] = module\n"
         "spec.loader.exec_module(module)\n"
         "heavy = {'sentence_transformers', 'torch', 'openai', 'voyageai', 'supabase', 'psycopg'}\n"
-        f"print(module.{attribute}.name, sorted(heavy & set(sys.modules)))\n")
-    done = subprocess.run([sys.executable, "-c", script, str(REPO / path)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, check=False)
+        f"print(module.{attribute}.name, sorted(heavy & set(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(REPO / path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split(maxsplit=1) == [name, "[]\n"]
     assert list(tmp_path.iterdir()) == []  # no store file was created
@@ -41,5 +48,6 @@ async def test_offline_runs_never_block_the_event_loop(module, retrieval):
     question = "How long does the landlord have to protect the deposit?"
     with blockbuster_ctx():  # raises on any blocking call (file, socket, SQLite) made on the event loop
         out = await module.build(GraphParts(retrieval=retrieval)).ainvoke(
-            {"messages": [("user", question)]}, context=Context(db_path=retrieval.context.db_path))
+            {"messages": [("user", question)]}, context=Context(db_path=retrieval.context.db_path)
+        )
     assert "[" in out["messages"][-1].content  # it got as far as a cited answer

@@ -38,11 +38,16 @@ def load(path: Path, **options) -> list:
 
 # --- YAML front matter ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text", [
-    billion_laughs(6),
-    "---\nbase: &base {owner: ops}\ncopy: *base\n---\nBody.\n",
-    "---\nsolo: &anchor value\n---\nBody.\n",  # an anchor alone expands nothing, but only exists for aliases
-], ids=["billion-laughs", "alias", "anchor"])
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        billion_laughs(6),
+        "---\nbase: &base {owner: ops}\ncopy: *base\n---\nBody.\n",
+        "---\nsolo: &anchor value\n---\nBody.\n",  # an anchor alone expands nothing, but only exists for aliases
+    ],
+    ids=["billion-laughs", "alias", "anchor"],
+)
 def test_yaml_anchors_and_aliases_in_front_matter_are_refused_naming_the_file_and_line(tmp_path, text):
     path = tmp_path / "laughs.md"
     path.write_text(text, encoding="utf-8")
@@ -54,8 +59,11 @@ def test_yaml_anchors_and_aliases_in_front_matter_are_refused_naming_the_file_an
 def test_front_matter_nested_thousands_deep_names_the_file_and_line(tmp_path):
     path = tmp_path / "deep.md"
     path.write_text("---\ntitle: Deep\ntags: " + "[" * 5000 + "]" * 5000 + "\n---\nBody.\n", encoding="utf-8")
-    with pytest.raises(InvalidRequest, match=rf"deep\.md:3: front matter is nested more than {MAX_NESTING} "
-                                             "levels deep; flatten it"):
+    with pytest.raises(
+        InvalidRequest,
+        match=rf"deep\.md:3: front matter is nested more than {MAX_NESTING} "
+        "levels deep; flatten it",
+    ):
         load(path)
 
 
@@ -71,15 +79,21 @@ def test_front_matter_at_the_nesting_limit_loads_and_one_level_more_is_refused(t
         load(tmp_path / "deep.md")
 
 
-@pytest.mark.parametrize(("front", "message"), [
-    ("note: " + "x" * MAX_METADATA_CHARS, f"metadata is {MAX_METADATA_CHARS + 12:,} characters of JSON"),
-    ("score: .nan", "metadata holds NaN or infinity"),
-    ("limit: -.inf", "metadata holds NaN or infinity"),
-    ('name: "a\\ud800b"', "metadata holds a lone surrogate"),
-    ("bell: \x07", "odd.md:2: front matter is not valid YAML (special characters are not allowed)"),
-    ("count: " + "9" * 5000, "front matter holds a value YAML cannot convert"),
-    ("date: 2023-02-30", "front matter holds a value YAML cannot convert (day is out of range for month)"),
-])
+@pytest.mark.parametrize(
+    ("front", "message"),
+    [
+        ("note: " + "x" * MAX_METADATA_CHARS, f"metadata is {MAX_METADATA_CHARS + 12:,} characters of JSON"),
+        ("score: .nan", "metadata holds NaN or infinity"),
+        ("limit: -.inf", "metadata holds NaN or infinity"),
+        ('name: "a\\ud800b"', "metadata holds a lone surrogate"),
+        ("bell: \x07", "odd.md:2: front matter is not valid YAML (special characters are not allowed)"),
+        ("count: " + "9" * 5000, "front matter holds a value YAML cannot convert"),
+        (
+            "date: 2023-02-30",
+            "front matter holds a value YAML cannot convert (day is out of range for month)",
+        ),
+    ],
+)
 def test_front_matter_that_cannot_be_stored_is_refused_naming_the_file(tmp_path, front, message):
     path = tmp_path / "odd.md"
     path.write_text(f"---\n{front}\n---\nBody.\n", encoding="utf-8")
@@ -90,17 +104,30 @@ def test_front_matter_that_cannot_be_stored_is_refused_naming_the_file(tmp_path,
 
 # --- JSON lines ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("line", "message"), [
-    ('{"id": "b", "text": "t", "metadata": {"x": ' + "[" * 5000 + "]" * 5000 + "}}",
-     f"records.jsonl:2: nested more than {MAX_NESTING} levels deep; flatten the record"),
-    ('{"id": "b", "text": "t", "metadata": {"x": ' + "[" * MAX_NESTING + "]" * MAX_NESTING + "}}",
-     f"records.jsonl:2: nested more than {MAX_NESTING} levels deep"),
-    ('{"id": "b", "text": "t", "metadata": {"x": NaN}}', "records.jsonl:2: metadata holds NaN or infinity"),
-    ('{"id": "b", "text": "t", "metadata": {"note": "' + "x" * MAX_METADATA_CHARS + '"}}',
-     "records.jsonl:2: metadata is"),
-    ('{"id": "b", "text": "half a pair \\ud800"}', "records.jsonl:2: holds a lone surrogate"),
-    ('{"id": "b", "text": "t", "n": ' + "9" * 5000 + "}", "records.jsonl:2: not valid JSON (a number of"),
-])
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            '{"id": "b", "text": "t", "metadata": {"x": ' + "[" * 5000 + "]" * 5000 + "}}",
+            f"records.jsonl:2: nested more than {MAX_NESTING} levels deep; flatten the record",
+        ),
+        (
+            '{"id": "b", "text": "t", "metadata": {"x": ' + "[" * MAX_NESTING + "]" * MAX_NESTING + "}}",
+            f"records.jsonl:2: nested more than {MAX_NESTING} levels deep",
+        ),
+        (
+            '{"id": "b", "text": "t", "metadata": {"x": NaN}}',
+            "records.jsonl:2: metadata holds NaN or infinity",
+        ),
+        (
+            '{"id": "b", "text": "t", "metadata": {"note": "' + "x" * MAX_METADATA_CHARS + '"}}',
+            "records.jsonl:2: metadata is",
+        ),
+        ('{"id": "b", "text": "half a pair \\ud800"}', "records.jsonl:2: holds a lone surrogate"),
+        ('{"id": "b", "text": "t", "n": ' + "9" * 5000 + "}", "records.jsonl:2: not valid JSON (a number of"),
+    ],
+)
 def test_hostile_jsonl_records_name_the_file_and_line(tmp_path, line, message):
     path = tmp_path / "records.jsonl"
     path.write_text('{"id": "a", "text": "fine"}\n' + line + "\n", encoding="utf-8")
@@ -118,8 +145,9 @@ def test_jsonl_that_is_not_utf8_names_the_line(tmp_path):
 
 def test_paired_surrogate_escapes_are_ordinary_text(tmp_path):
     path = tmp_path / "records.jsonl"
-    path.write_text('{"id": "a", "text": "a smile \\ud83d\\ude00 and a backslash-u \\\\ud800"}\n',
-                    encoding="utf-8")
+    path.write_text(
+        '{"id": "a", "text": "a smile \\ud83d\\ude00 and a backslash-u \\\\ud800"}\n', encoding="utf-8"
+    )
     (doc,) = load(path)
     assert doc.content == "a smile \U0001f600 and a backslash-u \\ud800"
 
@@ -132,8 +160,9 @@ def test_html_that_the_parser_rejects_names_the_file(tmp_path):
 
 
 def test_windows_line_ends_read_as_before(tmp_path):
-    (tmp_path / "crlf.md").write_bytes(b"---\r\ntitle: Fees\r\nyear: 2024\r\n---\r\n"
-                                       b"# Fees\r\n\r\nSix per cent.\r\n")
+    (tmp_path / "crlf.md").write_bytes(
+        b"---\r\ntitle: Fees\r\nyear: 2024\r\n---\r\n# Fees\r\n\r\nSix per cent.\r\n"
+    )
     (tmp_path / "crlf.jsonl").write_bytes(b'{"id": "a", "text": "one"}\r\n{"id": "b", "text": "two"}\r\n')
     md, a, b = load_documents([tmp_path / "crlf.md", tmp_path / "crlf.jsonl"])
     assert (md.title, md.metadata, md.content) == ("Fees", {"year": 2024}, "# Fees\n\nSix per cent.")
@@ -141,6 +170,7 @@ def test_windows_line_ends_read_as_before(tmp_path):
 
 
 # --- files that vanish or cannot be read -------------------------------------------------------------
+
 
 def three_notes(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
@@ -156,8 +186,10 @@ def test_a_file_deleted_between_listing_and_reading_is_skipped_by_name_and_the_r
     first = next(documents)  # the folder is listed, a.md read
     (folder / "b.md").unlink()
     assert [first.id, *(d.id for d in documents)] == ["a", "c"]
-    assert skipped == [f"{folder / 'b.md'}: does not exist (deleted or moved while loading, or a symlink to "
-                       "nothing); nothing of it was loaded"]
+    assert skipped == [
+        f"{folder / 'b.md'}: does not exist (deleted or moved while loading, or a symlink to "
+        "nothing); nothing of it was loaded"
+    ]
 
 
 def test_without_a_skipped_list_the_first_bad_file_is_the_error(tmp_path):
@@ -178,7 +210,8 @@ def test_a_folder_ingest_skips_each_bad_file_with_its_reason(tmp_path):
     skipped: list[str] = []
     assert [d.id for d in load_documents([folder], skipped=skipped)] == ["a", "b", "c"]
     assert [line.split(": ", 1)[0] for line in skipped] == [
-        str(folder / name) for name in ("gone.md", "laughs.md:2", "sub/deep.jsonl:1")]
+        str(folder / name) for name in ("gone.md", "laughs.md:2", "sub/deep.jsonl:1")
+    ]
     assert "anchor or alias" in skipped[1] and "nested more than" in skipped[2]
 
 
@@ -202,8 +235,9 @@ def test_a_pipe_named_like_a_document_is_refused_without_waiting_for_a_writer(tm
         worker.join()
     assert not waited, "the load waited for a writer on pipe.md"
     assert loaded == ["a", "b", "c"]
-    assert skipped == [f"{folder / 'pipe.md'}: not a regular file (a pipe, socket or device); only files are "
-                       "loaded"]
+    assert skipped == [
+        f"{folder / 'pipe.md'}: not a regular file (a pipe, socket or device); only files are loaded"
+    ]
 
 
 UNREADABLE_SCRIPT = """
@@ -227,8 +261,15 @@ def test_unreadable_files_and_folders_are_skipped_by_name_and_the_rest_load(tmp_
         caps = "-dac_override,-dac_read_search"
         command = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", *command]
     try:
-        done = subprocess.run(command, check=False, capture_output=True, text=True, cwd=REPO, timeout=60,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        done = subprocess.run(
+            command,
+            check=False,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
     finally:
         (folder / "b.md").chmod(0o644)
         (folder / "locked").chmod(0o755)
@@ -243,6 +284,7 @@ def test_unreadable_files_and_folders_are_skipped_by_name_and_the_rest_load(tmp_
 
 
 # --- confinement to a root folder ------------------------------------------------------------------
+
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
@@ -274,14 +316,25 @@ def test_with_a_root_symlinks_out_of_it_are_refused_by_name_and_the_rest_load(tr
     assert [d.id for d in loaded] == ["a", "b", "c", "linked"]
     assert "private" not in " ".join(d.content for d in loaded)
     assert opened and all(Path(name).is_relative_to(root) for name in opened)  # not even opened outside
-    assert skipped == [f"{docs / name}: leads outside {root}; refused: only files inside {root} may be "
-                       "loaded (symlinks resolved)" for name in ("escape-folder", "escape.md")]
+    assert skipped == [
+        f"{docs / name}: leads outside {root}; refused: only files inside {root} may be "
+        "loaded (symlinks resolved)"
+        for name in ("escape-folder", "escape.md")
+    ]
     with pytest.raises(InvalidRequest, match=r"escape-folder: leads outside"):
         list(load_documents([docs], root=root))
 
 
-@pytest.mark.parametrize("given", ["outside/secret.md", "root/docs/escape.md", "root/docs/../../outside",
-                                   "root/docs/escape-folder", "outside/absent.md"])
+@pytest.mark.parametrize(
+    "given",
+    [
+        "outside/secret.md",
+        "root/docs/escape.md",
+        "root/docs/../../outside",
+        "root/docs/escape-folder",
+        "outside/absent.md",
+    ],
+)
 def test_with_a_root_a_path_outside_it_is_refused_naming_it(tree, given):
     with pytest.raises(InvalidRequest, match="leads outside") as error:
         list(load_documents([tree / given], root=tree / "root", skipped=[]))
@@ -329,8 +382,10 @@ def test_a_file_swapped_between_the_check_and_the_open_is_refused(tree, monkeypa
     loaded = list(load_documents([docs / "b.md", docs / "a.md"], root=tree / "root", skipped=skipped))
     monkeypatch.undo()
     assert [d.id for d in loaded] == ["a"] and "private" not in loaded[0].content
-    assert skipped == [f"{docs / 'b.md'}: leads outside {tree / 'root'}; refused: only files inside "
-                       f"{tree / 'root'} may be loaded (symlinks resolved)"]
+    assert skipped == [
+        f"{docs / 'b.md'}: leads outside {tree / 'root'}; refused: only files inside "
+        f"{tree / 'root'} may be loaded (symlinks resolved)"
+    ]
 
 
 def test_without_a_root_symlinks_are_followed_as_before(tree):

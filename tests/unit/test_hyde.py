@@ -41,19 +41,26 @@ def test_off_embeds_the_raw_query_on_the_query_side(embedder, embeddings, chat):
     np.testing.assert_allclose(result.vector, unit(embeddings.vector(LONG)), rtol=1e-5)
 
 
-@pytest.mark.parametrize(("query", "calls", "status"), [
-    ("one two three four five", 0, "skipped"),
-    ("one two three four five six", 1, "used"),
-    (SHORT, 0, "skipped"),
-])
+@pytest.mark.parametrize(
+    ("query", "calls", "status"),
+    [
+        ("one two three four five", 0, "skipped"),
+        ("one two three four five six", 1, "used"),
+        (SHORT, 0, "skipped"),
+    ],
+)
 def test_queries_of_at_most_skip_max_words_make_no_llm_call(embedder, chat, query, calls, status):
     result = get_query_embedding_for_retrieval(query, Context(use_hyde=True), embedder=embedder, llm=chat)
     assert (chat.calls, result.hyde) == (calls, status)
 
 
 def test_skip_threshold_is_a_setting(embedder, chat):
-    result = get_query_embedding_for_retrieval("one two three four five six", Context(use_hyde=True,
-                                               hyde_skip_max_words=6), embedder=embedder, llm=chat)
+    result = get_query_embedding_for_retrieval(
+        "one two three four five six",
+        Context(use_hyde=True, hyde_skip_max_words=6),
+        embedder=embedder,
+        llm=chat,
+    )
     assert (chat.calls, result.hyde) == (0, "skipped")
 
 
@@ -75,11 +82,18 @@ def test_document_then_chunk_retrieval_of_one_question_costs_one_llm_call(retrie
     retrieval._llm = chat
     document_retriever, chunk_retriever = make_retrieval_tools(retrieval=retrieval)
     before = embeddings.document_calls
-    first = document_retriever.invoke({"type": "tool_call", "id": "1", "name": "document_retriever",
-                                       "args": {"query": LONG}})
+    first = document_retriever.invoke(
+        {"type": "tool_call", "id": "1", "name": "document_retriever", "args": {"query": LONG}}
+    )
     ids = [h["id"] for h in first.artifact["hits"]]
-    second = chunk_retriever.invoke({"type": "tool_call", "id": "2", "name": "chunk_retriever",
-                                     "args": {"query": LONG, "document_ids": ids}})
+    second = chunk_retriever.invoke(
+        {
+            "type": "tool_call",
+            "id": "2",
+            "name": "chunk_retriever",
+            "args": {"query": LONG, "document_ids": ids},
+        }
+    )
     assert chat.calls == 1
     assert embeddings.document_calls - before == 1  # the passages were embedded once
     assert (first.artifact["hyde"], first.artifact["hyde_cached"]) == ("used", False)
@@ -108,7 +122,9 @@ async def test_concurrent_identical_async_and_sync_queries_share_one_call(embedd
     slow = CountingChatModel(responses=["First passage here.\n\nSecond passage here."], sleep=0.3)
     context = Context(use_hyde=True)
     tasks = [aget_query_embedding_for_retrieval(LONG, context, embedder=embedder, llm=slow) for _ in range(6)]
-    tasks.append(asyncio.to_thread(get_query_embedding_for_retrieval, LONG, context, embedder=embedder, llm=slow))
+    tasks.append(
+        asyncio.to_thread(get_query_embedding_for_retrieval, LONG, context, embedder=embedder, llm=slow)
+    )
     results = await asyncio.gather(*tasks)
     assert slow.calls == 1
     assert {r.hyde for r in results} == {"used"}
@@ -123,8 +139,9 @@ async def test_a_caller_giving_up_does_not_cancel_the_hyde_call_others_share(emb
 
     async def impatient() -> None:
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(aget_query_embedding_for_retrieval(LONG, context, embedder=embedder, llm=slow),
-                                   0.1)
+            await asyncio.wait_for(
+                aget_query_embedding_for_retrieval(LONG, context, embedder=embedder, llm=slow), 0.1
+            )
 
     async def patient() -> hyde.QueryEmbedding:
         if impatient_first:
@@ -140,13 +157,18 @@ async def test_a_caller_giving_up_does_not_cancel_the_hyde_call_others_share(emb
 
 def test_different_settings_do_not_share_a_cache_entry(embedder, chat):
     get_query_embedding_for_retrieval(LONG, Context(use_hyde=True), embedder=embedder, llm=chat)
-    get_query_embedding_for_retrieval("  " + LONG.upper() + " ", Context(use_hyde=True), embedder=embedder, llm=chat)
+    get_query_embedding_for_retrieval(
+        "  " + LONG.upper() + " ", Context(use_hyde=True), embedder=embedder, llm=chat
+    )
     assert chat.calls == 2  # case is kept (names matter), surrounding whitespace is not
     get_query_embedding_for_retrieval(LONG, Context(use_hyde=True), embedder=embedder, llm=chat)
-    get_query_embedding_for_retrieval(" ".join(LONG.split()) + "  ", Context(use_hyde=True), embedder=embedder,
-                                      llm=chat)
+    get_query_embedding_for_retrieval(
+        " ".join(LONG.split()) + "  ", Context(use_hyde=True), embedder=embedder, llm=chat
+    )
     assert chat.calls == 2
-    get_query_embedding_for_retrieval(LONG, Context(use_hyde=True, hyde_num_docs=3), embedder=embedder, llm=chat)
+    get_query_embedding_for_retrieval(
+        LONG, Context(use_hyde=True, hyde_num_docs=3), embedder=embedder, llm=chat
+    )
     assert chat.calls == 3
     other = Embedder(WordHashEmbeddings(), "test/other-model")
     get_query_embedding_for_retrieval(LONG, Context(use_hyde=True), embedder=other, llm=chat)
@@ -172,9 +194,12 @@ def test_empty_output_falls_back_to_the_raw_query(embedder, embeddings, reply):
 
 async def test_llm_failure_falls_back_to_the_raw_query_sync_and_async(embedder, embeddings):
     down = CountingChatModel(responses=["unused"], fail=True)
-    for result in (get_query_embedding_for_retrieval(LONG, Context(use_hyde=True), embedder=embedder, llm=down),
-                   await aget_query_embedding_for_retrieval(LONG + " now", Context(use_hyde=True),
-                                                            embedder=embedder, llm=down)):
+    for result in (
+        get_query_embedding_for_retrieval(LONG, Context(use_hyde=True), embedder=embedder, llm=down),
+        await aget_query_embedding_for_retrieval(
+            LONG + " now", Context(use_hyde=True), embedder=embedder, llm=down
+        ),
+    ):
         assert result.hyde == "failed"
         assert result.vector is not None
     assert generate_hypothetical_documents(LONG, 2, llm=down) == []
@@ -183,8 +208,9 @@ async def test_llm_failure_falls_back_to_the_raw_query_sync_and_async(embedder, 
 async def test_async_generation_is_bounded_by_the_hyde_timeout(embedder, embeddings):
     stuck = CountingChatModel(responses=["too late"], sleep=2.0)
     started = time.monotonic()
-    result = await aget_query_embedding_for_retrieval(LONG, Context(use_hyde=True, hyde_timeout_seconds=0.2),
-                                                      embedder=embedder, llm=stuck)
+    result = await aget_query_embedding_for_retrieval(
+        LONG, Context(use_hyde=True, hyde_timeout_seconds=0.2), embedder=embedder, llm=stuck
+    )
     assert result.hyde == "failed"
     assert time.monotonic() - started < 1.5
 
@@ -206,7 +232,9 @@ def test_no_chat_model_configured_skips_hyde_with_a_reason(embedder):
 
 
 def test_the_prompt_asks_for_n_passages_and_keeps_every_name(chat):
-    query = "What deposit did Mrs Okafor pay Halden & Rowe Estates for 14 Banda Lane under the Tenancy Agreement?"
+    query = (
+        "What deposit did Mrs Okafor pay Halden & Rowe Estates for 14 Banda Lane under the Tenancy Agreement?"
+    )
     generate_hypothetical_documents(query, 3, llm=chat)
     system, human = chat.messages[0]
     assert human.content == query  # the question is passed verbatim
@@ -231,8 +259,9 @@ def test_hyde_text_never_reaches_logs_tool_output_or_artifact(retrieval, caplog)
     retrieval._llm = secret_chat
     document_retriever, _ = make_retrieval_tools(retrieval=retrieval)
     with caplog.at_level(logging.DEBUG):
-        message = document_retriever.invoke({"type": "tool_call", "id": "1", "name": "document_retriever",
-                                             "args": {"query": LONG}})
+        message = document_retriever.invoke(
+            {"type": "tool_call", "id": "1", "name": "document_retriever", "args": {"query": LONG}}
+        )
     assert secret_chat.calls == 1 and message.artifact["hyde"] == "used"
     assert marker not in caplog.text
     assert marker not in message.content
@@ -240,26 +269,31 @@ def test_hyde_text_never_reaches_logs_tool_output_or_artifact(retrieval, caplog)
 
 
 def test_schema_mode_rewrites_the_request_into_the_catalogue_template(embedder, embeddings):
-    template = "Inputs:\n- image (type: RGB image file): a photo\n\nOutputs:\n- caption (type: text): a caption\n\n" \
-               "Purpose:\n- Describes an image."
+    template = (
+        "Inputs:\n- image (type: RGB image file): a photo\n\nOutputs:\n- caption (type: text): a caption\n\n"
+        "Purpose:\n- Describes an image."
+    )
     llm = CountingChatModel(responses=[template])
     schema = {"type": "object", "properties": {"image": {"type": "string", "format": "binary"}}}
-    result = get_query_embedding_for_retrieval("caption my photos", Context(), embedder=embedder, llm=llm,
-                                               input_schema=schema)
+    result = get_query_embedding_for_retrieval(
+        "caption my photos", Context(), embedder=embedder, llm=llm, input_schema=schema
+    )
     assert result.hyde == "used" and llm.calls == 1
     sent = chat_text(llm.messages[0])
     assert "Inputs:" in sent and '"image"' in sent and "caption my photos" in sent
     np.testing.assert_allclose(result.vector, unit(embeddings.vector(template)), rtol=1e-5)
     # the same request again is served from the shared cache
-    assert get_query_embedding_for_retrieval("caption my photos", Context(), embedder=embedder, llm=llm,
-                                             input_schema=schema).cached
+    assert get_query_embedding_for_retrieval(
+        "caption my photos", Context(), embedder=embedder, llm=llm, input_schema=schema
+    ).cached
     assert format_query_for_embedding("caption my photos", llm=CountingChatModel(responses=["  "])) is None
 
 
 def test_schema_mode_is_selectable_by_setting(embedder):
     llm = CountingChatModel(responses=["Inputs:\n- text\n\nOutputs:\n- summary\n\nPurpose:\n- Summarises."])
-    result = get_query_embedding_for_retrieval("summarise a long text", Context(use_hyde=True, hyde_mode="schema"),
-                                               embedder=embedder, llm=llm)
+    result = get_query_embedding_for_retrieval(
+        "summarise a long text", Context(use_hyde=True, hyde_mode="schema"), embedder=embedder, llm=llm
+    )
     assert result.hyde == "used"
     assert "Purpose:" in llm.messages[0][0].content  # the schema prompt, not the passages prompt
 
@@ -267,9 +301,17 @@ def test_schema_mode_is_selectable_by_setting(embedder):
 def test_tool_argument_turns_hyde_on_for_one_call(retrieval, chat):
     retrieval._llm = chat
     _, chunk_retriever = make_retrieval_tools(retrieval=retrieval)
-    off = chunk_retriever.invoke({"type": "tool_call", "id": "1", "name": "chunk_retriever", "args": {"query": LONG}})
-    on = chunk_retriever.invoke({"type": "tool_call", "id": "2", "name": "chunk_retriever",
-                                 "args": {"query": LONG, "hyde": "passages"}})
+    off = chunk_retriever.invoke(
+        {"type": "tool_call", "id": "1", "name": "chunk_retriever", "args": {"query": LONG}}
+    )
+    on = chunk_retriever.invoke(
+        {
+            "type": "tool_call",
+            "id": "2",
+            "name": "chunk_retriever",
+            "args": {"query": LONG, "hyde": "passages"},
+        }
+    )
     assert (off.artifact["hyde"], on.artifact["hyde"]) == ("off", "used")
     assert chat.calls == 1
     assert hyde.word_count(LONG) > 5

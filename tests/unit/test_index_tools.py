@@ -15,8 +15,10 @@ from tests.conftest import WordHashEmbeddings
 from tests.unit.test_tools import acall, call, fingerprint
 
 ALL = ("document_retriever", "chunk_retriever", "similarity_search", "index_document")
-QUOKKA = ("# Quokka sanctuary\n\nThe Zephyrine quokka sanctuary opens on Rottnest Island every spring.\n\n"
-          "## Visiting\n\nVisitors must book the marsupial walk and keep two metres from each quokka.")
+QUOKKA = (
+    "# Quokka sanctuary\n\nThe Zephyrine quokka sanctuary opens on Rottnest Island every spring.\n\n"
+    "## Visiting\n\nVisitors must book the marsupial walk and keep two metres from each quokka."
+)
 
 
 @pytest.fixture
@@ -30,25 +32,34 @@ def documents(retrieval) -> int:
 
 # --- make_retrieval_tools ----------------------------------------------------------------------------
 
+
 def test_names_choose_the_tools_in_order_and_they_share_one_retrieval(retrieval):
     chosen = make_retrieval_tools(retrieval=retrieval, names=["index_document", "similarity_search"])
     assert [t.name for t in chosen] == ["index_document", "similarity_search"]
     assert isinstance(chosen[0], IndexDocumentTool) and isinstance(chosen[1], SimilaritySearchTool)
     assert chosen[0].retrieval is chosen[1].retrieval is retrieval
-    assert [t.name for t in make_retrieval_tools(retrieval=retrieval)] == ["document_retriever", "chunk_retriever"]
+    assert [t.name for t in make_retrieval_tools(retrieval=retrieval)] == [
+        "document_retriever",
+        "chunk_retriever",
+    ]
     assert len(make_retrieval_tools(retrieval=retrieval, names=["chunk_retriever", "chunk_retriever"])) == 1
 
 
 @pytest.mark.parametrize("names", [["similarity_search", "web_search"], "similarity_search", [None]])
 def test_unknown_tool_names_are_refused_listing_the_allowed_ones(tmp_path, names):
-    with pytest.raises(ValueError, match="document_retriever, chunk_retriever, similarity_search, index_document"):
+    with pytest.raises(
+        ValueError, match="document_retriever, chunk_retriever, similarity_search, index_document"
+    ):
         make_retrieval_tools(Context(db_path=str(tmp_path / "x.db")), names=names)
     assert not (tmp_path / "x.db").exists()
 
 
 def test_the_new_tools_build_nothing_until_called(tmp_path):
     path = tmp_path / "lazy.db"
-    for tool in (IndexDocumentTool(Context(db_path=str(path))), SimilaritySearchTool(Context(db_path=str(path)))):
+    for tool in (
+        IndexDocumentTool(Context(db_path=str(path))),
+        SimilaritySearchTool(Context(db_path=str(path))),
+    ):
         assert tool.retrieval._store is None and tool.retrieval._embedder is None
     assert not path.exists()
 
@@ -62,6 +73,7 @@ def test_every_argument_is_described_for_the_model(tools):
 
 # --- similarity_search -----------------------------------------------------------------------------
 
+
 def test_similarity_search_runs_chunk_retrievers_search_and_lists_scores(tools):
     result = call(tools["similarity_search"], query="tenancy deposit protection", top_k=4)
     assert result.status == "success"
@@ -74,8 +86,9 @@ def test_similarity_search_runs_chunk_retrievers_search_and_lists_scores(tools):
 
 
 def test_similarity_search_filters_restrict_every_hit(tools):
-    hits = call(tools["similarity_search"], query="policy for staff", filters={"category": "policy"},
-                top_k=10).artifact["hits"]
+    hits = call(
+        tools["similarity_search"], query="policy for staff", filters={"category": "policy"}, top_k=10
+    ).artifact["hits"]
     assert hits and all(h["metadata"]["category"] == "policy" for h in hits)
 
 
@@ -103,17 +116,23 @@ def test_similarity_search_bad_input_is_a_clear_tool_error(tools, args, message)
 
 # --- index_document --------------------------------------------------------------------------------
 
+
 def test_an_indexed_document_is_found_by_every_search_tool(tools, retrieval):
     before = documents(retrieval)
-    indexed = call(tools["index_document"], title="Quokka sanctuary", content=QUOKKA,
-                   metadata={"category": "wildlife", "year": 2025})
+    indexed = call(
+        tools["index_document"],
+        title="Quokka sanctuary",
+        content=QUOKKA,
+        metadata={"category": "wildlife", "year": 2025},
+    )
     assert indexed.status == "success", indexed.content
     doc_id = indexed.artifact["id"]
     assert doc_id == title_document_id("Quokka sanctuary")
     assert indexed.artifact["written"] == 1 and indexed.artifact["chunks"] >= 2
     assert indexed.artifact["embedded"] > 0 and indexed.artifact["unembedded"] == 0
-    assert indexed.content.startswith(f"Indexed document id={doc_id} ('Quokka sanctuary'): "
-                                      f"{indexed.artifact['chunks']} chunks, embedded")
+    assert indexed.content.startswith(
+        f"Indexed document id={doc_id} ('Quokka sanctuary'): {indexed.artifact['chunks']} chunks, embedded"
+    )
     assert documents(retrieval) == before + 1
 
     found = call(tools["similarity_search"], query="Zephyrine quokka sanctuary", top_k=3).artifact["hits"]
@@ -121,7 +140,9 @@ def test_an_indexed_document_is_found_by_every_search_tool(tools, retrieval):
     scoped = call(tools["chunk_retriever"], query="marsupial walk booking", filters={"category": "wildlife"})
     assert scoped.artifact["hits"] and {h["document_id"] for h in scoped.artifact["hits"]} == {doc_id}
     assert any(h["heading_path"] == "Quokka sanctuary > Visiting" for h in scoped.artifact["hits"])
-    whole = call(tools["document_retriever"], query="quokka sanctuary", filters={"year": 2025}).artifact["hits"]
+    whole = call(tools["document_retriever"], query="quokka sanctuary", filters={"year": 2025}).artifact[
+        "hits"
+    ]
     assert [h["id"] for h in whole] == [doc_id]
 
 
@@ -148,8 +169,13 @@ def test_indexing_the_same_title_again_replaces_the_document(tools, retrieval, e
 def test_an_explicit_id_names_the_document_and_replaces_by_id(tools, retrieval):
     index = tools["index_document"]
     before = documents(retrieval)
-    assert call(index, title="Draft", content="first draft text", id="notes/plan").artifact["id"] == "notes/plan"
-    assert call(index, title="Final plan", content="final plan text", id="notes/plan").artifact["id"] == "notes/plan"
+    assert (
+        call(index, title="Draft", content="first draft text", id="notes/plan").artifact["id"] == "notes/plan"
+    )
+    assert (
+        call(index, title="Final plan", content="final plan text", id="notes/plan").artifact["id"]
+        == "notes/plan"
+    )
     assert documents(retrieval) == before + 1
     chunks = call(tools["chunk_retriever"], query="", query_type="summarize", document_ids=["notes/plan"])
     assert [h["title"] for h in chunks.artifact["hits"]] == ["Final plan"]
@@ -178,21 +204,27 @@ INDEX_BAD = [
     ({"title": "a\x00b", "content": "text"}, "title: must be 1 to 500 characters without NUL"),
     ({"title": "T", "content": ""}, "content: must not be empty"),
     ({"title": "T", "content": " \n\t "}, "content: must not be empty"),
-    ({"title": "T", "content": "c" * 1_000_001}, ("content: must be at most 1,000,000 characters without NUL "
-                                                  "(got 1,000,001); split a longer text")),
+    (
+        {"title": "T", "content": "c" * 1_000_001},
+        ("content: must be at most 1,000,000 characters without NUL (got 1,000,001); split a longer text"),
+    ),
     ({"title": "T", "content": "a\x00b"}, "content: must be at most 1,000,000 characters without NUL"),
     ({"title": "T", "content": "text", "metadata": "category=policy"}, "metadata"),
     ({"title": "T", "content": "text", "metadata": {"bad key": 1}}, "metadata: key 'bad key' is not allowed"),
-    ({"title": "T", "content": "text", "metadata": {"owner": {"name": "x"}}},
-     "metadata: 'owner': values must be strings, numbers or booleans"),
+    (
+        {"title": "T", "content": "text", "metadata": {"owner": {"name": "x"}}},
+        "metadata: 'owner': values must be strings, numbers or booleans",
+    ),
     ({"title": "T", "content": "text", "id": ""}, "id: must be 1 to 512 characters without NUL"),
     ({"title": "T", "content": "text", "id": "   "}, "id: must be 1 to 512 characters without NUL"),
     ({"title": "T", "content": "text", "id": "i" * 513}, "id: must be 1 to 512 characters without NUL"),
     ({"title": "T", "content": "text", "id": "a\x00b"}, "id: must be 1 to 512 characters without NUL"),
     ({"title": "T", "content": "text", "source": "web"}, "source: is not an argument of this tool"),
     # a lone surrogate is no text any database or JSON carries: named, never a UnicodeEncodeError
-    ({"title": "half \ud800 pair", "content": "text"},
-     "title: must be valid Unicode text: it holds a lone surrogate ('\\ud800' at position 5)"),
+    (
+        {"title": "half \ud800 pair", "content": "text"},
+        "title: must be valid Unicode text: it holds a lone surrogate ('\\ud800' at position 5)",
+    ),
     ({"title": "T", "content": "text \udfff"}, "content: must be valid Unicode text: it holds a lone"),
     ({"title": "T", "content": "text", "id": "id-\udc80"}, "id: must be valid Unicode text: it holds a lone"),
 ]
@@ -218,7 +250,9 @@ def test_a_store_of_another_model_refuses_the_write_naming_reembed(tools, retrie
 
 def test_an_unreadable_store_is_a_readable_tool_error(tmp_path):
     (tmp_path / "not-a-db.db").write_text("this is not sqlite" * 100)
-    result = call(IndexDocumentTool(Context(db_path=str(tmp_path / "not-a-db.db"))), title="T", content="text")
+    result = call(
+        IndexDocumentTool(Context(db_path=str(tmp_path / "not-a-db.db"))), title="T", content="text"
+    )
     assert result.status == "error" and "not a valid agent-retrieval store" in result.content
 
 
@@ -234,6 +268,7 @@ def test_an_embedding_outage_stores_the_document_for_keyword_search_and_says_so(
 
 # --- async ---------------------------------------------------------------------------------------
 
+
 async def test_async_index_then_search_never_blocks_the_event_loop(tools, retrieval):
     before = documents(retrieval)
     with blockbuster_ctx():  # raises on any blocking call (file, socket, SQLite) made on the event loop
@@ -248,18 +283,24 @@ async def test_async_index_then_search_never_blocks_the_event_loop(tools, retrie
 
 # --- an agent cannot widen visibility or write what the store owns -------------------------------------------
 
+
 @pytest.mark.parametrize("key", ["public", "tenant_id", "tenant", "id", "source"])
 def test_index_document_refuses_reserved_metadata_with_a_tool_error(tools, retrieval, key):
     before = documents(retrieval)
-    message = call(tools["index_document"], title="Press release", content="Everyone may read this.",
-                   metadata={key: True, "category": "news"})
+    message = call(
+        tools["index_document"],
+        title="Press release",
+        content="Everyone may read this.",
+        metadata={key: True, "category": "news"},
+    )
     assert message.status == "error" and f"metadata: {key} cannot be set" in message.content
     assert documents(retrieval) == before
 
 
 def test_index_document_cannot_replace_what_the_operator_ingested(tools, retrieval):
     operator_id = retrieval.store.document_states(
-        [h.document_id for h in retrieval.search(ChunkSearchRequest(query="referral fee"), "chunks").hits])
+        [h.document_id for h in retrieval.search(ChunkSearchRequest(query="referral fee"), "chunks").hits]
+    )
     target = next(iter(operator_id))  # a demo file, ingested by the operator
     before = retrieval.store.document_states([target])[target]
     message = call(tools["index_document"], title="Fees", content="All fees are waived.", id=target)

@@ -36,15 +36,29 @@ def folder(tmp_path: Path) -> Path:
     root = tmp_path / "corpus"
     (root / "policies").mkdir(parents=True)
     (root / "policies" / "commission.md").write_text(POLICY, encoding="utf-8")
-    (root / "notes.txt").write_text("Keys for 14 Banda Lane are kept in the front office safe.", encoding="utf-8")
+    (root / "notes.txt").write_text(
+        "Keys for 14 Banda Lane are kept in the front office safe.", encoding="utf-8"
+    )
     (root / "page.html").write_text(
         "<html><head><title>Repairs</title><style>p{}</style></head><body><h1>Repairs</h1>"
         "<p>Report a leak within 24 hours.</p><script>alert(1)</script><h2>Emergencies</h2>"
-        "<p>Call the out-of-hours line.</p></body></html>", encoding="utf-8")
+        "<p>Call the out-of-hours line.</p></body></html>",
+        encoding="utf-8",
+    )
     (root / "records.jsonl").write_text(
-        json.dumps({"id": "r1", "title": "Record one", "text": "Gas safety certificate renewed.",
-                    "metadata": {"year": 2022}}) + "\n\n" +
-        json.dumps({"_id": 7, "text": "Smoke alarms tested."}) + "\n", encoding="utf-8")
+        json.dumps(
+            {
+                "id": "r1",
+                "title": "Record one",
+                "text": "Gas safety certificate renewed.",
+                "metadata": {"year": 2022},
+            }
+        )
+        + "\n\n"
+        + json.dumps({"_id": 7, "text": "Smoke alarms tested."})
+        + "\n",
+        encoding="utf-8",
+    )
     (root / "ignored.bin").write_bytes(b"\x00\x01")
     return root
 
@@ -69,11 +83,14 @@ def test_loaders_read_every_supported_format(folder: Path):
     assert docs["notes"].title == "notes"
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ("{not json", "records.jsonl:2: not valid JSON"),
-    ('{"id": "x"}', "records.jsonl:2: needs a non-empty 'id' and a string 'text'"),
-    ('["a"]', "records.jsonl:2: each line must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "records.jsonl:2: not valid JSON"),
+        ('{"id": "x"}', "records.jsonl:2: needs a non-empty 'id' and a string 'text'"),
+        ('["a"]', "records.jsonl:2: each line must be a JSON object"),
+    ],
+)
 def test_bad_jsonl_names_the_file_and_line(tmp_path: Path, line: str, message: str):
     path = tmp_path / "records.jsonl"
     path.write_text('{"id": "ok", "text": "fine"}\n' + line + "\n", encoding="utf-8")
@@ -169,13 +186,17 @@ def test_duplicate_ids_keep_the_last_version(store: SQLiteStore):
 def write_pdf(path: Path, pages: list[str], title: str = "") -> None:
     """A minimal PDF with one line of Helvetica text per page, offsets computed as the format requires."""
     kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
-    objects = ["<< /Type /Catalog /Pages 2 0 R >>",
-               f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>",
-               "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>",
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
     for i, text in enumerate(pages):
         stream = f"BT /F1 12 Tf 72 712 Td ({text}) Tj ET"
-        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {5 + 2 * i} 0 R "
-                       "/Resources << /Font << /F1 3 0 R >> >> >>")
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {5 + 2 * i} 0 R "
+            "/Resources << /Font << /F1 3 0 R >> >> >>"
+        )
         objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream")
     info = len(objects) + 1
     objects.append(f"<< /Title ({title}) >>")
@@ -191,8 +212,11 @@ def write_pdf(path: Path, pages: list[str], title: str = "") -> None:
 
 
 def test_pdf_text_is_loaded_page_after_page(tmp_path: Path):
-    write_pdf(tmp_path / "survey-terms.pdf", ["Survey fees are due on instruction.", "Refunds within 14 days."],
-              title="Survey Terms")
+    write_pdf(
+        tmp_path / "survey-terms.pdf",
+        ["Survey fees are due on instruction.", "Refunds within 14 days."],
+        title="Survey Terms",
+    )
     (doc,) = load_documents([tmp_path / "survey-terms.pdf"])
     assert (doc.id, doc.title, doc.metadata) == ("survey-terms", "Survey Terms", {"pages": 2})
     assert doc.content.index("Survey fees") < doc.content.index("Refunds within 14 days")

@@ -18,7 +18,9 @@ pytestmark = pytest.mark.slow
 def local(tmp_path_factory: pytest.TempPathFactory) -> Retrieval:
     context = Context(db_path=str(tmp_path_factory.mktemp("local") / "demo.db"))
     with Retrieval(context) as retrieval:
-        ingest(load_documents([demo.corpus_dir()]), retrieval.store, retrieval.embedder, context, progress=False)
+        ingest(
+            load_documents([demo.corpus_dir()]), retrieval.store, retrieval.embedder, context, progress=False
+        )
         yield retrieval
 
 
@@ -34,8 +36,14 @@ def test_hybrid_search_finds_the_answering_document_for_the_demo_questions(local
     document_retriever, _ = make_retrieval_tools(retrieval=local)
     found = 0
     for item in demo.questions():
-        message = document_retriever.invoke({"type": "tool_call", "id": "q", "name": "document_retriever",
-                                             "args": {"query": item["question"], "top_k": 3}})
+        message = document_retriever.invoke(
+            {
+                "type": "tool_call",
+                "id": "q",
+                "name": "document_retriever",
+                "args": {"query": item["question"], "top_k": 3},
+            }
+        )
         found += item["expected_document"] in [h["id"] for h in message.artifact["hits"]]
     assert found >= len(demo.questions()) - 1
 

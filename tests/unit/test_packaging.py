@@ -14,8 +14,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_installed_wheel_loads_its_packaged_prompts(tmp_path: Path):
     dist, site = tmp_path / "dist", tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "-w", str(dist), str(ROOT)], check=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(dist),
+            str(ROOT),
+        ],
+        check=True,
+        timeout=300,
+    )
     wheel = next(dist.glob("agent_retrieval-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     prompts = sorted(p.name for p in (ROOT / "prompts").glob("*.md"))
@@ -25,17 +39,29 @@ def test_installed_wheel_loads_its_packaged_prompts(tmp_path: Path):
     assert sql and all(f"agent_retrieval/stores/sql/{name}" in names for name in sql)
     assert any(n.endswith("entry_points.txt") for n in names)
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
-                    str(wheel)], check=True, timeout=300)
-    probe = ("import agent_retrieval.prompts as p\n"
-             "print(p.__file__)\n"
-             "print((p._SOURCE / 'hyde.md').exists())\n"
-             "print(p.load_prompt('hyde') == open(p._PACKAGED / 'hyde.md', encoding='utf-8').read().strip())\n"
-             "from agent_retrieval import demo; print(len(demo.questions()))\n"
-             "from agent_retrieval.stores.rpc import render_sql; print('match_chunks' in render_sql('s', 8))\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    probe = (
+        "import agent_retrieval.prompts as p\n"
+        "print(p.__file__)\n"
+        "print((p._SOURCE / 'hyde.md').exists())\n"
+        "print(p.load_prompt('hyde') == open(p._PACKAGED / 'hyde.md', encoding='utf-8').read().strip())\n"
+        "from agent_retrieval import demo; print(len(demo.questions()))\n"
+        "from agent_retrieval.stores.rpc import render_sql; print('match_chunks' in render_sql('s', 8))\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         check=True, timeout=120).stdout.split("\n")
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.split("\n")
     assert out[0].startswith(str(site))  # the installed copy, not the source checkout
     assert out[1] == "False"  # no repository prompts/ beside it: the packaged ones were read
     assert out[2] == "True"

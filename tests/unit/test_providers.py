@@ -35,14 +35,22 @@ def api():
 
 
 def voyage_context(api: FakeAPI, **overrides) -> Context:
-    settings = {"embedding_provider": "voyage", "voyage_api_key": "k", "voyage_base_url": api.voyage_url,
-                **overrides}
+    settings = {
+        "embedding_provider": "voyage",
+        "voyage_api_key": "k",
+        "voyage_base_url": api.voyage_url,
+        **overrides,
+    }
     return Context(**settings)
 
 
 def openai_context(api: FakeAPI, **overrides) -> Context:
-    settings = {"embedding_provider": "openai", "openai_api_key": OPENAI_SECRET,
-                "openai_base_url": api.openai_url, **overrides}
+    settings = {
+        "embedding_provider": "openai",
+        "openai_api_key": OPENAI_SECRET,
+        "openai_base_url": api.openai_url,
+        **overrides,
+    }
     return Context(**settings)
 
 
@@ -54,6 +62,7 @@ def assert_unit_rows(matrix: np.ndarray, api: FakeAPI, texts: list[str]) -> None
 
 
 # --- Voyage -------------------------------------------------------------------------------------
+
 
 def test_voyage_sends_input_type_query_and_document(api):
     embedder = make_embedder(voyage_context(api))
@@ -117,6 +126,7 @@ def test_voyage_persistent_server_error_is_an_embedding_error_without_the_key(ap
 
 
 # --- OpenAI embeddings --------------------------------------------------------------------------
+
 
 def test_openai_embeddings_through_the_sdk(api):
     embedder = make_embedder(openai_context(api))
@@ -185,7 +195,9 @@ def test_openai_persistent_429_is_an_embedding_error_without_the_key(api):
 def test_a_persistent_429_without_retry_after_is_retried_with_backoff_then_given_up(api, provider):
     """No Retry-After header: the SDK's own backoff with jitter paces the retries, and max_retries bounds them."""
     api.fail_next(status=429, times=None, api=provider)
-    context = openai_context(api, max_retries=1) if provider == "openai" else voyage_context(api, max_retries=1)
+    context = (
+        openai_context(api, max_retries=1) if provider == "openai" else voyage_context(api, max_retries=1)
+    )
     embedder = make_embedder(context)
     started = time.monotonic()
     with pytest.raises(EmbeddingError, match="HTTP 429"):
@@ -247,6 +259,7 @@ def test_openai_wrong_dimension_across_batches_is_an_embedding_error(api):
 
 
 # --- HyDE through a real ChatOpenAI -------------------------------------------------------------
+
 
 def hyde_context(api: FakeAPI, **overrides) -> Context:
     return openai_context(api, **{"use_hyde": True, "openai_api_key": "x", **overrides})
@@ -315,11 +328,14 @@ def test_hyde_embedding_failure_after_chat_leaves_no_vector_and_says_why(api):
     assert result.vector is None and result.hyde == "failed"
     assert "HTTP 500" in result.reason and OPENAI_SECRET not in result.reason
     assert len(api.requests_to("chat/completions")) == 1
-    assert [r.body["input"] for r in api.requests_to("embeddings")] == [parse_passages(api.chat_reply, 2),
-                                                                         [QUERY]]
+    assert [r.body["input"] for r in api.requests_to("embeddings")] == [
+        parse_passages(api.chat_reply, 2),
+        [QUERY],
+    ]
 
 
 # --- the HyDE deadline --------------------------------------------------------------------------
+
 
 async def test_async_hyde_gives_up_at_hyde_timeout_seconds(api):
     api.delay_next(2.0, times=None, endpoint="chat/completions")
@@ -366,11 +382,12 @@ def test_sync_hyde_deadline_holds_with_retries_configured(api):
     assert elapsed < 0.9, f"sync HyDE took {elapsed:.2f}s with hyde_timeout_seconds=0.3"
 
 
-
 # --- the tool call's deadline -------------------------------------------------------------------
 
-DEADLINE_DOCS = [("deposits", "Tenancy deposits", "A landlord must protect a tenancy deposit within 30 days."),
-                 ("fees", "Referral fees", "Estate agents must disclose referral fees paid by third parties.")]
+DEADLINE_DOCS = [
+    ("deposits", "Tenancy deposits", "A landlord must protect a tenancy deposit within 30 days."),
+    ("fees", "Referral fees", "Estate agents must disclose referral fees paid by third parties."),
+]
 
 
 @pytest.fixture
@@ -380,12 +397,22 @@ def slow_embeddings_tools(api, tmp_path):
     from agent_retrieval.models import Document
     from agent_retrieval.tools import make_retrieval_tools
 
-    context = openai_context(api, db_path=str(tmp_path / "store.db"), tool_timeout_seconds=0.5,
-                             request_timeout_seconds=10, max_retries=3)
+    context = openai_context(
+        api,
+        db_path=str(tmp_path / "store.db"),
+        tool_timeout_seconds=0.5,
+        request_timeout_seconds=10,
+        max_retries=3,
+    )
     tools = make_retrieval_tools(context)
     retrieval = tools[0].retrieval
-    ingest([Document(id=i, title=t, content=c) for i, t, c in DEADLINE_DOCS], retrieval.store,
-           retrieval.embedder, context, progress=False)
+    ingest(
+        [Document(id=i, title=t, content=c) for i, t, c in DEADLINE_DOCS],
+        retrieval.store,
+        retrieval.embedder,
+        context,
+        progress=False,
+    )
     api.delay_next(5.0, times=None, endpoint="embeddings")
     yield tools
     retrieval.close()
@@ -397,21 +424,35 @@ def assert_keyword_only_within_the_deadline(message, elapsed: float) -> None:
     assert message.status == "success"
     hits = message.artifact["hits"]
     assert hits and hits[0]["id"].startswith("fees") and all(h["found_by"] == ["keyword"] for h in hits)
-    assert any("tool_timeout_seconds=0.5" in note and "keyword-only" in note for note in message.artifact["degraded"])
+    assert any(
+        "tool_timeout_seconds=0.5" in note and "keyword-only" in note for note in message.artifact["degraded"]
+    )
     assert "keyword-only" in message.content
 
 
 def test_a_hanging_embedding_provider_gives_keyword_results_at_the_tool_deadline(slow_embeddings_tools):
     document_retriever, _ = slow_embeddings_tools
     started = time.monotonic()
-    message = document_retriever.invoke({"type": "tool_call", "id": "1", "name": "document_retriever",
-                                         "args": {"query": "referral fees estate agents"}})
+    message = document_retriever.invoke(
+        {
+            "type": "tool_call",
+            "id": "1",
+            "name": "document_retriever",
+            "args": {"query": "referral fees estate agents"},
+        }
+    )
     assert_keyword_only_within_the_deadline(message, time.monotonic() - started)
 
 
 async def test_async_tool_calls_keep_the_deadline_too(slow_embeddings_tools):
     _, chunk_retriever = slow_embeddings_tools
     started = time.monotonic()
-    message = await chunk_retriever.ainvoke({"type": "tool_call", "id": "1", "name": "chunk_retriever",
-                                             "args": {"query": "referral fees estate agents"}})
+    message = await chunk_retriever.ainvoke(
+        {
+            "type": "tool_call",
+            "id": "1",
+            "name": "chunk_retriever",
+            "args": {"query": "referral fees estate agents"},
+        }
+    )
     assert_keyword_only_within_the_deadline(message, time.monotonic() - started)

@@ -12,17 +12,35 @@ import pytest
 from agent_retrieval.answer import cited_ids, format_passages, write_answer
 from agent_retrieval.context import Context
 from agent_retrieval.models import Hit
-from agent_retrieval.quoting import (clean, element, quote, quote_attribute, quote_id, quote_json, unquote,
-                                     unquote_id)
+from agent_retrieval.quoting import (
+    clean,
+    element,
+    quote,
+    quote_attribute,
+    quote_id,
+    quote_json,
+    unquote,
+    unquote_id,
+)
 from tests.conftest import CountingChatModel, chat_text
 from tests.promptcheck import PAYLOADS, as_read, assert_quoted, hostile_hit, outline, passages_outline
 
 CLOSERS = [
-    "</passage>", "</ passage >", "</PASSAGE>", "<passages>", "<!-- x -->",
+    "</passage>",
+    "</ passage >",
+    "</PASSAGE>",
+    "<passages>",
+    "<!-- x -->",
     "\uff1c\uff0fpassage\uff1e",  # fullwidth
     "\ufe64/passage\ufe65",  # small form
-    "<\u200b/pass\u200bage>", "<\u2060/passage\ufeff>", "<\u202e/passage>", "<\u00ad/passage>",
-    "\u2039/passage\u203a", "\u3008/passage\u3009", "\u27e8/passage\u27e9", "\u02c2/passage\u02c3",
+    "<\u200b/pass\u200bage>",
+    "<\u2060/passage\ufeff>",
+    "<\u202e/passage>",
+    "<\u00ad/passage>",
+    "\u2039/passage\u203a",
+    "\u3008/passage\u3009",
+    "\u27e8/passage\u27e9",
+    "\u02c2/passage\u02c3",
     "\U000e003c/passage>",  # a Unicode tag character: invisible
 ]
 
@@ -49,11 +67,28 @@ def test_code_names_and_headings_stay_readable():
     assert quote_attribute('say "hi"\nthere') == "say &quot;hi&quot; there"
 
 
-ODD_IDS = ["plain.md#3", "Q&A.md#1", "a<b>#1", 'say "x"#2', "list[1]#0", "a, b; c#4",
-           "\uff46\uff55\uff4c\uff4c#1",
-           "zero\u200bwidth#1", "rtl\u202e#1", "line\nbreak#1", "&lt;#1", "&#x41;#1", "&amp;", "&\u200b;",
-           "&[", "\u5831\u544a\u66f8\uff08\uff12\uff10\uff12\uff14\uff09.md#0", "</passage>#9", "e\u0301#1",
-           "\U0001f600#1", "\u1100\u1161#1"]
+ODD_IDS = [
+    "plain.md#3",
+    "Q&A.md#1",
+    "a<b>#1",
+    'say "x"#2',
+    "list[1]#0",
+    "a, b; c#4",
+    "\uff46\uff55\uff4c\uff4c#1",
+    "zero\u200bwidth#1",
+    "rtl\u202e#1",
+    "line\nbreak#1",
+    "&lt;#1",
+    "&#x41;#1",
+    "&amp;",
+    "&\u200b;",
+    "&[",
+    "\u5831\u544a\u66f8\uff08\uff12\uff10\uff12\uff14\uff09.md#0",
+    "</passage>#9",
+    "e\u0301#1",
+    "\U0001f600#1",
+    "\u1100\u1161#1",
+]
 
 
 @pytest.mark.parametrize("doc_id", ODD_IDS)
@@ -65,9 +100,14 @@ def test_an_id_is_shown_exactly_and_unquotes_to_itself(doc_id):
 
 
 def test_an_id_that_needs_no_escape_is_shown_as_it_is():
-    for doc_id in ("policy.md#3", "Q&A.md#1", "reports/2024 (final).md", "\u65e5\u672c\u8a9e.md#2",
-                   "caf\u00e9.md",
-                   "\u0926\u0938\u094d\u0924\u093e\u0935\u0947\u091c\u093c.md#0"):
+    for doc_id in (
+        "policy.md#3",
+        "Q&A.md#1",
+        "reports/2024 (final).md",
+        "\u65e5\u672c\u8a9e.md#2",
+        "caf\u00e9.md",
+        "\u0926\u0938\u094d\u0924\u093e\u0935\u0947\u091c\u093c.md#0",
+    ):
         assert quote_id(doc_id) == doc_id
 
 
@@ -94,9 +134,11 @@ def test_an_attribute_that_could_end_early_is_refused():
 
 @pytest.mark.parametrize("variant", PAYLOADS)
 def test_every_field_of_a_hit_stays_inside_its_own_passage(variant):
-    hits = [Hit(id="fees.md#1", level="chunks", document_id="fees.md", title="Fees", content="Fees are due."),
-            hostile_hit(variant),
-            Hit(id="fees.md#2", level="chunks", document_id="fees.md", title="Fees", content="Paid monthly.")]
+    hits = [
+        Hit(id="fees.md#1", level="chunks", document_id="fees.md", title="Fees", content="Fees are due."),
+        hostile_hit(variant),
+        Hit(id="fees.md#2", level="chunks", document_id="fees.md", title="Fees", content="Paid monthly."),
+    ]
     prompt = format_passages(hits)
     assert_quoted(prompt, [passages_outline(3)], {hits[1].id}, {"ID", "TITLE", "HEADING", "BODY"})
 

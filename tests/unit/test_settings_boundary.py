@@ -31,8 +31,17 @@ def test_a_run_may_not_set_any_deployment_setting(name):
 
 def test_settings_are_split_once_and_completely():
     assert set(RUN_SETTINGS) | set(DEPLOYMENT_SETTINGS) == set(Context.__dataclass_fields__)
-    assert not {"db_path", "tenant_id", "openai_base_url", "openai_api_key", "postgres_dsn", "supabase_key",
-                "supabase_user_token", "db_schema", "local_embedding_model"} & set(RUN_SETTINGS)
+    assert not {
+        "db_path",
+        "tenant_id",
+        "openai_base_url",
+        "openai_api_key",
+        "postgres_dsn",
+        "supabase_key",
+        "supabase_user_token",
+        "db_schema",
+        "local_embedding_model",
+    } & set(RUN_SETTINGS)
 
 
 async def test_a_run_context_sets_knobs_and_a_deployment_field_in_it_is_refused(retrieval, monkeypatch):
@@ -55,8 +64,9 @@ def test_a_key_from_the_environment_is_never_sent_to_an_endpoint_set_in_code(mon
         monkeypatch.setenv("OPENAI_BASE_URL", server_api.openai_url)
         make_chat_model(Context()).invoke("hello")
         make_chat_model(Context(openai_base_url=other.openai_url)).invoke("hello")
-        assert [r.headers["authorization"] for r in server_api.requests_to("chat/completions")] == \
-            ["Bearer sk-server-key-1234"]
+        assert [r.headers["authorization"] for r in server_api.requests_to("chat/completions")] == [
+            "Bearer sk-server-key-1234"
+        ]
         assert "sk-server-key-1234" not in str(other.requests_to("chat/completions"))
     # and the other way round: a key set in code does not go to the environment's endpoint
     assert Context(openai_api_key="sk-code-key-5678").openai_base_url == ""
@@ -72,9 +82,11 @@ def test_keys_read_from_a_file_lose_their_newline_and_a_broken_key_is_refused_wi
 
 
 def test_settings_that_are_not_utf8_or_hold_control_characters_are_refused_by_name(monkeypatch):
-    script = ("from agent_retrieval.context import Context\n"
-              "from agent_retrieval.errors import ConfigError\n"
-              "try:\n    Context()\nexcept ConfigError as e:\n    print(e)\n")
+    script = (
+        "from agent_retrieval.context import Context\n"
+        "from agent_retrieval.errors import ConfigError\n"
+        "try:\n    Context()\nexcept ConfigError as e:\n    print(e)\n"
+    )
     env = {**os.environ, "AGENT_RETRIEVAL_TENANT": "acme"}
     env_bytes = {k.encode(): v.encode() for k, v in env.items()} | {b"AGENT_RETRIEVAL_TENANT": b"acm\xe9"}
     out = subprocess.run([sys.executable, "-c", script], env=env_bytes, capture_output=True, text=True)
@@ -86,6 +98,7 @@ def test_settings_that_are_not_utf8_or_hold_control_characters_are_refused_by_na
 
 
 # --- who a server run is --------------------------------------------------------------------------------
+
 
 def test_a_verified_user_searches_in_their_tenant_with_their_token(monkeypatch):
     monkeypatch.setenv("AGENT_RETRIEVAL_TENANT", "operator-tenant")
@@ -99,12 +112,15 @@ def test_a_verified_user_searches_in_their_tenant_with_their_token(monkeypatch):
 
 
 def test_deployment_settings_are_found_in_a_runs_context_configurable_and_an_assistants_context():
-    assert refused_settings({"kwargs": {"context": {"openai_base_url": "http://x", "top": 1}}}) == \
-        ["openai_base_url"]
-    assert refused_settings({"kwargs": {"config": {"configurable": {"db_path": "x", "thread_id": "t"}}}}) == \
-        ["db_path"]
-    assert refused_settings({"context": {"tenant_id": "t2"}, "config": {"configurable": {"answer_chunks": 2}}}) \
-        == ["tenant_id"]
+    assert refused_settings({"kwargs": {"context": {"openai_base_url": "http://x", "top": 1}}}) == [
+        "openai_base_url"
+    ]
+    assert refused_settings({"kwargs": {"config": {"configurable": {"db_path": "x", "thread_id": "t"}}}}) == [
+        "db_path"
+    ]
+    assert refused_settings(
+        {"context": {"tenant_id": "t2"}, "config": {"configurable": {"answer_chunks": 2}}}
+    ) == ["tenant_id"]
     assert refused_settings({"kwargs": {"context": {"answer_chunks": 2, "use_hyde": True}}}) == []
 
 

@@ -63,8 +63,13 @@ class RecordingEmbeddings(WordHashEmbeddings):
         return super().embed_documents(texts)
 
 
-def run_ingest(store: SQLiteStore, folder: Path, embeddings: WordHashEmbeddings | None = None, *,
-               first: int | None = None) -> IngestReport:
+def run_ingest(
+    store: SQLiteStore,
+    folder: Path,
+    embeddings: WordHashEmbeddings | None = None,
+    *,
+    first: int | None = None,
+) -> IngestReport:
     """Ingest the folder (only its `first` documents, if given) with the word-hash test embeddings."""
     embedder = Embedder(embeddings or WordHashEmbeddings(), "test/word-hash")
     documents = list(load_documents([folder]))[:first]
@@ -90,8 +95,9 @@ def clean(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, 
     return sqlite_digest(path)
 
 
-def assert_finishes_only_what_is_missing(store: SQLiteStore, corpus: Path, want: Expected,
-                                         clean: tuple[int, int, str]) -> None:
+def assert_finishes_only_what_is_missing(
+    store: SQLiteStore, corpus: Path, want: Expected, clean: tuple[int, int, str]
+) -> None:
     """A re-run embeds exactly the texts the store lacks, each once, and leaves the store a clean ingest's."""
     missing = want.texts - embedded_texts(store.path)
     embeddings = RecordingEmbeddings()
@@ -111,18 +117,28 @@ def assert_readable(message: str, path: Path, *phrases: str) -> None:
 
 # --- another writer holds the lock -------------------------------------------------------------------
 
+
 @contextlib.contextmanager
 def write_lock_held(path: Path) -> Iterator[Callable]:
     """Another process holds the store's write lock (BEGIN IMMEDIATE) until `release()` or the end."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent("""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
             import sqlite3, sys
             conn = sqlite3.connect(sys.argv[1], isolation_level=None)
             conn.execute("BEGIN IMMEDIATE")
             print("locked", flush=True)
             sys.stdin.readline()
             conn.execute("ROLLBACK")
-        """), str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        """),
+            str(path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "locked"
 
     def release() -> None:
@@ -176,13 +192,16 @@ def test_a_write_that_outwaits_the_timeout_names_the_file_and_what_to_do(tmp_pat
         with write_lock_held(path):
             with pytest.raises(StoreError) as failure:
                 run_ingest(store, corpus)
-            assert_readable(str(failure.value), path, "locked by another", "0.3 s", "run the same ingest again")
+            assert_readable(
+                str(failure.value), path, "locked by another", "0.3 s", "run the same ingest again"
+            )
             assert sqlite_digest(path) == before  # the refused batch left nothing behind
         # the holder is gone: the same store object finishes the job
         assert_finishes_only_what_is_missing(store, corpus, want, clean)
 
 
 # --- read-only ---------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def read_only_view(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
@@ -202,7 +221,9 @@ def read_only_view(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
             raise AssertionError("a connection into the read-only view was left open")
 
 
-def test_a_store_on_a_read_only_filesystem_serves_reads_and_refuses_writes_clearly(read_only_view, corpus, want):
+def test_a_store_on_a_read_only_filesystem_serves_reads_and_refuses_writes_clearly(
+    read_only_view, corpus, want
+):
     source, view = read_only_view
     with SQLiteStore(source / "store.db") as writer:
         run_ingest(writer, corpus)
@@ -282,6 +303,7 @@ def test_a_read_only_file_serves_reads_and_refuses_writes_clearly(tmp_path, corp
 
 # --- a full disk -------------------------------------------------------------------------------------
 
+
 class SmallDisk:
     """A store folder with room for about `free` more bytes, and a way to free space afterwards."""
 
@@ -311,8 +333,9 @@ def small_disk(request, tmp_path: Path) -> Iterator[SmallDisk]:
     folder = tmp_path / "disk"
     folder.mkdir()
     if request.param == "tmpfs":
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(folder)],
-                                 check=False, capture_output=True)
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(folder)], check=False, capture_output=True
+        )
         if mounted.returncode != 0:
             pytest.skip("mounting a small tmpfs needs root with CAP_SYS_ADMIN")
     disk = SmallDisk(request.param, folder)
@@ -326,15 +349,21 @@ def small_disk(request, tmp_path: Path) -> Iterator[SmallDisk]:
 
 
 def test_a_full_disk_fails_clearly_keeps_the_store_consistent_and_a_rerun_completes(
-        small_disk, corpus, want, clean):
+    small_disk, corpus, want, clean
+):
     with SQLiteStore(small_disk.path) as store:
         small_disk.store = store
         store.stats()
         small_disk.fill(free=1_000_000)  # about half of what this corpus needs (~2 MB of WAL)
         with pytest.raises(StoreError) as failure:
             run_ingest(store, corpus)
-        assert_readable(str(failure.value), small_disk.path, "disk is full", "free some space",
-                        "run the same ingest again")
+        assert_readable(
+            str(failure.value),
+            small_disk.path,
+            "disk is full",
+            "free some space",
+            "run the same ingest again",
+        )
         stored = check_sqlite_store(small_disk.path, want)
         assert 0 < len(stored) < len(want.documents), "the disk should fill up part way through"
         small_disk.free()

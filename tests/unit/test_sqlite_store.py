@@ -35,9 +35,11 @@ def full_bm25(path: str, level: str, query: str, k: int) -> list[tuple[str, floa
     match = " OR ".join(f'"{t}"' for t in keyword_terms(query))
     table = "chunks" if level == "chunks" else "documents"
     with sqlite3.connect(path) as conn:
-        return conn.execute(f"""SELECT d.id, -bm25({level}_fts, 1.0, 1.0, 0.0) AS s FROM {level}_fts
+        return conn.execute(
+            f"""SELECT d.id, -bm25({level}_fts, 1.0, 1.0, 0.0) AS s FROM {level}_fts
             JOIN {table} d ON d.rowid = {level}_fts.rowid WHERE {level}_fts MATCH ? ORDER BY s DESC, d.id LIMIT ?""",
-                            (match, k)).fetchall()
+            (match, k),
+        ).fetchall()
 
 
 def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatch):
@@ -54,8 +56,10 @@ def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatc
 
     monkeypatch.setattr(store, "_conn", counting_conn)
     for _ in range(40):
-        query = " ".join(f"w{rng.choice([0, 1, 2, 3, rng.randint(4, 399), rng.randint(50, 399)])}x"
-                         for _ in range(rng.randint(3, 8)))
+        query = " ".join(
+            f"w{rng.choice([0, 1, 2, 3, rng.randint(4, 399), rng.randint(50, 399)])}x"
+            for _ in range(rng.randint(3, 8))
+        )
         for level in ("chunks", "documents"):
             for k in (1, 5, 20):
                 got = [(h.id, h.keyword_score) for h in store.keyword_search(level, query, k)]
@@ -92,7 +96,9 @@ def test_a_version_1_store_is_migrated_and_keeps_its_rows(tmp_path):
     for statement in MIGRATIONS[0]:
         conn.execute(statement)
     conn.execute("PRAGMA user_version = 1")
-    conn.execute("INSERT INTO documents (id, title, content, content_hash) VALUES ('a', 'Fees', 'commission', 'h')")
+    conn.execute(
+        "INSERT INTO documents (id, title, content, content_hash) VALUES ('a', 'Fees', 'commission', 'h')"
+    )
     conn.commit()
     conn.close()
     store = SQLiteStore(path)
@@ -109,7 +115,9 @@ def test_the_embedded_store_switches_to_a_model_of_another_dimension_after_reemb
     store.set_embeddings("documents", pending, "new/model")
     store.set_embedding_model("new/model", 2)
     assert store.embedding_model() == ("new/model", 2)
-    assert [h.id for h in store.vector_search("documents", np.ones(2, dtype=np.float32) / np.sqrt(2), 5)] == ["a"]
+    assert [h.id for h in store.vector_search("documents", np.ones(2, dtype=np.float32) / np.sqrt(2), 5)] == [
+        "a"
+    ]
 
 
 def test_concurrent_keyword_searches_survive_the_idf_cache_being_emptied(tmp_path, monkeypatch):
@@ -127,7 +135,7 @@ def test_concurrent_keyword_searches_survive_the_idf_cache_being_emptied(tmp_pat
     def search(worker: int) -> None:
         try:
             got[worker] = [[h.id for h in store.keyword_search("chunks", q, 5)] for q in queries]
-        except BaseException as error:  # noqa: BLE001 - the assertion below shows what it was
+        except BaseException as error:
             failures.append(error)
 
     threads = [threading.Thread(target=search, args=(n,)) for n in range(4)]
@@ -144,8 +152,11 @@ def test_summarize_reads_only_the_chunks_it_returns(tmp_path):
     chunks of a 5,000-chunk document takes no more steps than returning all 11 of an 11-chunk one."""
     store = SQLiteStore(tmp_path / "long.db")
     docs = [Document(name, name.title(), "text", content_hash=name) for name in ("long", "short")]
-    chunks = [Chunk(f"{doc}#{i}", doc, i, f"part {i} of {doc}", doc.title(), text_hash=f"{doc}{i}")
-              for doc, count in (("long", 5000), ("short", 11)) for i in range(count)]
+    chunks = [
+        Chunk(f"{doc}#{i}", doc, i, f"part {i} of {doc}", doc.title(), text_hash=f"{doc}{i}")
+        for doc, count in (("long", 5000), ("short", 11))
+        for i in range(count)
+    ]
     store.upsert(docs, chunks, "test/none")
 
     def summarize(ids: list[str], limit: int) -> tuple[list[str], int]:
@@ -189,18 +200,23 @@ def test_open_store_names_the_tenant_in_every_hit(tmp_path):
 
     for tenant in ("acme", ""):
         with open_store(Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant)) as store:
-            store.upsert([Document("d", "Doc", "hours", content_hash="h")],
-                         [Chunk("d#0", "d", 0, "hours", "Doc")], "test/none")
+            store.upsert(
+                [Document("d", "Doc", "hours", content_hash="h")],
+                [Chunk("d#0", "d", 0, "hours", "Doc")],
+                "test/none",
+            )
             assert {h.tenant for h in store.keyword_search("chunks", "hours", 5)} == {tenant}
             assert {h.tenant for h in store.document_chunks(["d"], 5)} == {tenant}
 
 
-def test_ingest_public_on_the_embedded_store_is_refused_before_embedding_anything(tmp_path, embeddings,
-                                                                                   embedder):
+def test_ingest_public_on_the_embedded_store_is_refused_before_embedding_anything(
+    tmp_path, embeddings, embedder
+):
     from agent_retrieval.ingest import ingest
 
     with SQLiteStore(tmp_path / "store.db") as store:
         with pytest.raises(InvalidRequest, match="Postgres or Supabase"):
-            ingest([Document("notice", "Notice", "Opening hours")], store, embedder, progress=False,
-                   public=True)
+            ingest(
+                [Document("notice", "Notice", "Opening hours")], store, embedder, progress=False, public=True
+            )
         assert embeddings.document_calls == 0 and store.stats().documents == 0

@@ -56,8 +56,12 @@ class _ChunkTool(_DocumentTool):
 
     @property
     def tool_invoke_params_example(self) -> dict[str, Any]:
-        return {"query": "who holds the tenancy deposit", "query_type": "conceptual", "top_k": 2,
-                "document_ids": None}
+        return {
+            "query": "who holds the tenancy deposit",
+            "query_type": "conceptual",
+            "top_k": 2,
+            "document_ids": None,
+        }
 
 
 class _SimilarityTool(_DocumentTool):
@@ -81,8 +85,12 @@ class _IndexTool(_DocumentTool):
 
     @property
     def tool_invoke_params_example(self) -> dict[str, Any]:
-        return {"title": "Suite note", "content": "# Suite note\n\nWritten by the standard suite.",
-                "metadata": {"category": "test"}, "id": None}
+        return {
+            "title": "Suite note",
+            "content": "# Suite note\n\nWritten by the standard suite.",
+            "metadata": {"category": "test"},
+            "id": None,
+        }
 
 
 class TestDocumentRetrieverUnit(_DocumentTool, ToolsUnitTests):

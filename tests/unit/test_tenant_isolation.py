@@ -20,11 +20,20 @@ SECRETS = {"acme": "BLUEHERON", "globex": "REDFALCON"}
 
 def tenant_docs(tenant: str) -> list[Document]:
     secret = SECRETS[tenant]
-    return [Document(f"{tenant}-plan", f"{tenant} acquisition plan",
-                     f"The {tenant} acquisition plan is codenamed {secret}. Closing is planned for spring.",
-                     {"owner": tenant, "category": "strategy"}),
-            Document("shared-id", "Board minutes", f"Minutes of the {tenant} board: the plan {secret} is approved.",
-                     {"owner": tenant})]
+    return [
+        Document(
+            f"{tenant}-plan",
+            f"{tenant} acquisition plan",
+            f"The {tenant} acquisition plan is codenamed {secret}. Closing is planned for spring.",
+            {"owner": tenant, "category": "strategy"},
+        ),
+        Document(
+            "shared-id",
+            "Board minutes",
+            f"Minutes of the {tenant} board: the plan {secret} is approved.",
+            {"owner": tenant},
+        ),
+    ]
 
 
 @pytest.fixture
@@ -33,10 +42,14 @@ def as_tenant(tmp_path, embedder):
     opened: list[Retrieval] = []
 
     def tools(tenant: str | None):
-        retrieval = Retrieval(Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant or ""), embedder=embedder)
+        retrieval = Retrieval(
+            Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant or ""), embedder=embedder
+        )
         opened.append(retrieval)
-        return make_retrieval_tools(retrieval=retrieval, names=["document_retriever", "chunk_retriever",
-                                                                "similarity_search", "index_document"])
+        return make_retrieval_tools(
+            retrieval=retrieval,
+            names=["document_retriever", "chunk_retriever", "similarity_search", "index_document"],
+        )
 
     for tenant in SECRETS:
         retrieval = tools(tenant)[0].retrieval
@@ -55,14 +68,18 @@ def everything_readable(tools) -> str:
     every tenant's rows. The query itself names both secrets, so only what came back is searched."""
     documents, chunks, similar, _ = tools
     query = "acquisition plan codenamed BLUEHERON REDFALCON board minutes"
-    messages = [call(documents, query=query, top_k=50), call(chunks, query=query, top_k=50),
-                call(similar, query=query, k=50),
-                call(documents, query=query, filters={"owner": ["acme", "globex"]}),
-                call(chunks, query=query, document_ids=["shared-id"]),
-                call(chunks, query=query, document_ids=["acme-plan", "globex-plan"]),
-                call(chunks, query="plan", query_type="summarize", document_ids=["shared-id"])]
-    returned = [str(m.artifact["hits"]) if m.status == "success" else m.content.replace(query, "")
-                for m in messages]
+    messages = [
+        call(documents, query=query, top_k=50),
+        call(chunks, query=query, top_k=50),
+        call(similar, query=query, k=50),
+        call(documents, query=query, filters={"owner": ["acme", "globex"]}),
+        call(chunks, query=query, document_ids=["shared-id"]),
+        call(chunks, query=query, document_ids=["acme-plan", "globex-plan"]),
+        call(chunks, query="plan", query_type="summarize", document_ids=["shared-id"]),
+    ]
+    returned = [
+        str(m.artifact["hits"]) if m.status == "success" else m.content.replace(query, "") for m in messages
+    ]
     return "\n".join(returned)
 
 
@@ -84,8 +101,10 @@ def test_the_same_document_id_in_two_tenants_is_two_documents(as_tenant):
 
 def test_a_tenant_writes_only_to_its_own_rows(as_tenant):
     *_, index_document = as_tenant("acme")
-    assert call(index_document, id="note", title="Note", content="GREENOWL is acme's new code.").status \
+    assert (
+        call(index_document, id="note", title="Note", content="GREENOWL is acme's new code.").status
         == "success"
+    )
     documents, *_ = as_tenant("globex")
     assert "GREENOWL" not in str(call(documents, query="GREENOWL new code").artifact["hits"])
     documents, *_ = as_tenant("acme")
@@ -97,13 +116,16 @@ def test_without_a_tenant_the_tenants_files_are_not_read(as_tenant):
     assert all(secret not in text for secret in SECRETS.values())
 
 
-@pytest.mark.parametrize("tenant", ["../globex", "acme/../globex", ".", "..", "/etc/passwd", "C:\\x",
-                                    "ümlaut tenant", "a" * 60])
+@pytest.mark.parametrize(
+    "tenant", ["../globex", "acme/../globex", ".", "..", "/etc/passwd", "C:\\x", "ümlaut tenant", "a" * 60]
+)
 def test_any_tenant_id_names_one_file_inside_the_tenants_folder(tmp_path, tenant):
     path = sqlite_path(Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant))
     assert path.parent == tmp_path / "store.tenants"
     assert path.name not in (".db", "..db") and "/" not in path.name and "\x00" not in path.name
-    others = {sqlite_path(Context(db_path=str(tmp_path / "store.db"), tenant_id=t)) for t in ("globex", "acme")}
+    others = {
+        sqlite_path(Context(db_path=str(tmp_path / "store.db"), tenant_id=t)) for t in ("globex", "acme")
+    }
     assert path not in others
 
 

@@ -16,8 +16,13 @@ from agent_retrieval.embeddings import Embedder
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document, Hit, RetrievalResult
 from agent_retrieval.retrieval import Retrieval
-from agent_retrieval.tools import (AgentRetriever, ChunkRetrieverTool, DocumentRetrieverTool, format_result,
-                                   make_retrieval_tools)
+from agent_retrieval.tools import (
+    AgentRetriever,
+    ChunkRetrieverTool,
+    DocumentRetrieverTool,
+    format_result,
+    make_retrieval_tools,
+)
 from tests.conftest import WordHashEmbeddings
 from tests.promptcheck import PAYLOADS, assert_quoted, hostile_hit, passages_outline
 
@@ -71,7 +76,9 @@ def test_each_hit_says_which_paths_found_it(tools):
 
 def test_filters_restrict_every_hit(tools):
     document_retriever, _ = tools
-    hits = call(document_retriever, query="policy for staff", filters={"category": "policy"}, top_k=10).artifact["hits"]
+    hits = call(
+        document_retriever, query="policy for staff", filters={"category": "policy"}, top_k=10
+    ).artifact["hits"]
     assert hits and all(h["metadata"]["category"] == "policy" for h in hits)
 
 
@@ -101,8 +108,11 @@ async def test_async_tools_match_the_sync_ones(tools):
     sync = call(chunk_retriever, query="tenancy deposit protection", top_k=5).artifact
     asynchronous = (await acall(chunk_retriever, query="tenancy deposit protection", top_k=5)).artifact
     assert [h["id"] for h in sync["hits"]] == [h["id"] for h in asynchronous["hits"]]
-    summary = (await acall(chunk_retriever, query="", query_type="summarize",
-                           document_ids=[sync["hits"][0]["document_id"]])).artifact
+    summary = (
+        await acall(
+            chunk_retriever, query="", query_type="summarize", document_ids=[sync["hits"][0]["document_id"]]
+        )
+    ).artifact
     assert summary["hits"]
 
 
@@ -138,12 +148,21 @@ BAD = [
     ({"query": "deposit", "top_k": 0}, "top_k: must be between 1 and 50"),
     ({"query": "deposit", "top_k": 51}, "top_k: must be between 1 and 50"),
     ({"query": "deposit", "top_k": "many"}, "top_k"),
-    ({"query": "deposit", "query_type": "fuzzy"}, "query_type: Input should be 'general', 'exact', 'conceptual'"),
+    (
+        {"query": "deposit", "query_type": "fuzzy"},
+        "query_type: Input should be 'general', 'exact', 'conceptual'",
+    ),
     ({"query": "deposit", "filters": "category=policy"}, "filters"),
     ({"query": "deposit", "filters": {"bad key;": "x"}}, "filters: key 'bad key;' is not allowed"),
-    ({"query": "deposit", "filters": {"category": {"$ne": "x"}}}, "values must be strings, numbers or booleans"),
+    (
+        {"query": "deposit", "filters": {"category": {"$ne": "x"}}},
+        "values must be strings, numbers or booleans",
+    ),
     ({"query": "deposit", "filters": {"year": []}}, "a one-of list holds 1 to 100 values"),
-    ({"query": "deposit", "document_ids": ["no-such-document"]}, "document_ids: 1 unknown id(s): 'no-such-document'"),
+    (
+        {"query": "deposit", "document_ids": ["no-such-document"]},
+        "document_ids: 1 unknown id(s): 'no-such-document'",
+    ),
     ({"query": "deposit", "document_ids": []}, "document_ids: must hold at least one id"),
     ({"query": "", "query_type": "summarize"}, "document_ids is required when query_type is 'summarize'"),
     ({"query": "deposit", "unexpected": 1}, "unexpected: is not an argument of this tool"),
@@ -161,8 +180,19 @@ def test_bad_input_is_a_clear_tool_error_and_changes_nothing(tools, retrieval, a
     assert fingerprint(retrieval.context.db_path) == before
 
 
-SYNTAX = ['"unbalanced quote', "NEAR(deposit lane)", "deposit AND OR NOT", "((deposit", "dep*", "*",
-          "'; drop table chunks; --", "title:deposit", "deposit -lane", "{deposit}", "💥 ünïcödé dépôt"]
+SYNTAX = [
+    '"unbalanced quote',
+    "NEAR(deposit lane)",
+    "deposit AND OR NOT",
+    "((deposit",
+    "dep*",
+    "*",
+    "'; drop table chunks; --",
+    "title:deposit",
+    "deposit -lane",
+    "{deposit}",
+    "💥 ünïcödé dépôt",
+]
 
 
 @pytest.mark.parametrize("query", SYNTAX)
@@ -215,8 +245,12 @@ def test_retrieval_closes_the_store_it_opened(tmp_path, embedder):
 def test_what_the_model_reads_keeps_every_field_of_a_hit_inside_its_own_passage(variant, level):
     hostile = hostile_hit(variant, level)
     plain = Hit(id="fees", level=level, document_id="fees", title="Fees", content="Fees are due.")
-    result = RetrievalResult(query=f"deposit{PAYLOADS[variant]}", level=level, hits=[hostile, plain],
-                             degraded=["vector search failed: keyword search only"])
+    result = RetrievalResult(
+        query=f"deposit{PAYLOADS[variant]}",
+        level=level,
+        hits=[hostile, plain],
+        degraded=["vector search failed: keyword search only"],
+    )
     text = format_result(result)
     fields = {"ID", "TITLE", "BODY", "METAKEY", "METAVALUE"} | ({"HEADING"} if level == "chunks" else set())
     assert_quoted(text, [passages_outline(2, [True, False])], {hostile.id}, fields)
@@ -226,8 +260,13 @@ ODD_IDS = ["Q&A.md", "a<b>", 'say "x"', "list[1]", "\uff46\uff55\uff4c\uff4c", "
 
 
 def test_ids_as_one_tool_shows_them_scope_the_next_call_exactly(tools, retrieval):
-    ingest([Document(id, f"Odd {n}", f"Quokka sanctuary rules, part {n}.") for n, id in enumerate(ODD_IDS)],
-           retrieval.store, retrieval.embedder, retrieval.context, progress=False)
+    ingest(
+        [Document(id, f"Odd {n}", f"Quokka sanctuary rules, part {n}.") for n, id in enumerate(ODD_IDS)],
+        retrieval.store,
+        retrieval.embedder,
+        retrieval.context,
+        progress=False,
+    )
     document_retriever, chunk_retriever = tools
     found = call(document_retriever, query="quokka sanctuary rules", top_k=10)
     assert set(ODD_IDS) <= {h["id"] for h in found.artifact["hits"]}
