@@ -97,7 +97,7 @@ class PeerEmbeddings(Embeddings):
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         missing = [t for t in dict.fromkeys(texts) if t not in self.known]
         if missing:
-            self.known.update(zip(missing, self.model.embed_documents(missing)))
+            self.known.update(zip(missing, self.model.embed_documents(missing), strict=False))
         return [np.asarray(self.known[t], dtype=np.float64).tolist() for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
@@ -142,7 +142,7 @@ def cached_vectors(
     if path.exists():
         with np.load(path) as cache:
             if str(cache["model"]) == model_id:
-                stored = dict(zip(cache["hashes"].tolist(), cache["vectors"]))
+                stored = dict(zip(cache["hashes"].tolist(), cache["vectors"], strict=False))
                 seconds = float(cache["seconds"])
     recorded_rate = seconds / len(stored) if stored else 0.0
     missing = [t for t in dict.fromkeys(texts) if hashes[t] not in stored]
@@ -151,7 +151,7 @@ def cached_vectors(
     if missing:
         print(f"embedding {len(missing)} texts for the peer (cached in {path})", file=sys.stderr)
         vectors = np.asarray(model.embed_documents(missing), np.float32)
-        stored.update(zip((hashes[t] for t in missing), vectors))
+        stored.update(zip((hashes[t] for t in missing), vectors, strict=False))
     now = time.perf_counter() - started
     if missing:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -275,7 +275,7 @@ def components(ensemble: EnsembleRetriever, retrieval: Retrieval, queries: dict[
 
 def fresh_builds(dataset: Dataset, size: int, embedder: Embedder, folder: Path) -> dict[str, Any]:
     """Both indexes built from nothing on the corpus's first `size` documents (nothing cached)."""
-    first = {d.id for d, _ in zip(dataset.documents(), range(size))}
+    first = {d.id for d, _ in zip(dataset.documents(), range(size), strict=False)}
     sample = Dataset(dataset.folder, dataset.split, {}, {}, len(first), subset=first)
     started = time.perf_counter()
     with Retrieval(Context(db_path=str(folder / "sample.db")), embedder=embedder) as retrieval:

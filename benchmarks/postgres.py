@@ -202,7 +202,7 @@ def main() -> None:
             stack.postgres.execute(f"vacuum analyze {SCHEMA_100K}.chunks, {SCHEMA_100K}.chunks_terms")
         stack.postgrest.reload_schema()
         rpc = SupabaseStore(stack.url, stack.service_key, schema=SCHEMA_100K)
-        pairs = list(zip(texts, vectors))
+        pairs = list(zip(texts, vectors, strict=False))
 
         def hybrid(store):
             return lambda pair: store._call(

@@ -186,7 +186,7 @@ def verify_mapping(store: Store, articles: list[Article]) -> dict[tuple[str, int
             raise MappingError(
                 f"{article.id!r}: {len(article.paragraphs)} paragraphs became {len(chunks)} chunks"
             )
-        for index, (text, chunk) in enumerate(zip(article.paragraphs, chunks)):
+        for index, (text, chunk) in enumerate(zip(article.paragraphs, chunks, strict=False)):
             if chunk.content != text:
                 raise MappingError(
                     f"{article.id!r} paragraph {index}: chunk {chunk.id!r} holds "

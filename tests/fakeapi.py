@@ -269,9 +269,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(api, 400, "the body must be a JSON object")
 
         fault = self.api._take_fault(api, endpoint)
-        if fault is not None and fault.delay:
-            if self.api._stopping.wait(fault.delay):
-                return
+        if fault is not None and fault.delay and self.api._stopping.wait(fault.delay):
+            return
         if fault is not None and fault.status is not None:
             headers = {}
             if fault.retry_after is not None:

@@ -183,7 +183,7 @@ def check_snapshot(
             f"{doc_id}: its chunk list is incomplete or stale"
         )
         rows = [(document_text(doc), vector, model)] + [
-            (chunk_text(c), v, m) for c, (_, _, _, v, m) in zip(want_chunks, got)
+            (chunk_text(c), v, m) for c, (_, _, _, v, m) in zip(want_chunks, got, strict=False)
         ]
         for text, row_vector, row_model in rows:
             assert (row_vector is None) == (row_model is None), (

@@ -253,13 +253,13 @@ async def test_the_async_client_works_through_the_gateway(api: Api) -> None:
 
 def test_postgres_has_pgvector_and_supabases_roles(postgres: Postgres) -> None:
     assert postgres.execute("select '[1,2,3]'::vector <-> '[1,2,5]'::vector") == [(2.0,)]
-    roles = dict(
-        (name, (login, inherit, bypass))
+    roles = {
+        name: (login, inherit, bypass)
         for name, login, inherit, bypass in postgres.execute(
             "select rolname, rolcanlogin, rolinherit, rolbypassrls from pg_roles"
             " where rolname in ('anon', 'authenticated', 'service_role', 'authenticator')"
         )
-    )
+    }
     assert roles == {
         "anon": (False, True, False),
         "authenticated": (False, True, False),

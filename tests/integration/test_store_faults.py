@@ -310,10 +310,10 @@ def test_postgrest_down_is_a_clear_error_after_bounded_retries_then_works_again(
             assert "tried 4 times" in message and "try again" in message and "paused" in message
             waits = retries_logged(rpc_log)
             assert len(waits) == 3  # bounded: max_retries, then the error
-            for wait, base in zip(waits, (0.2, 0.4, 0.8)):
+            for wait, base in zip(waits, (0.2, 0.4, 0.8), strict=False):
                 assert base / 2 <= wait <= base  # backoff doubles; jitter takes up to half off
             assert sum(waits) - 0.05 <= elapsed < sum(waits) + 2  # (logged delays are rounded)
-            delays += [w / b for w, b in zip(waits, (0.2, 0.4, 0.8))]
+            delays += [w / b for w, b in zip(waits, (0.2, 0.4, 0.8), strict=False)]
         assert len({round(d, 3) for d in delays}) > 1, "no jitter: retrying clients would move in step"
     finally:
         stack.postgrest.start()

@@ -114,7 +114,7 @@ async def test_a_model_that_never_stops_searching_is_stopped_before_the_recursio
     assert "allowed steps" in messages[-1].content
 
 
-@pytest.mark.parametrize("question, expected", [("  ", "empty"), ("deposit " * 12_500, "at most 4,000")])
+@pytest.mark.parametrize(("question", "expected"), [("  ", "empty"), ("deposit " * 12_500, "at most 4,000")])
 async def test_an_empty_or_100kb_question_is_refused_without_a_model_call(retrieval, question, expected):
     model = ToolCallingFake(messages=iter([]))
     messages = await run(

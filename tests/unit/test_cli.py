@@ -119,7 +119,7 @@ def test_ingest_skips_files_it_cannot_load_names_each_and_exits_1(capsys, tmp_pa
     ],
 )
 def test_bad_input_exits_2_with_one_readable_line(capsys, tmp_path, args, message):
-    code, out, err = run(capsys, *args[:1], "--db", str(tmp_path / "e.db"), *args[1:])
+    code, _out, err = run(capsys, *args[:1], "--db", str(tmp_path / "e.db"), *args[1:])
     assert code == 2
     assert message in err
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err

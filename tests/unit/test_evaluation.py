@@ -152,7 +152,7 @@ def test_every_mode_is_run_written_as_trec_and_scored(beir_store, tmp_path):
     ]  # no chat model: no HyDE
     for mode, path in report.runs.items():
         lines = Path(path).read_text().splitlines()
-        qid, q0, doc, rank, score, tag = lines[0].split()
+        _qid, q0, _doc, rank, score, tag = lines[0].split()
         assert (q0, rank, tag) == ("Q0", "1", mode) and float(score) > 0
         assert report.scores[mode] == score_run(read_run(path), dataset.qrels)
     assert report.scores["keyword"]["recall@100"] == 1.0  # every expected document is found somewhere

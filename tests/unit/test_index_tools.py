@@ -23,7 +23,7 @@ QUOKKA = (
 
 @pytest.fixture
 def tools(retrieval):
-    return dict(zip(ALL, make_retrieval_tools(retrieval=retrieval, names=ALL)))
+    return dict(zip(ALL, make_retrieval_tools(retrieval=retrieval, names=ALL), strict=False))
 
 
 def documents(retrieval) -> int:

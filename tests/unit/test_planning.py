@@ -121,7 +121,7 @@ def test_parse_plan_takes_the_outermost_json_object():
 
 
 @pytest.mark.parametrize(
-    "question, statement",
+    ("question", "statement"),
     [
         ("What is Python?", "Python"),
         ("Who wrote Hamlet?", "wrote Hamlet"),
@@ -175,7 +175,7 @@ def test_urls_times_and_labels_are_not_filters():
 
 
 @pytest.mark.parametrize(
-    "request_, message", [("", "empty"), ("   \n ", "empty"), ("x" * 100_000, "100,000")]
+    ("request_", "message"), [("", "empty"), ("   \n ", "empty"), ("x" * 100_000, "100,000")]
 )
 def test_empty_and_huge_requests_get_a_readable_error(request_, message):
     with pytest.raises(InvalidRequest, match=message):
@@ -333,7 +333,7 @@ async def test_the_placeholder_prompt_keeps_every_field_inside_its_own_passage(v
 
 
 @pytest.mark.parametrize(
-    "content, reply, value",
+    ("content", "reply", "value"),
     [
         ("The landlord is Banda <Lettings> Ltd.", "Banda &lt;Lettings> Ltd", "Banda <Lettings> Ltd"),
         ("The landlord is Banda <Lettings> Ltd.", "Banda <Lettings> Ltd", "Banda <Lettings> Ltd"),

@@ -92,7 +92,7 @@ async def test_the_state_shows_hyde_status_but_never_the_hyde_text(context, embe
 
 
 @pytest.mark.parametrize(
-    "question, expected", [("", "empty"), ("   ", "empty"), ("deposit " * 20_000, "at most")]
+    ("question", "expected"), [("", "empty"), ("   ", "empty"), ("deposit " * 20_000, "at most")]
 )
 async def test_empty_or_huge_questions_get_a_readable_answer_and_no_model_call(retrieval, question, expected):
     chat = CountingChatModel(responses=[PLAN])

@@ -104,7 +104,7 @@ def test_exact_and_conceptual_query_types_lean_on_their_paths(tools):
 
 
 async def test_async_tools_match_the_sync_ones(tools):
-    document_retriever, chunk_retriever = tools
+    _document_retriever, chunk_retriever = tools
     sync = call(chunk_retriever, query="tenancy deposit protection", top_k=5).artifact
     asynchronous = (await acall(chunk_retriever, query="tenancy deposit protection", top_k=5)).artifact
     assert [h["id"] for h in sync["hits"]] == [h["id"] for h in asynchronous["hits"]]
@@ -197,7 +197,7 @@ SYNTAX = [
 
 @pytest.mark.parametrize("query", SYNTAX)
 def test_search_syntax_in_the_query_is_just_text(tools, retrieval, query):
-    document_retriever, chunk_retriever = tools
+    _document_retriever, _chunk_retriever = tools
     before = fingerprint(retrieval.context.db_path)
     for tool in tools:
         result = call(tool, query=query)
