@@ -12,8 +12,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
-from langgraph.graph import END, START, StateGraph, add_messages
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolCall, ToolMessage
+from langgraph.graph import START, StateGraph, add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.managed import RemainingSteps
 from langgraph.runtime import Runtime
@@ -46,7 +46,7 @@ class State(InputState):
     """Steps left before LangGraph's recursion limit; the agent answers before it is reached."""
 
 
-def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
+def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSettings, InputState, State]:
     """The agent, using `parts` (shared by tests and notebooks) or parts made from each run's Context."""
 
     async def call_model(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
@@ -85,7 +85,8 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
 
     async def run_tools(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Run the last message's tool calls concurrently on one Retrieval."""
-        calls = state.messages[-1].tool_calls
+        last = state.messages[-1]
+        calls = last.tool_calls if isinstance(last, AIMessage) else []
         async with parts.open_retrieval(run_context(runtime)) as retrieval:
             tools = {tool.name: tool for tool in make_retrieval_tools(retrieval=retrieval)}
             results = await asyncio.gather(*(_call(tools, call) for call in calls))
@@ -93,7 +94,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
 
     def route_model_output(state: State) -> Literal["run_tools", "__end__"]:
         last = state.messages[-1]
-        return "run_tools" if isinstance(last, AIMessage) and last.tool_calls else END
+        return "run_tools" if isinstance(last, AIMessage) and last.tool_calls else "__end__"
 
     builder = StateGraph(State, input_schema=InputState, context_schema=RunSettings)
     builder.add_node(call_model)
@@ -106,7 +107,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
     return compiled
 
 
-async def _call(tools: dict[str, Any], call: dict[str, Any]) -> ToolMessage:
+async def _call(tools: dict[str, Any], call: ToolCall) -> ToolMessage:
     tool = tools.get(call["name"])
     if tool is None:
         return ToolMessage(

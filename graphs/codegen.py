@@ -102,15 +102,15 @@ def schema_statements(passages: list[Passage]) -> tuple[list[str], list[str]]:
     """The CREATE TABLE / VIEW statements in the passages, once each, and notes on unfinished ones."""
     statements: list[str] = []
     notes: list[str] = []
-    for passage in passages:
-        text = passage["content"]
+    for retrieved in passages:
+        text = retrieved["content"]
         for match in _CREATE.finditer(text):
             end = text.find(";", match.start())
             # A ';' inside a string literal does not end the statement; complete_statement knows.
             while end != -1 and not sqlite3.complete_statement(text[match.start() : end + 1]):
                 end = text.find(";", end + 1)
             if end == -1:
-                notes.append(f"skipped a CREATE statement in {passage['id']} that the passage cuts off")
+                notes.append(f"skipped a CREATE statement in {retrieved['id']} that the passage cuts off")
             else:
                 statements.append(text[match.start() : end + 1].strip())
     return list(dict.fromkeys(statements)), notes
@@ -140,7 +140,8 @@ def schema_database(passages: list[Passage]) -> tuple[sqlite3.Connection, list[s
 
 def validate_sql(code: str, passages: list[Passage]) -> tuple[list[str], list[str]]:
     """Errors and notes for one read-only query, compiled (not run) against the retrieved schemas."""
-    keyword = re.match(r"\w*", code[_LEADING_COMMENTS.match(code).end() :]).group().upper()
+    statement = _LEADING_COMMENTS.sub("", code, count=1)  # the pattern also matches nothing, at the start
+    keyword = re.findall(r"^\w*", statement)[0].upper()
     if keyword not in ("SELECT", "WITH"):
         return [
             (
@@ -234,20 +235,20 @@ def codegen_messages(state: State) -> list[BaseMessage]:
 
 def route_on_errors(state: State) -> Literal["continue", "__end__"]:
     """Stop at bad input or a failed retrieval: nothing after it could help."""
-    return END if state.errors else "continue"
+    return "__end__" if state.errors else "continue"
 
 
 def route_generation(state: State) -> Literal["validate_code", "__end__"]:
     """Validate what the model wrote; stop if no model was called (offline) or the call failed."""
-    return "validate_code" if state.attempts and not state.errors else END
+    return "validate_code" if state.attempts and not state.errors else "__end__"
 
 
 def route_validation(state: State) -> Literal["generate_code", "__end__"]:
     """One more attempt after a failed validation, then the result stands either way."""
-    return "generate_code" if not state.valid and state.attempts < MAX_ATTEMPTS else END
+    return "generate_code" if not state.valid and state.attempts < MAX_ATTEMPTS else "__end__"
 
 
-def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
+def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSettings, InputState, State]:
     """The code-generation graph, using `parts` for retrieval and the chat model."""
 
     async def check_request(state: State) -> dict[str, Any]:

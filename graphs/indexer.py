@@ -151,10 +151,10 @@ def _ingest(documents: list[Document], retrieval: Retrieval) -> tuple[IngestRepo
 
     try:
         # Pasted documents are the caller's: they may not replace what the operator ingested or published.
-        pasted = [d for d in documents if (d.source or "").startswith("indexer")]
+        pasted = [d for d in documents if d.source and d.source.startswith("indexer")]
         protected = set(protected_ids(retrieval.store, pasted)) if pasted else set()
         refused = [
-            f"{d.source.removeprefix('indexer ')}: id {d.id!r} names a document the store's operator "
+            f"{(d.source or '').removeprefix('indexer ')}: id {d.id!r} names a document the store's operator "
             "ingested or published; give another id or title"
             for d in pasted
             if d.id in protected
@@ -172,11 +172,13 @@ def _counts(report: IngestReport) -> dict[str, Any]:
     return {key: value for key, value in asdict(report).items() if key != "errors"}
 
 
-def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:  # noqa: B008 - frozen, so safe to share
+def build(
+    parts: GraphParts = GraphParts(),
+) -> CompiledStateGraph[State, RunSettings, InputState, OutputState]:
     """The indexer graph; `parts` may hold a shared Retrieval (tests, notebooks), else each run opens one."""
 
     async def ingest_documents(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
-        """Chunk, embed and store the collected documents; a store or embedding failure becomes an error line."""
+        """Chunk, embed and store the collected documents; a store or embedding failure is an error line."""
         if not state.pending:
             return {"report": _counts(IngestReport())}
         documents = [Document(**d) for d in state.pending]

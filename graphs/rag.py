@@ -60,7 +60,7 @@ class State(InputState):
     """Everything that did not run as configured, and why."""
 
 
-def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph:
+def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSettings, InputState, State]:
     """The graph, using `parts` (shared by tests and notebooks) or parts made from each run's Context."""
 
     async def plan_searches(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
