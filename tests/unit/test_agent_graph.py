@@ -20,7 +20,7 @@ QUESTION = "How long does the landlord have to protect the deposit?"
 
 
 class ToolCallingFake(GenericFakeChatModel):
-    """langchain-core's GenericFakeChatModel, accepting tools (it replays its messages whatever it is sent)."""
+    """langchain-core's GenericFakeChatModel, accepting tools (it replays its messages whatever it gets)."""
 
     bound: list[Any] = []
 

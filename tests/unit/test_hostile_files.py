@@ -44,7 +44,8 @@ def load(path: Path, **options) -> list:
     [
         billion_laughs(6),
         "---\nbase: &base {owner: ops}\ncopy: *base\n---\nBody.\n",
-        "---\nsolo: &anchor value\n---\nBody.\n",  # an anchor alone expands nothing, but only exists for aliases
+        # an anchor alone expands nothing, but only exists for aliases
+        "---\nsolo: &anchor value\n---\nBody.\n",
     ],
     ids=["billion-laughs", "alias", "anchor"],
 )

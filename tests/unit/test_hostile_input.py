@@ -339,7 +339,7 @@ LEAKS = (
 
 
 def assert_readable(message: str, argument: str | None = None) -> None:
-    """An error for a person (or a model): it names the argument (that one, when known), shows no internals."""
+    """An error for a person (or a model): names the argument (that one, when known), shows no internals."""
     names = (*ARGUMENT_NAMES, "unexpected", "1") if argument in (None, "all") else (argument,)
     assert any(re.search(rf"(^|\W){name}\b", message) for name in names), (argument, message[:300])
     assert not any(leak in message for leak in LEAKS), message[:300]

@@ -207,7 +207,9 @@ def write_pdf(path: Path, pages: list[str], title: str = "") -> None:
     xref = len(out)
     out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
     out += "".join(f"{o:010d} 00000 n \n" for o in offsets).encode()
-    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R /Info {info} 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    out += (
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R /Info {info} 0 R >>\nstartxref\n{xref}\n%%EOF\n"
+    ).encode()
     path.write_bytes(out)
 
 

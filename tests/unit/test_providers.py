@@ -193,7 +193,7 @@ def test_openai_persistent_429_is_an_embedding_error_without_the_key(api):
 
 @pytest.mark.parametrize("provider", ["openai", "voyage"])
 def test_a_persistent_429_without_retry_after_is_retried_with_backoff_then_given_up(api, provider):
-    """No Retry-After header: the SDK's own backoff with jitter paces the retries, and max_retries bounds them."""
+    """No Retry-After header: the SDK's own backoff with jitter paces the retries; max_retries bounds them."""
     api.fail_next(status=429, times=None, api=provider)
     context = (
         openai_context(api, max_retries=1) if provider == "openai" else voyage_context(api, max_retries=1)
