@@ -695,7 +695,8 @@ def store_call(bad: str | None, method, *args: Any, **kwargs: Any) -> list[Any] 
     try:
         result = method(*args, **kwargs)
     except InvalidRequest as error:
-        assert bad is not None, f"valid arguments refused: {error}"
+        # PT017: the call may also succeed (hypothesis input); pytest.raises would demand an error
+        assert bad is not None, f"valid arguments refused: {error}"  # noqa: PT017
         assert_readable(str(error), bad)
         event(f"refused ({bad})")
         return None
@@ -761,7 +762,8 @@ def test_vector_search_answers_any_arguments_or_names_the_bad_one(retrieval, cor
             min_similarity=args["min_similarity"],
         )
     except AgentRetrievalError as error:  # a vector of another dimension: the error says which
-        assert bad in ("vector", "all") and "dimension" in str(error), str(error)
+        # PT017: the call may also succeed (hypothesis input); pytest.raises would demand an error
+        assert bad in ("vector", "all") and "dimension" in str(error), str(error)  # noqa: PT017
         return
     if result is None:
         return

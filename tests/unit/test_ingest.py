@@ -102,7 +102,7 @@ def test_missing_paths_and_unsupported_files_are_clear_errors(tmp_path: Path):
     with pytest.raises(InvalidRequest, match="no such file or folder"):
         list(load_documents([tmp_path / "absent"]))
     (tmp_path / "x.pdfx").write_text("x")
-    with pytest.raises(InvalidRequest, match="unsupported file type .pdfx"):
+    with pytest.raises(InvalidRequest, match=r"unsupported file type \.pdfx"):
         list(load_documents([tmp_path / "x.pdfx"]))
     (tmp_path / "bad.md").write_text("---\ntitle: [unclosed\n---\nbody")
     with pytest.raises(InvalidRequest, match="front matter is not valid YAML"):

@@ -238,11 +238,12 @@ def test_unusable_responses_are_embedding_errors(api, provider, side, kind):
         context = voyage_context(api, voyage_api_key=VOYAGE_SECRET, max_retries=0)
         model_id, secret = "voyage/voyage-3.5", VOYAGE_SECRET
     embedder = make_embedder(context)
+    if side == "query":
+        embed, texts = embedder.embed_query, "a query"
+    else:
+        embed, texts = embedder.embed_documents, ["first", "second", "third"]
     with pytest.raises(EmbeddingError) as caught:
-        if side == "query":
-            embedder.embed_query("a query")
-        else:
-            embedder.embed_documents(["first", "second", "third"])
+        embed(texts)
     message = str(caught.value)
     assert message.startswith(model_id)
     assert secret not in message
