@@ -317,11 +317,13 @@ def table(results: dict[str, Any]) -> str:
     header = f"{'step':<34}" + "".join(f"{'R@' + str(k):>7}" for k in KS)
     lines = [
         (
-            f"SQuAD v1.1 dev: {sample['questions']} questions (seed {sample['seed']}) over {data['articles']} "
-            f"articles, {data['paragraphs']} paragraphs = {data['chunks']} chunks (mapping verified)"
+            f"SQuAD v1.1 dev: {sample['questions']} questions (seed {sample['seed']}) "
+            f"over {data['articles']} articles, {data['paragraphs']} paragraphs = {data['chunks']} chunks "
+            "(mapping verified)"
         ),
         (
-            f"tool calls, top_k {TOP_K}, HyDE off, {settings['embedder']}; hybrid: {settings['fusion']} fusion, "
+            f"tool calls, top_k {TOP_K}, HyDE off, {settings['embedder']}; "
+            f"hybrid: {settings['fusion']} fusion, "
             f"vector {settings['vector_weight']:g} / keyword {settings['keyword_weight']:g}, "
             f"{settings['candidates']} candidates, entity boost {settings['entity_boost']:g}"
         ),
@@ -343,7 +345,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Build (or reuse) the store, check the mapping, ask the sampled questions, write and print the figures."""
+    """Build or reuse the store, check the mapping, ask the sampled questions, write and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--smoke", action="store_true", help=f"{SMOKE_ARTICLES} small articles, {SMOKE_QUESTIONS} questions"

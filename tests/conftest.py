@@ -25,8 +25,8 @@ from agent_retrieval.retrieval import Retrieval
 from tests.stack import Postgres, SupabaseStack, start_postgres, start_stack
 
 # Schemas PostgREST serves: `agent_retrieval` (the default, for tests with real embedders), `ar_contract`
-# (the store contract suite), `ar_load` (tests/integration/test_load.py), `ar_server` (a `langgraph dev` in front
-# of the stack: tests/integration/test_langgraph_auth.py), `stack_test`
+# (the store contract suite), `ar_load` (tests/integration/test_load.py), `ar_server` (a `langgraph dev`
+# in front of the stack: tests/integration/test_langgraph_auth.py), `stack_test`
 # (tests/integration/test_stack.py), and `public`. They need not
 # exist when PostgREST starts: the store's SQL creates them and reloads its schema cache.
 SUPABASE_SCHEMAS = ["agent_retrieval", "ar_contract", "ar_load", "ar_server", "public", "stack_test"]
@@ -108,7 +108,8 @@ def chat() -> CountingChatModel:
     return CountingChatModel(
         responses=[
             "Negotiators must give written disclosure of any commission or referral fee received.\n\n"
-            "A referral fee from a third party is remuneration that must be disclosed to the vendor in writing."
+            "A referral fee from a third party is remuneration that must be disclosed "
+            "to the vendor in writing."
         ]
     )
 

@@ -58,7 +58,7 @@ class Server:
 
 
 def server_environment(settings: dict[str, str]) -> dict[str, str]:
-    """The machine's environment without any agent-retrieval, provider or LangSmith setting, plus `settings`."""
+    """The machine's environment without agent-retrieval, provider or LangSmith settings, plus `settings`."""
     env = {
         k: v
         for k, v in os.environ.items()

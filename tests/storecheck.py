@@ -305,8 +305,8 @@ def pg_digest(dsn: str, schema: str) -> tuple[int, int, str]:
                 "ORDER BY key"
             ),
             (
-                "SELECT id, title, content, metadata::text, source, content_hash, text_hash, embedding::text, "
-                "embedding_model FROM {s}.documents ORDER BY id"
+                "SELECT id, title, content, metadata::text, source, content_hash, text_hash, "
+                "embedding::text, embedding_model FROM {s}.documents ORDER BY id"
             ),
             (
                 "SELECT id, document_id, ordinal, heading_path, content, metadata::text, text_hash, "

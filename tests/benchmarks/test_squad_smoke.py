@@ -38,7 +38,7 @@ def _articles() -> list:
 def _store(
     tmp_path: Path, articles: list, chunk_size: int = squad.CHUNK_SIZE, headings: bool = True
 ) -> SQLiteStore:
-    """A real store holding the articles as the benchmark chunks them (no vectors: the check reads text only)."""
+    """A real store, the articles chunked as the benchmark does (no vectors: the check reads text only)."""
     store = SQLiteStore(tmp_path / "mapping.db")
     for article in articles:
         document = squad.article_document(article)

@@ -1,4 +1,4 @@
-"""The Store contract: every backend passes the same suite (embedded SQLite, Postgres by DSN, Supabase by RPC)."""
+"""The Store contract: every backend passes one suite (embedded SQLite, Postgres by DSN, Supabase by RPC)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ meets a failing provider, so the re-runs must also finish documents stored witho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -310,10 +311,9 @@ def killer(
                     break
         else:  # within a few requests: a fixed span of time may outlast a fast run, leaving nothing to kill
             time.sleep(rng.uniform(0, 3 * REQUEST_DELAY))
-        try:
+        # ProcessLookupError: it finished first (and was reaped): the driver reports how
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:  # it finished first (and was reaped): the driver reports how
-            pass
         return phase
 
     return kill

@@ -226,7 +226,7 @@ def test_a_runs_context_cannot_send_the_servers_key_elsewhere_or_pick_a_store_or
         ]
         for attempt in attempts:
             status, body = refusal(
-                lambda: client.runs.wait(
+                lambda attempt=attempt: client.runs.wait(
                     None, "rag", input={"messages": [{"role": "user", "content": QUESTION}]}, **attempt
                 )
             )

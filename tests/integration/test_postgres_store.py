@@ -28,7 +28,10 @@ def schema(request, postgres) -> str:
 @pytest.fixture(autouse=True)
 def word_hash_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
     """Commands build their embedder from the Context; here they get the fast test one."""
-    make = lambda context: Embedder(WordHashEmbeddings(), "test/word-hash")
+
+    def make(context):
+        return Embedder(WordHashEmbeddings(), "test/word-hash")
+
     monkeypatch.setattr("agent_retrieval.retrieval.make_embedder", make)
     monkeypatch.setattr("agent_retrieval.embeddings.make_embedder", make)
 
@@ -195,7 +198,7 @@ def test_a_search_blocked_on_both_paths_fails_clearly_at_the_tool_deadline(postg
         locker.execute("begin")
         locker.execute(f"lock table {schema}.chunks in access exclusive mode")
         started = time.monotonic()
-        with pytest.raises(StoreError, match="tool_timeout_seconds=0.5.*reachable"):
+        with pytest.raises(StoreError, match=r"tool_timeout_seconds=0\.5.*reachable"):
             retrieval.search(request, "chunks")
         assert time.monotonic() - started < 5, "the call waited for the statement timeout, not its deadline"
         locker.execute("rollback")

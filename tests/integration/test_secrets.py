@@ -156,14 +156,21 @@ def test_store_errors_never_carry_the_service_key_or_the_database_password(supab
 def test_a_key_or_token_is_stripped_or_refused_by_setting_name_never_by_value(supabase_stack):
     token = supabase_stack.user_token("leak-user", tenant="t-leak")
     # A trailing line break (a value read from a file) is stripped, and the call goes through for real.
-    with SupabaseStore(
-        supabase_stack.url, supabase_stack.anon_key + "\n", user_token=token + "\r\n", schema="not_exposed"
-    ) as store:
-        with pytest.raises(AgentRetrievalError, match="exposed schemas"):  # PostgREST's answer: it was sent
-            store.stats()
-    with PostgresStore(supabase_stack.postgres.dsn + "\n", schema="not_there") as store:
-        with pytest.raises(AgentRetrievalError, match="db init"):  # connected: the schema is what is missing
-            store.stats()
+    with (
+        SupabaseStore(
+            supabase_stack.url,
+            supabase_stack.anon_key + "\n",
+            user_token=token + "\r\n",
+            schema="not_exposed",
+        ) as store,
+        pytest.raises(AgentRetrievalError, match="exposed schemas"),  # PostgREST's answer: it was sent
+    ):
+        store.stats()
+    with (
+        PostgresStore(supabase_stack.postgres.dsn + "\n", schema="not_there") as store,
+        pytest.raises(AgentRetrievalError, match="db init"),  # connected: the schema is what is missing
+    ):
+        store.stats()
     head, _, tail = token.rpartition(".")
     password = "pg-LEAKCHECK-ctl-" + "x" * 8
     refused = {

@@ -60,7 +60,7 @@ def _unit(values: list[float]) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def stack(supabase_stack):
-    """The default schema for 256-dimensional vectors, holding two tenants' secrets and one public document."""
+    """The default schema, for 256-dimensional vectors, with two tenants' secrets and one public document."""
     supabase_stack.postgres.execute(f"drop schema if exists {SCHEMA} cascade")
     PostgresStore(supabase_stack.postgres.dsn, schema=SCHEMA).init(DIM)
     supabase_stack.postgrest.reload_schema()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
+from pydantic import Field
 
 from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.graph_parts import GraphParts
@@ -20,9 +21,9 @@ QUESTION = "How long does the landlord have to protect the deposit?"
 
 
 class ToolCallingFake(GenericFakeChatModel):
-    """langchain-core's GenericFakeChatModel, accepting tools (it replays its messages whatever it is sent)."""
+    """langchain-core's GenericFakeChatModel, accepting tools (it replays its messages whatever it gets)."""
 
-    bound: list[Any] = []
+    bound: list[Any] = Field(default_factory=list)
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> ToolCallingFake:
         self.bound.append([tool.name for tool in tools])
@@ -126,7 +127,7 @@ async def test_an_empty_or_100kb_question_is_refused_without_a_model_call(retrie
 class ReadingFake(ToolCallingFake):
     """Also keeps every list of messages it was sent, so a script can act on what the tools returned."""
 
-    sent: list[Any] = []
+    sent: list[Any] = Field(default_factory=list)
 
     def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
         self.sent.append(list(messages))

@@ -232,7 +232,8 @@ def test_the_graph_loads_from_its_file_as_langgraph_does(monkeypatch):
         ("-- looks harmless\n/* really */ DROP TABLE customers", "got DROP"),
         ("", "got no statement"),
         (
-            "WITH doomed AS (SELECT id FROM invoices) DELETE FROM invoices WHERE id IN (SELECT id FROM doomed)",
+            "WITH doomed AS (SELECT id FROM invoices) "
+            "DELETE FROM invoices WHERE id IN (SELECT id FROM doomed)",
             "the query is not read-only (it would DELETE invoices)",
         ),
         ("SELECT 1; DROP TABLE customers", "several statements found"),

@@ -1,4 +1,4 @@
-"""Evaluation: metrics checked against trec_eval (pytrec_eval), BEIR folders read strictly, runs that resume."""
+"""Evaluation: metrics checked against trec_eval (pytrec_eval), BEIR folders read strictly, resumable runs."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ def test_importing_a_graph_file_creates_no_client_model_or_store(name, tmp_path)
     path, attribute = GRAPHS[name].split(":")
     script = (
         "import importlib.util, sys\n"
-        "spec = importlib.util.spec_from_file_location('graph_module', sys.argv[1])\n"  # as the server loads it
+        # as the server loads it
+        "spec = importlib.util.spec_from_file_location('graph_module', sys.argv[1])\n"
         "module = importlib.util.module_from_spec(spec); sys.modules['graph_module'] = module\n"
         "spec.loader.exec_module(module)\n"
         "heavy = {'sentence_transformers', 'torch', 'openai', 'voyageai', 'supabase', 'psycopg'}\n"

@@ -44,7 +44,8 @@ def load(path: Path, **options) -> list:
     [
         billion_laughs(6),
         "---\nbase: &base {owner: ops}\ncopy: *base\n---\nBody.\n",
-        "---\nsolo: &anchor value\n---\nBody.\n",  # an anchor alone expands nothing, but only exists for aliases
+        # an anchor alone expands nothing, but only exists for aliases
+        "---\nsolo: &anchor value\n---\nBody.\n",
     ],
     ids=["billion-laughs", "alias", "anchor"],
 )
@@ -97,7 +98,7 @@ def test_front_matter_at_the_nesting_limit_loads_and_one_level_more_is_refused(t
 def test_front_matter_that_cannot_be_stored_is_refused_naming_the_file(tmp_path, front, message):
     path = tmp_path / "odd.md"
     path.write_text(f"---\n{front}\n---\nBody.\n", encoding="utf-8")
-    with pytest.raises(InvalidRequest, match="odd.md") as error:
+    with pytest.raises(InvalidRequest, match=r"odd\.md") as error:
         load(path)
     assert message in str(error.value)
 

@@ -339,7 +339,7 @@ LEAKS = (
 
 
 def assert_readable(message: str, argument: str | None = None) -> None:
-    """An error for a person (or a model): it names the argument (that one, when known), shows no internals."""
+    """An error for a person (or a model): names the argument (that one, when known), shows no internals."""
     names = (*ARGUMENT_NAMES, "unexpected", "1") if argument in (None, "all") else (argument,)
     assert any(re.search(rf"(^|\W){name}\b", message) for name in names), (argument, message[:300])
     assert not any(leak in message for leak in LEAKS), message[:300]
@@ -695,7 +695,8 @@ def store_call(bad: str | None, method, *args: Any, **kwargs: Any) -> list[Any] 
     try:
         result = method(*args, **kwargs)
     except InvalidRequest as error:
-        assert bad is not None, f"valid arguments refused: {error}"
+        # PT017: the call may also succeed (hypothesis input); pytest.raises would demand an error
+        assert bad is not None, f"valid arguments refused: {error}"  # noqa: PT017
         assert_readable(str(error), bad)
         event(f"refused ({bad})")
         return None
@@ -761,7 +762,8 @@ def test_vector_search_answers_any_arguments_or_names_the_bad_one(retrieval, cor
             min_similarity=args["min_similarity"],
         )
     except AgentRetrievalError as error:  # a vector of another dimension: the error says which
-        assert bad in ("vector", "all") and "dimension" in str(error), str(error)
+        # PT017: the call may also succeed (hypothesis input); pytest.raises would demand an error
+        assert bad in ("vector", "all") and "dimension" in str(error), str(error)  # noqa: PT017
         return
     if result is None:
         return

@@ -132,8 +132,9 @@ async def test_concurrent_identical_async_and_sync_queries_share_one_call(embedd
 
 @pytest.mark.parametrize("impatient_first", [True, False])
 async def test_a_caller_giving_up_does_not_cancel_the_hyde_call_others_share(embedder, impatient_first):
-    """One caller of a question stops waiting (its tool's deadline) while another still waits for the same
-    in-flight HyDE call: the patient one gets the vector, and it is cached, whichever of the two started it."""
+    """One caller of a question stops waiting (its tool's deadline) while another still waits for the
+    same in-flight HyDE call: the patient one gets the vector, and it is cached, whichever of the two
+    started it."""
     slow = CountingChatModel(responses=["First passage here.\n\nSecond passage here."], sleep=0.5)
     context = Context(use_hyde=True)
 

@@ -1,4 +1,4 @@
-"""similarity_search and index_document end to end on a temp store: indexing, finding, replacing, bad input."""
+"""similarity_search and index_document end to end on a temp store: index, find, replace, refuse bad input."""
 
 from __future__ import annotations
 
@@ -281,7 +281,7 @@ async def test_async_index_then_search_never_blocks_the_event_loop(tools, retrie
     assert documents(retrieval) == before + 1
 
 
-# --- an agent cannot widen visibility or write what the store owns -------------------------------------------
+# --- an agent cannot widen visibility or write what the store owns ------------------------------------------
 
 
 @pytest.mark.parametrize("key", ["public", "tenant_id", "tenant", "id", "source"])

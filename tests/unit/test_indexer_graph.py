@@ -126,14 +126,14 @@ async def test_bad_items_are_reported_one_line_each_and_good_ones_still_ingested
         "documents[2]: content: must not be empty: give the document's full text",
         "documents[3]: title: Field required",
         (
-            "documents[4]: metadata: key 'bad key' is not allowed: keys are letters, digits, '_' or '-', starting "
-            "with a letter or '_', at most 64 characters"
+            "documents[4]: metadata: key 'bad key' is not allowed: keys are letters, digits, '_' or '-', "
+            "starting with a letter or '_', at most 64 characters"
         ),
         "documents[5]: unknown field(s) body; a document has title, content, metadata, id",
         f"paths[0]: {files / 'missing.md'}: no such file or folder",
         (
-            f"paths[1]: {files / 'docs' / 'ignored.csv'}: unsupported file type .csv; supported: .md, .markdown, "
-            ".txt, .html, .htm, .jsonl, .pdf"
+            f"paths[1]: {files / 'docs' / 'ignored.csv'}: unsupported file type .csv; "
+            "supported: .md, .markdown, .txt, .html, .htm, .jsonl, .pdf"
         ),
         "paths[2]: must be a file or folder path (got '')",
     ]
@@ -179,8 +179,8 @@ async def test_files_a_folder_cannot_load_are_error_lines_and_the_rest_is_ingest
     assert out["errors"] == [
         f"paths[0]: {folder / 'deep.jsonl'}:1: nested more than 32 levels deep; flatten the record",
         (
-            f"paths[0]: {folder / 'gone.md'}: does not exist (deleted or moved while loading, or a symlink to "
-            "nothing); nothing of it was loaded"
+            f"paths[0]: {folder / 'gone.md'}: does not exist (deleted or moved while loading, "
+            "or a symlink to nothing); nothing of it was loaded"
         ),
         (
             f"paths[0]: {folder / 'laughs.md'}:2: front matter uses a YAML anchor or alias (&name or *name); "
@@ -263,7 +263,7 @@ async def test_the_graph_never_blocks_the_event_loop(graph, store, context, file
     assert out["report"]["written"] == 3 and len(out["errors"]) == 1
 
 
-# --- a run's caller names the paths: on a server only the operator's ingest root may be read ------------------
+# --- a run's caller names the paths: on a server only the operator's ingest root may be read ----------------
 
 
 async def test_a_run_without_its_own_context_loads_files_only_inside_the_ingest_root(

@@ -102,7 +102,7 @@ def test_missing_paths_and_unsupported_files_are_clear_errors(tmp_path: Path):
     with pytest.raises(InvalidRequest, match="no such file or folder"):
         list(load_documents([tmp_path / "absent"]))
     (tmp_path / "x.pdfx").write_text("x")
-    with pytest.raises(InvalidRequest, match="unsupported file type .pdfx"):
+    with pytest.raises(InvalidRequest, match=r"unsupported file type \.pdfx"):
         list(load_documents([tmp_path / "x.pdfx"]))
     (tmp_path / "bad.md").write_text("---\ntitle: [unclosed\n---\nbody")
     with pytest.raises(InvalidRequest, match="front matter is not valid YAML"):
@@ -207,7 +207,9 @@ def write_pdf(path: Path, pages: list[str], title: str = "") -> None:
     xref = len(out)
     out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
     out += "".join(f"{o:010d} 00000 n \n" for o in offsets).encode()
-    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R /Info {info} 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    out += (
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R /Info {info} 0 R >>\nstartxref\n{xref}\n%%EOF\n"
+    ).encode()
     path.write_bytes(out)
 
 

@@ -1,4 +1,4 @@
-"""Query plans: the LLM planner and its fallbacks, the heuristic planner, and running plans (multi-hop too)."""
+"""Query plans: the LLM planner and its fallbacks, the heuristic planner, running plans (multi-hop too)."""
 
 from __future__ import annotations
 

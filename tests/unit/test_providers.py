@@ -193,7 +193,7 @@ def test_openai_persistent_429_is_an_embedding_error_without_the_key(api):
 
 @pytest.mark.parametrize("provider", ["openai", "voyage"])
 def test_a_persistent_429_without_retry_after_is_retried_with_backoff_then_given_up(api, provider):
-    """No Retry-After header: the SDK's own backoff with jitter paces the retries, and max_retries bounds them."""
+    """No Retry-After header: the SDK's own backoff with jitter paces the retries; max_retries bounds them."""
     api.fail_next(status=429, times=None, api=provider)
     context = (
         openai_context(api, max_retries=1) if provider == "openai" else voyage_context(api, max_retries=1)
@@ -238,11 +238,12 @@ def test_unusable_responses_are_embedding_errors(api, provider, side, kind):
         context = voyage_context(api, voyage_api_key=VOYAGE_SECRET, max_retries=0)
         model_id, secret = "voyage/voyage-3.5", VOYAGE_SECRET
     embedder = make_embedder(context)
+    if side == "query":
+        embed, texts = embedder.embed_query, "a query"
+    else:
+        embed, texts = embedder.embed_documents, ["first", "second", "third"]
     with pytest.raises(EmbeddingError) as caught:
-        if side == "query":
-            embedder.embed_query("a query")
-        else:
-            embedder.embed_documents(["first", "second", "third"])
+        embed(texts)
     message = str(caught.value)
     assert message.startswith(model_id)
     assert secret not in message

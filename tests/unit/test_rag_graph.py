@@ -37,7 +37,7 @@ PLAN = json.dumps(
 
 
 class CitingChatModel(CountingChatModel):
-    """Plans from `responses`, then answers citing the first passage id of its prompt, as a good model would."""
+    """Plans from `responses`, then answers citing its prompt's first passage id, as a good model would."""
 
     def _call(self, messages, *args, **kwargs) -> str:
         text = chat_text(messages)

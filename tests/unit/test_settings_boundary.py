@@ -48,12 +48,12 @@ async def test_a_run_context_sets_knobs_and_a_deployment_field_in_it_is_refused(
     graph = rag.build(GraphParts(retrieval=retrieval))
     out = await graph.ainvoke({"messages": [("user", QUESTION)]}, context={"answer_chunks": 2})
     assert len(out["hits"]) == 2
-    with pytest.raises(ConfigError, match="^db_path is a deployment setting"):
+    with pytest.raises(ConfigError, match=r"^db_path is a deployment setting"):
         await graph.ainvoke({"messages": [("user", QUESTION)]}, context={"db_path": "/etc/other.db"})
 
 
 def test_an_unknown_setting_names_what_exists():
-    with pytest.raises(ConfigError, match="unknown setting 'use_hide'; the settings are .*use_hyde"):
+    with pytest.raises(ConfigError, match=r"unknown setting 'use_hide'; the settings are .*use_hyde"):
         Context(use_hide=True)
 
 

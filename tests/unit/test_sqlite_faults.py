@@ -229,7 +229,7 @@ def test_a_store_on_a_read_only_filesystem_serves_reads_and_refuses_writes_clear
         run_ingest(writer, corpus)
     embedder = Embedder(WordHashEmbeddings(), "test/word-hash")
     path = view / "store.db"
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="Read-only file system"):
         path.with_suffix(".probe").write_text("")  # the view really is read-only, for root too
     with SQLiteStore(path) as store:
         assert store.keyword_search("chunks", "boiler repair", 3)

@@ -37,7 +37,8 @@ def full_bm25(path: str, level: str, query: str, k: int) -> list[tuple[str, floa
     with sqlite3.connect(path) as conn:
         return conn.execute(
             f"""SELECT d.id, -bm25({level}_fts, 1.0, 1.0, 0.0) AS s FROM {level}_fts
-            JOIN {table} d ON d.rowid = {level}_fts.rowid WHERE {level}_fts MATCH ? ORDER BY s DESC, d.id LIMIT ?""",
+            JOIN {table} d ON d.rowid = {level}_fts.rowid WHERE {level}_fts MATCH ?
+            ORDER BY s DESC, d.id LIMIT ?""",
             (match, k),
         ).fetchall()
 

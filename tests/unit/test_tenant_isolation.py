@@ -131,7 +131,7 @@ def test_any_tenant_id_names_one_file_inside_the_tenants_folder(tmp_path, tenant
 
 @pytest.mark.parametrize("tenant", ["a\x00b", "acme\nglobex", "a\ud800b"])
 def test_a_tenant_id_that_is_not_one_line_of_text_is_refused_by_name(tmp_path, tenant):
-    with pytest.raises(ConfigError, match="^tenant_id must be"):
+    with pytest.raises(ConfigError, match=r"^tenant_id must be"):
         Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant)
 
 
