@@ -212,7 +212,8 @@ def _retrieval(context: Context) -> Any:
 
 
 def _ingest(args: argparse.Namespace, context: Context) -> int:
-    from agent_retrieval.ingest import ingest, load_documents
+    from agent_retrieval.ingest import ingest
+    from agent_retrieval.loaders import load_documents
 
     skipped: list[str] = []  # files that could not be loaded: each named with its reason, the rest ingested
     with _retrieval(context) as retrieval:
@@ -362,7 +363,8 @@ def _db_init(args: argparse.Namespace, context: Context) -> int:
 
 def _demo(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval import demo
-    from agent_retrieval.ingest import ingest, load_documents
+    from agent_retrieval.ingest import ingest
+    from agent_retrieval.loaders import load_documents
     from agent_retrieval.tools import make_retrieval_tools
 
     if not args.db:

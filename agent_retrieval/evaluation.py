@@ -59,7 +59,7 @@ class Dataset:
 
     def documents(self) -> Iterator[Document]:
         """The corpus (or its subset) as Documents (`_id`, `title`, `text`), for ingestion."""
-        from agent_retrieval.ingest import load_documents
+        from agent_retrieval.loaders import load_documents
 
         return (d for d in load_documents([self.corpus]) if self.subset is None or d.id in self.subset)
 
@@ -122,7 +122,7 @@ def load_beir(
 
 
 def _jsonl(path: Path, required: Sequence[str]) -> Iterator[tuple[dict[str, Any], str]]:
-    from agent_retrieval.ingest import jsonl_records
+    from agent_retrieval.loaders import jsonl_records
 
     for where, record in jsonl_records(path, DatasetError):
         if not isinstance(record, dict) or any(not isinstance(record.get(k), str) for k in required):

@@ -53,7 +53,8 @@ from agent_retrieval import hyde
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder, make_embedder
 from agent_retrieval.evaluation import Dataset, DatasetError, load_beir, score_run
-from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.ingest import ingest
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import SearchRequest, parse_request
 from agent_retrieval.retrieval import Retrieval
 
