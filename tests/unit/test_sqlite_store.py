@@ -14,7 +14,7 @@ from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores import sqlite as sqlite_store
 from agent_retrieval.stores.base import DocumentState, keyword_terms
-from agent_retrieval.stores.sqlite import MIGRATIONS
+from agent_retrieval.stores.sqlite_schema import MIGRATIONS
 
 
 def zipf_corpus(rows: int, seed: int = 3) -> tuple[list[Document], list[Chunk]]:
