@@ -39,7 +39,7 @@ from agent_retrieval.stores.base import (
     filter_values,
     keyword_terms,
 )
-from agent_retrieval.stores.sqlite_schema import EVERY_ROW, MIGRATIONS, NOW
+from agent_retrieval.stores.sqlite_schema import EVERY_ROW, NOW, SCHEMA_VERSION, migrate, schema_version
 
 _BM25_K1_PLUS_1 = 2.2  # FTS5's bm25 uses k1 = 1.2: one term adds less than 2.2 times its idf to a score
 TITLE_WEIGHT = (
@@ -227,17 +227,15 @@ class SQLiteStore(Store):
                 _end(conn, "COMMIT")
 
     def _migrate(self) -> None:
+        """Bring the file's schema up to date (sqlite_schema.py) in one transaction. Not `_write()`: that
+        counts the write in store_info, a table the first migration creates."""
         conn = self._conn()
         with self._write_lock, self._errors():
-            if conn.execute("PRAGMA user_version").fetchone()[0] >= len(MIGRATIONS):
+            if schema_version(conn) >= SCHEMA_VERSION:
                 return
             conn.execute("BEGIN IMMEDIATE")
             try:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]  # another process may have won
-                for number, statements in enumerate(MIGRATIONS[version:], start=version + 1):
-                    for statement in statements:
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {number}")
+                migrate(conn)
                 conn.execute("COMMIT")
             except BaseException:
                 _end(conn, "ROLLBACK")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
 # Every row's FTS entry also holds this token, in a column of its own: "(rare) AND (common OR EVERY_ROW)"
-# then matches the rows holding a rare term and scores them with every term (see keyword_search).
+# then matches the rows holding a rare term and scores them with every term (SQLiteStore.keyword_search).
 EVERY_ROW = "zzagentretrievaleveryrow"
 
 
@@ -96,3 +98,20 @@ MIGRATIONS: list[list[str]] = [
     ],
     _every_row_column("documents", "title") + _every_row_column("chunks", "heading_path"),
 ]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """How many migrations the file has had."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Apply the migrations the file has not had, in order, each once, inside the write transaction the caller
+    holds (BEGIN IMMEDIATE): another process opening the same file waits, then finds nothing left to do."""
+    version = schema_version(conn)  # read again inside the transaction: another process may have won
+    for number, statements in enumerate(MIGRATIONS[version:], start=version + 1):
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {number}")
