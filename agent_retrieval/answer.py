@@ -19,7 +19,7 @@ from agent_retrieval.context import Context
 from agent_retrieval.models import Hit
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import element, passage, passages, quote, quote_id
-from agent_retrieval.stores.base import keyword_terms
+from agent_retrieval.text import keyword_terms
 
 log = logging.getLogger(__name__)
 

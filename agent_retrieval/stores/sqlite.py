@@ -37,9 +37,9 @@ from agent_retrieval.stores.base import (
     check_search,
     check_vector,
     filter_values,
-    keyword_terms,
 )
 from agent_retrieval.stores.sqlite_schema import EVERY_ROW, NOW, SCHEMA_VERSION, migrate, schema_version
+from agent_retrieval.text import keyword_terms
 
 _BM25_K1_PLUS_1 = 2.2  # FTS5's bm25 uses k1 = 1.2: one term adds less than 2.2 times its idf to a score
 TITLE_WEIGHT = (

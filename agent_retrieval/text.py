@@ -1,0 +1,231 @@
+"""Words in text: the terms keyword search looks for, and the names, quoted phrases and numbers in a query."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+MAX_KEYWORD_TERMS = 32
+
+# Words that carry no topic: dropping them keeps keyword search fast and its ranking on the content words.
+STOPWORDS = frozenset(
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+    ]
+)
+
+
+def keyword_terms(query: str) -> list[str]:
+    """The words keyword search looks for: lower-cased, stopwords dropped (unless nothing else is left)."""
+    words = list(dict.fromkeys(re.findall(r"\w+", query.lower())))
+    content = [w for w in words if w not in STOPWORDS]
+    return (content or words)[:MAX_KEYWORD_TERMS]
+
+
+_QUOTED = re.compile(r'"([^"]{2,100})"|“([^”]{2,100})”')
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,:/-]\d+)*%?")
+_NAME = re.compile(r"\b[A-Z][\w'’-]*(?:\s+(?:&\s+|of\s+|de\s+)?[A-Z][\w'’-]*)*")
+_NOT_NAMES = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "how",
+        "i",
+        "if",
+        "in",
+        "is",
+        "it",
+        "may",
+        "might",
+        "must",
+        "of",
+        "on",
+        "or",
+        "should",
+        "the",
+        "their",
+        "there",
+        "these",
+        "this",
+        "those",
+        "to",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "please",
+        "tell",
+        "find",
+        "show",
+        "give",
+        "list",
+    ]
+)
+
+
+def entity_terms(query: str) -> list[str]:
+    """Names (capitalised words), quoted phrases and numbers in a query: terms a good hit should contain."""
+    terms = [a or b for a, b in _QUOTED.findall(query)]
+    terms += _NUMBER.findall(query)
+    for name in _NAME.findall(query):
+        words = name.split()
+        while words and words[0].lower() in _NOT_NAMES:  # "What Banda Lane" -> "Banda Lane"
+            words.pop(0)
+        if words:
+            terms.append(" ".join(words))
+    seen: dict[str, str] = {}
+    for term in terms:
+        seen.setdefault(term.lower(), term)
+    return list(seen.values())
+
+
+def entity_matches(text: str, terms: Sequence[str]) -> int:
+    """How many of the terms appear in the text, case-insensitively."""
+    haystack = " ".join(text.lower().split())
+    return sum(1 for term in terms if " ".join(term.lower().split()) in haystack)
