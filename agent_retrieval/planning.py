@@ -34,6 +34,7 @@ from agent_retrieval.models import (
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import clean, element, quote, unquote
 from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.text import entity_matches
 
 log = logging.getLogger(__name__)
 
@@ -465,9 +466,9 @@ async def _llm_entity(
         return None
     # The model read the passages quoted (look-alikes folded, '<' as '&lt;') and may copy either form.
     value = _clean_entity(unquote(reply.text.strip().splitlines()[0]) if reply.text.strip() else "")
-    text = " ".join(" ".join(clean(h.content).split()) for h in hits).lower()
     # Only a name the passages contain: an invented or injected value must not steer the next search.
-    if not value or value.upper() == "NONE" or value.lower() not in text:
+    passages = "\n".join(clean(h.content) for h in hits)
+    if not value or value.upper() == "NONE" or not entity_matches(passages, [value]):
         return None
     return value
 

@@ -1,4 +1,5 @@
-"""Words in text: the terms keyword search looks for, and the names, quoted phrases and numbers in a query."""
+"""Words in text: the terms keyword search looks for, the names, quoted phrases and numbers in a query, and
+text cut short for display."""
 
 from __future__ import annotations
 
@@ -59,6 +60,11 @@ def entity_terms(query: str) -> list[str]:
     for term in terms:
         seen.setdefault(term.lower(), term)
     return list(seen.values())
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text`, or if longer than `limit` characters, its words within them and " ..." marking the cut."""
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def entity_matches(text: str, terms: Sequence[str]) -> int:

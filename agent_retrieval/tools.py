@@ -41,6 +41,7 @@ from agent_retrieval.models import (
 )
 from agent_retrieval.quoting import passage, passages, quote_attribute, unquote_id
 from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.text import shorten
 
 _MARKDOWN_HEADING = re.compile(r"(?m)^#{1,6}\s+")
 SNIPPET_CHARS = {"documents": 400, "chunks": 1200}  # what the model reads per hit; the artifact has it all
@@ -258,9 +259,7 @@ def format_result(result: RetrievalResult) -> str:
 
 
 def _format_hit(hit: Hit, limit: int) -> str:
-    text = " ".join(_MARKDOWN_HEADING.sub(" ", hit.content).split())
-    if len(text) > limit:
-        text = text[:limit].rsplit(" ", 1)[0] + " ..."
+    text = shorten(" ".join(_MARKDOWN_HEADING.sub(" ", hit.content).split()), limit)
     details = {"score": f"{hit.score:.4f}", "found_by": " + ".join(hit.found_by)} if hit.found_by else {}
     return passage(
         text,
