@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agent_retrieval.context import FusionMode
 from agent_retrieval.errors import InvalidRequest
 
 Level = Literal["documents", "chunks"]
@@ -128,7 +129,8 @@ class RetrievalResult:
 
     `hyde` is off (disabled), skipped (short query or no LLM), used, or failed (fell back to the raw
     query); `hyde_cached` says the query vector was reused from an earlier call. `degraded` lists
-    every path that did not run as configured, with the reason.
+    every path that did not run as configured, with the reason. `fusion` is the fusion that ranked the
+    hits (the Context's), or None where none did (summarize returns chunks in reading order).
     """
 
     query: str
@@ -139,7 +141,7 @@ class RetrievalResult:
     hyde_cached: bool = False
     hyde_reason: str = ""
     degraded: list[str] = field(default_factory=list)
-    fusion: str = "rrf"
+    fusion: FusionMode | None = None
     truncated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
