@@ -8,11 +8,11 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
-from agent_retrieval.models import ChunkSearchRequest, SearchRequest, parse_request
+from agent_retrieval.models import ChunkSearchRequest, HydeMode, SearchRequest, parse_request
 
 log = logging.getLogger("agent_retrieval")
 
@@ -108,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     query.add_argument(
         "--hyde",
-        choices=["auto", "passages", "schema", "off"],
+        choices=get_args(HydeMode),
         default="auto",
         help="how the query vector is made (default: as configured)",
     )

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agent_retrieval.context import FusionMode
+from agent_retrieval.context import FusionMode, HydeMethod
 from agent_retrieval.errors import InvalidRequest
 
 Level = Literal["documents", "chunks"]
@@ -120,6 +120,9 @@ class Hit:
         return cls(**{key: value for key, value in data.items() if key != "found_by"})
 
 
+# How a request's query vector is made: "auto" follows the Context (its hyde_mode when use_hyde is on, else
+# "off"); "passages" or "schema" asks for that HyDE method; "off" embeds the query as written.
+HydeMode = Literal["auto", HydeMethod, "off"]
 HydeStatus = Literal["off", "skipped", "used", "failed"]
 
 
