@@ -130,6 +130,8 @@ def _shown_ids_read_back(arguments: dict[str, Any]) -> dict[str, Any]:
     return {**arguments, "document_ids": [unquote_id(i) if isinstance(i, str) else i for i in ids]}
 
 
+# The tools below are declarations in LangChain's shape (name, the description the model reads, argument
+# schema, level): they look alike by design, and what they do is written once, in _RetrieverTool.
 class DocumentRetrieverTool(_RetrieverTool):
     """Find whole documents; `document_retriever` in an agent's tool list."""
 
