@@ -26,7 +26,7 @@ _EXPORTS = {
     "make_embedder": "agent_retrieval.embeddings",
     "open_store": "agent_retrieval.stores",
     "SQLiteStore": "agent_retrieval.stores",
-    "load_documents": "agent_retrieval.ingest",
+    "load_documents": "agent_retrieval.loaders",
     "reembed": "agent_retrieval.ingest",
 }
 

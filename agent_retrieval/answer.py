@@ -19,7 +19,7 @@ from agent_retrieval.context import Context
 from agent_retrieval.models import Hit
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import element, passage, passages, quote, quote_id
-from agent_retrieval.stores.base import keyword_terms
+from agent_retrieval.text import keyword_terms, shorten
 
 log = logging.getLogger(__name__)
 
@@ -134,5 +134,4 @@ def _best_sentences(content: str, terms: set[str], count: int = 2, limit: int = 
     scored = sorted(range(len(sentences)), key=lambda i: -len(terms & set(keyword_terms(sentences[i]))))[
         :count
     ]
-    text = " ".join(sentences[i] for i in sorted(scored))  # in reading order
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+    return shorten(" ".join(sentences[i] for i in sorted(scored)), limit)  # in reading order

@@ -8,11 +8,11 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
-from agent_retrieval.models import ChunkSearchRequest, SearchRequest, parse_request
+from agent_retrieval.models import ChunkSearchRequest, HydeMode, SearchRequest, parse_request
 
 log = logging.getLogger("agent_retrieval")
 
@@ -108,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     query.add_argument(
         "--hyde",
-        choices=["auto", "passages", "schema", "off"],
+        choices=get_args(HydeMode),
         default="auto",
         help="how the query vector is made (default: as configured)",
     )
@@ -212,7 +212,8 @@ def _retrieval(context: Context) -> Any:
 
 
 def _ingest(args: argparse.Namespace, context: Context) -> int:
-    from agent_retrieval.ingest import ingest, load_documents
+    from agent_retrieval.ingest import ingest
+    from agent_retrieval.loaders import load_documents
 
     skipped: list[str] = []  # files that could not be loaded: each named with its reason, the rest ingested
     with _retrieval(context) as retrieval:
@@ -362,7 +363,8 @@ def _db_init(args: argparse.Namespace, context: Context) -> int:
 
 def _demo(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval import demo
-    from agent_retrieval.ingest import ingest, load_documents
+    from agent_retrieval.ingest import ingest
+    from agent_retrieval.loaders import load_documents
     from agent_retrieval.tools import make_retrieval_tools
 
     if not args.db:

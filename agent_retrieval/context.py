@@ -19,7 +19,7 @@ from agent_retrieval.errors import ConfigError
 from agent_retrieval.redaction import check_secret, dsn_password, protect
 
 EmbeddingProvider = Literal["local", "voyage", "openai"]
-HydeMode = Literal["passages", "schema"]
+HydeMethod = Literal["passages", "schema"]  # what HyDE writes to embed (a request's choice: models.HydeMode)
 FusionMode = Literal["rrf", "convex"]
 ServerAuth = Literal["supabase", "off"]
 
@@ -73,7 +73,7 @@ class RunSettings:
         "Embed LLM-written hypothetical answer passages instead of the raw "
         "query for vector search (keyword search always uses the original query).",
     )
-    hyde_mode: HydeMode = setting(
+    hyde_mode: HydeMethod = setting(
         "passages",
         "passages: short hypothetical answer paragraphs; schema: rewrite the request into "
         "the stored-item template (Inputs / Outputs / Purpose) for registries of tools or blocks.",

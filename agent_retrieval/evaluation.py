@@ -25,11 +25,13 @@ from agent_retrieval.retrieval import Candidates, Retrieval
 
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 DEPTH = 100  # documents ranked per query: Recall@100 needs them
+# The settings a ranking depends on, recorded beside every score (here and in benchmarks/).
+RANKING_SETTINGS = ("fusion", "rrf_k", "vector_weight", "keyword_weight", "entity_boost", "candidates")
 MODES = {
     "keyword": "BM25 keyword search alone, on the query's own words",
     "vector": "vector search alone, on the raw query's embedding",
-    "hybrid-rrf": "both, fused by weighted reciprocal rank (the tools' default fusion)",
-    "hybrid-convex": "both, fused by a weighted sum of min-max normalised scores",
+    "hybrid-rrf": "both, fused by weighted reciprocal rank",
+    "hybrid-convex": "both, fused by the weighted mean of each side's standard scores",
     "hyde+hybrid": "HyDE passages' embedding for the vector side, fused as configured (needs a chat model)",
 }
 
@@ -59,7 +61,7 @@ class Dataset:
 
     def documents(self) -> Iterator[Document]:
         """The corpus (or its subset) as Documents (`_id`, `title`, `text`), for ingestion."""
-        from agent_retrieval.ingest import load_documents
+        from agent_retrieval.loaders import load_documents
 
         return (d for d in load_documents([self.corpus]) if self.subset is None or d.id in self.subset)
 
@@ -122,7 +124,7 @@ def load_beir(
 
 
 def _jsonl(path: Path, required: Sequence[str]) -> Iterator[tuple[dict[str, Any], str]]:
-    from agent_retrieval.ingest import jsonl_records
+    from agent_retrieval.loaders import jsonl_records
 
     for where, record in jsonl_records(path, DatasetError):
         if not isinstance(record, dict) or any(not isinstance(record.get(k), str) for k in required):
@@ -260,18 +262,7 @@ def evaluate(
             _append_run(files[mode], qid, ranked[mode], mode)
     per_query = (time.perf_counter() - started) / len(todo) if todo else 0.0
     scores = {mode: score_run(read_run(files[mode]), dataset.qrels) for mode in modes}
-    settings = {
-        key: getattr(deep, key)
-        for key in (
-            "fusion",
-            "rrf_k",
-            "vector_weight",
-            "keyword_weight",
-            "entity_boost",
-            "candidates",
-            "embedding_provider",
-        )
-    }
+    settings = {key: getattr(deep, key) for key in (*RANKING_SETTINGS, "embedding_provider")}
     return EvalReport(
         dataset.folder.name,
         dataset.split,

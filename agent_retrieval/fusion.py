@@ -4,12 +4,12 @@ boost, thresholds."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_retrieval.models import Hit
+from agent_retrieval.text import entity_matches
 
 
 @dataclass(frozen=True)
@@ -68,36 +68,6 @@ def convex(scores: Mapping[str, Mapping[Any, float]], weights: Mapping[str, floa
         for item in items:
             fused[item] += weight * standard.get(item, floor)
     return fused
-
-
-_QUOTED = re.compile(r'"([^"]{2,100})"|“([^”]{2,100})”')
-_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,:/-]\d+)*%?")
-_NAME = re.compile(r"\b[A-Z][\w'’-]*(?:\s+(?:&\s+|of\s+|de\s+)?[A-Z][\w'’-]*)*")
-_NOT_NAMES = frozenset(
-    ["a", "an", "and", "are", "can", "could", "did", "do", "does", "for", "from", "how", "i", "if", "in", "is", "it", "may", "might", "must", "of", "on", "or", "should", "the", "their", "there", "these", "this", "those", "to", "was", "we", "were", "what", "when", "where", "which", "who", "whom", "whose", "why", "will", "with", "would", "you", "your", "please", "tell", "find", "show", "give", "list"]
-)
-
-
-def entity_terms(query: str) -> list[str]:
-    """Names (capitalised words), quoted phrases and numbers in a query: terms a good hit should contain."""
-    terms = [a or b for a, b in _QUOTED.findall(query)]
-    terms += _NUMBER.findall(query)
-    for name in _NAME.findall(query):
-        words = name.split()
-        while words and words[0].lower() in _NOT_NAMES:  # "What Banda Lane" -> "Banda Lane"
-            words.pop(0)
-        if words:
-            terms.append(" ".join(words))
-    seen: dict[str, str] = {}
-    for term in terms:
-        seen.setdefault(term.lower(), term)
-    return list(seen.values())
-
-
-def entity_matches(text: str, terms: Sequence[str]) -> int:
-    """How many of the terms appear in the text, case-insensitively."""
-    haystack = " ".join(text.lower().split())
-    return sum(1 for term in terms if " ".join(term.lower().split()) in haystack)
 
 
 def fuse(

@@ -28,13 +28,11 @@ from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder, average, make_embedder
 from agent_retrieval.errors import EmbeddingError
 from agent_retrieval.llm import make_chat_model
-from agent_retrieval.models import HydeStatus
+from agent_retrieval.models import HydeMode, HydeStatus
 from agent_retrieval.prompts import load_prompt, prompt_version
 from agent_retrieval.redaction import endpoint_id, fingerprint
 
 log = logging.getLogger(__name__)
-
-HydeMode = Literal["auto", "passages", "schema", "off"]
 
 
 @dataclass(frozen=True)

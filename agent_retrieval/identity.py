@@ -9,7 +9,8 @@ USER_NAMESPACE = "user:"  # a user without a tenant reads "user:<id>", which no 
 
 def tenant_of_claims(claims: dict[str, Any]) -> str | None:
     """app_metadata.tenant_id (which only the project's admins can set), else the user's own namespace;
-    None for a tenant claim that is empty or inside the user namespace (such a caller gets public rows)."""
+    None for a tenant claim that is empty or inside the user namespace: the database then lets such a caller
+    read public rows only, and the LangGraph auth handler refuses it."""
     app_metadata = claims.get("app_metadata")
     if isinstance(app_metadata, dict) and "tenant_id" in app_metadata:
         tenant = app_metadata["tenant_id"]

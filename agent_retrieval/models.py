@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agent_retrieval.context import FusionMode, HydeMethod
 from agent_retrieval.errors import InvalidRequest
 
 Level = Literal["documents", "chunks"]
@@ -119,6 +120,9 @@ class Hit:
         return cls(**{key: value for key, value in data.items() if key != "found_by"})
 
 
+# How a request's query vector is made: "auto" follows the Context (its hyde_mode when use_hyde is on, else
+# "off"); "passages" or "schema" asks for that HyDE method; "off" embeds the query as written.
+HydeMode = Literal["auto", HydeMethod, "off"]
 HydeStatus = Literal["off", "skipped", "used", "failed"]
 
 
@@ -128,7 +132,8 @@ class RetrievalResult:
 
     `hyde` is off (disabled), skipped (short query or no LLM), used, or failed (fell back to the raw
     query); `hyde_cached` says the query vector was reused from an earlier call. `degraded` lists
-    every path that did not run as configured, with the reason.
+    every path that did not run as configured, with the reason. `fusion` is the fusion that ranked the
+    hits (the Context's), or None where none did (summarize returns chunks in reading order).
     """
 
     query: str
@@ -139,7 +144,7 @@ class RetrievalResult:
     hyde_cached: bool = False
     hyde_reason: str = ""
     degraded: list[str] = field(default_factory=list)
-    fusion: str = "rrf"
+    fusion: FusionMode | None = None
     truncated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -515,80 +520,3 @@ class IndexDocumentRequest(BaseModel):
             metadata=self.metadata or {},
             source=source,
         )
-
-
-# --- query plans (planning.py) ---------------------------------------------------------------------
-
-SearchStrategy = Literal["simple", "expanded", "decomposed", "multi_hop", "filtered"]
-PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z][A-Za-z0-9_]{0,39})\s*\}\}")
-
-
-class PlannedQuery(BaseModel):
-    """One search of a plan. `{{NAME}}` in `text` is filled from an earlier hop (multi-hop plans)."""
-
-    text: str = Field(
-        description="The search text: a declarative statement or keywords, not a question. "
-        "May hold a {{PLACEHOLDER}} that an earlier query's results resolve."
-    )
-    target: Level = Field(
-        "chunks",
-        description="'chunks' for passages that answer; 'documents' to find "
-        "which whole documents are relevant.",
-    )
-    category: str | None = Field(
-        None,
-        description="A value of the documents' `category` metadata to "
-        "search within, or null for every category.",
-    )
-    purpose: str = Field("", description="What this query is meant to find.")
-    priority: int = Field(1, ge=1, le=5, description="1 (run first, most important) to 5.")
-    resolves: str | None = Field(
-        None,
-        description="For multi-hop: the PLACEHOLDER name (without braces) "
-        "that this query's results name, e.g. COMPANY.",
-    )
-
-    @field_validator("text")
-    @classmethod
-    def _text(cls, value: str) -> str:
-        value = " ".join(value.split())
-        if not value:
-            raise ValueError("must not be empty")
-        return value[:MAX_QUERY_CHARS]
-
-    @field_validator("resolves")
-    @classmethod
-    def _resolves(cls, value: str | None) -> str | None:
-        value = (value or "").strip().strip("{}").strip() or None
-        if value is not None and not PLACEHOLDER.fullmatch("{{" + value + "}}"):
-            raise ValueError("must be a placeholder name: a letter, then letters, digits or '_'")
-        return value
-
-    @property
-    def placeholders(self) -> list[str]:
-        return list(dict.fromkeys(PLACEHOLDER.findall(self.text)))
-
-
-class QueryPlan(BaseModel):
-    """How to search for one request: the queries to run, shared filters, and the strategy."""
-
-    intent: str = Field(description="A short description of what the user is looking for.")
-    queries: list[PlannedQuery] = Field(
-        min_length=1, description="The searches to run, most important first."
-    )
-    filters: dict[str, Any] = Field(
-        default_factory=dict,
-        description='Metadata filters every query applies, e.g. {"year": 2024}; {} for none.',
-    )
-    search_strategy: SearchStrategy = Field(
-        "simple",
-        description="simple: one direct query; expanded: "
-        "rephrasings; decomposed: one query per sub-question; multi_hop: "
-        "later queries need names found by earlier ones; filtered: "
-        "metadata filters narrow the search.",
-    )
-
-    @field_validator("filters", mode="before")
-    @classmethod
-    def _filters(cls, value: Any) -> dict[str, Any]:
-        return validate_filters(value or None) or {}

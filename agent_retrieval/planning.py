@@ -1,6 +1,7 @@
-"""Query plans: from a request, the searches to run (by an LLM's structured output, or heuristics offline),
-and running them: by priority, concurrently within a hop, multi-hop placeholders filled from earlier hops,
-results fused across queries with each hit remembering which queries found it.
+"""Query plans: what a plan is (QueryPlan, the schema an LLM's structured output fills), making one from a
+request (by that LLM, or heuristics offline), and running it: by priority, concurrently within a hop,
+multi-hop placeholders filled from earlier hops, results fused across queries with each hit remembering
+which queries found it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from agent_retrieval.answer import format_passages
 from agent_retrieval.context import Context
@@ -23,12 +24,9 @@ from agent_retrieval.fusion import rrf
 from agent_retrieval.models import (
     MAX_QUERY_CHARS,
     MAX_TOP_K,
-    PLACEHOLDER,
     ChunkSearchRequest,
     Hit,
     Level,
-    PlannedQuery,
-    QueryPlan,
     SearchRequest,
     parse_request,
     validate_filters,
@@ -36,6 +34,7 @@ from agent_retrieval.models import (
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import clean, element, quote, unquote
 from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.text import entity_matches
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +52,84 @@ def check_request(request: str) -> str:
             "searched. Ask the question itself, without pasting the material around it"
         )
     return text
+
+
+# --- the plan schema: what the planner's LLM fills in -------------------------------------------
+
+
+SearchStrategy = Literal["simple", "expanded", "decomposed", "multi_hop", "filtered"]
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z][A-Za-z0-9_]{0,39})\s*\}\}")
+
+
+class PlannedQuery(BaseModel):
+    """One search of a plan. `{{NAME}}` in `text` is filled from an earlier hop (multi-hop plans)."""
+
+    text: str = Field(
+        description="The search text: a declarative statement or keywords, not a question. "
+        "May hold a {{PLACEHOLDER}} that an earlier query's results resolve."
+    )
+    target: Level = Field(
+        "chunks",
+        description="'chunks' for passages that answer; 'documents' to find "
+        "which whole documents are relevant.",
+    )
+    category: str | None = Field(
+        None,
+        description="A value of the documents' `category` metadata to "
+        "search within, or null for every category.",
+    )
+    purpose: str = Field("", description="What this query is meant to find.")
+    priority: int = Field(1, ge=1, le=5, description="1 (run first, most important) to 5.")
+    resolves: str | None = Field(
+        None,
+        description="For multi-hop: the PLACEHOLDER name (without braces) "
+        "that this query's results name, e.g. COMPANY.",
+    )
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        value = " ".join(value.split())
+        if not value:
+            raise ValueError("must not be empty")
+        return value[:MAX_QUERY_CHARS]
+
+    @field_validator("resolves")
+    @classmethod
+    def _resolves(cls, value: str | None) -> str | None:
+        value = (value or "").strip().strip("{}").strip() or None
+        if value is not None and not PLACEHOLDER.fullmatch("{{" + value + "}}"):
+            raise ValueError("must be a placeholder name: a letter, then letters, digits or '_'")
+        return value
+
+    @property
+    def placeholders(self) -> list[str]:
+        return list(dict.fromkeys(PLACEHOLDER.findall(self.text)))
+
+
+class QueryPlan(BaseModel):
+    """How to search for one request: the queries to run, shared filters, and the strategy."""
+
+    intent: str = Field(description="A short description of what the user is looking for.")
+    queries: list[PlannedQuery] = Field(
+        min_length=1, description="The searches to run, most important first."
+    )
+    filters: dict[str, Any] = Field(
+        default_factory=dict,
+        description='Metadata filters every query applies, e.g. {"year": 2024}; {} for none.',
+    )
+    search_strategy: SearchStrategy = Field(
+        "simple",
+        description="simple: one direct query; expanded: "
+        "rephrasings; decomposed: one query per sub-question; multi_hop: "
+        "later queries need names found by earlier ones; filtered: "
+        "metadata filters narrow the search.",
+    )
+
+    @field_validator("filters", mode="before")
+    @classmethod
+    def _filters(cls, value: Any) -> dict[str, Any]:
+        return validate_filters(value or None) or {}
 
 
 # --- planning -----------------------------------------------------------------------------------
@@ -389,9 +466,9 @@ async def _llm_entity(
         return None
     # The model read the passages quoted (look-alikes folded, '<' as '&lt;') and may copy either form.
     value = _clean_entity(unquote(reply.text.strip().splitlines()[0]) if reply.text.strip() else "")
-    text = " ".join(" ".join(clean(h.content).split()) for h in hits).lower()
     # Only a name the passages contain: an invented or injected value must not steer the next search.
-    if not value or value.upper() == "NONE" or value.lower() not in text:
+    passages = "\n".join(clean(h.content) for h in hits)
+    if not value or value.upper() == "NONE" or not entity_matches(passages, [value]):
         return None
     return value
 

@@ -21,9 +21,10 @@ from agent_retrieval import hyde
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder, make_embedder
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
-from agent_retrieval.fusion import PROFILES, entity_terms, fuse
+from agent_retrieval.fusion import PROFILES, fuse
 from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
 from agent_retrieval.stores import Store, open_store
+from agent_retrieval.text import entity_terms
 
 # Both paths of a sync search run here, so the caller can stop waiting at the tool's deadline.
 _search_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="agent-retrieval-search")

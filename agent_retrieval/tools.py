@@ -41,6 +41,7 @@ from agent_retrieval.models import (
 )
 from agent_retrieval.quoting import passage, passages, quote_attribute, unquote_id
 from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.text import shorten
 
 _MARKDOWN_HEADING = re.compile(r"(?m)^#{1,6}\s+")
 SNIPPET_CHARS = {"documents": 400, "chunks": 1200}  # what the model reads per hit; the artifact has it all
@@ -129,6 +130,8 @@ def _shown_ids_read_back(arguments: dict[str, Any]) -> dict[str, Any]:
     return {**arguments, "document_ids": [unquote_id(i) if isinstance(i, str) else i for i in ids]}
 
 
+# The tools below are declarations in LangChain's shape (name, the description the model reads, argument
+# schema, level): they look alike by design, and what they do is written once, in _RetrieverTool.
 class DocumentRetrieverTool(_RetrieverTool):
     """Find whole documents; `document_retriever` in an agent's tool list."""
 
@@ -258,9 +261,7 @@ def format_result(result: RetrievalResult) -> str:
 
 
 def _format_hit(hit: Hit, limit: int) -> str:
-    text = " ".join(_MARKDOWN_HEADING.sub(" ", hit.content).split())
-    if len(text) > limit:
-        text = text[:limit].rsplit(" ", 1)[0] + " ..."
+    text = shorten(" ".join(_MARKDOWN_HEADING.sub(" ", hit.content).split()), limit)
     details = {"score": f"{hit.score:.4f}", "found_by": " + ".join(hit.found_by)} if hit.found_by else {}
     return passage(
         text,

@@ -26,7 +26,8 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from agent_retrieval import demo
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder, make_embedder
-from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.ingest import ingest
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.retrieval import Retrieval
 from agent_retrieval.tools import make_retrieval_tools
 

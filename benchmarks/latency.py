@@ -24,7 +24,8 @@ import numpy as np
 from tqdm import tqdm
 
 from agent_retrieval.context import Context
-from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.ingest import ingest
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.retrieval import Retrieval
 from agent_retrieval.stores import SQLiteStore

@@ -52,8 +52,9 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from agent_retrieval import hyde
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder, make_embedder
-from agent_retrieval.evaluation import Dataset, DatasetError, load_beir, score_run
-from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.evaluation import RANKING_SETTINGS, Dataset, DatasetError, load_beir, score_run
+from agent_retrieval.ingest import ingest
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import SearchRequest, parse_request
 from agent_retrieval.retrieval import Retrieval
 
@@ -64,16 +65,7 @@ CACHED_STORE = RESULTS / "scifact-base.db"
 DEPTH = 100
 THEIRS = "langchain-ensemble"
 SYSTEMS = (THEIRS, "ours-documents", "ours-chunks")
-OUR_SETTINGS = (
-    "fusion",
-    "rrf_k",
-    "vector_weight",
-    "keyword_weight",
-    "entity_boost",
-    "candidates",
-    "chunk_size",
-    "chunk_overlap",
-)
+OUR_SETTINGS = (*RANKING_SETTINGS, "chunk_size", "chunk_overlap")
 PACKAGES = (
     "langchain-core",
     "langchain-classic",

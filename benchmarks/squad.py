@@ -33,6 +33,7 @@ from tqdm import tqdm
 from agent_retrieval import hyde
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder, make_embedder
+from agent_retrieval.evaluation import RANKING_SETTINGS
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document
 from agent_retrieval.retrieval import Retrieval
@@ -415,17 +416,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "hyde": "off",
             "top_k": TOP_K,
             "chunk_size": CHUNK_SIZE,
-            **{
-                key: getattr(context, key)
-                for key in (
-                    "fusion",
-                    "rrf_k",
-                    "vector_weight",
-                    "keyword_weight",
-                    "entity_boost",
-                    "candidates",
-                )
-            },
+            **{key: getattr(context, key) for key in RANKING_SETTINGS},
         },
         "mapping": {"verified": True, "paragraphs": len(chunk_ids), "chunks": len(chunk_ids)},
         "ingest": asdict(report) | {"seconds": round(ingest_seconds, 1)},

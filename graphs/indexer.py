@@ -20,7 +20,8 @@ from pydantic import ValidationError
 from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
 from agent_retrieval.graph_parts import GraphParts, run_context
-from agent_retrieval.ingest import SUPPORTED_SUFFIXES, IngestReport, ingest, load_documents, protected_ids
+from agent_retrieval.ingest import IngestReport, ingest, protected_ids
+from agent_retrieval.loaders import SUPPORTED_SUFFIXES, load_documents
 from agent_retrieval.models import Document, IndexDocumentRequest, explain
 from agent_retrieval.retrieval import Retrieval
 

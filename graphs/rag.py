@@ -19,8 +19,8 @@ from agent_retrieval.answer import write_answer
 from agent_retrieval.context import RunSettings
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.graph_parts import GraphParts, last_question, run_context
-from agent_retrieval.models import ChunkSearchRequest, Hit, QueryPlan, parse_request
-from agent_retrieval.planning import check_request, make_plan, run_plan
+from agent_retrieval.models import ChunkSearchRequest, Hit, parse_request
+from agent_retrieval.planning import QueryPlan, check_request, make_plan, run_plan
 
 
 @dataclass(kw_only=True)

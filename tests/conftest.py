@@ -20,7 +20,8 @@ from pydantic import Field
 from agent_retrieval import hyde
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
-from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.ingest import ingest
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.retrieval import Retrieval
 from tests.stack import Postgres, SupabaseStack, start_postgres, start_stack
 

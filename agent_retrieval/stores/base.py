@@ -17,12 +17,6 @@ from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import Chunk, Document, Hit, Level, is_unicode, validate_filters
 
 DOCUMENT_PREVIEW_CHARS = 1500  # document hits carry the opening of the text, not all of it
-MAX_KEYWORD_TERMS = 32
-
-# Words that carry no topic: dropping them keeps keyword search fast and its ranking on the content words.
-STOPWORDS = frozenset(
-    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves"]
-)
 
 
 # --- store arguments ------------------------------------------------------------------------------
@@ -109,13 +103,6 @@ def check_vector(vector: Any, min_similarity: Any) -> np.ndarray | None:
         return None
     array = array / largest
     return (array / np.linalg.norm(array)).astype(np.float32)
-
-
-def keyword_terms(query: str) -> list[str]:
-    """The words keyword search looks for: lower-cased, stopwords dropped (unless nothing else is left)."""
-    words = list(dict.fromkeys(re.findall(r"\w+", query.lower())))
-    content = [w for w in words if w not in STOPWORDS]
-    return (content or words)[:MAX_KEYWORD_TERMS]
 
 
 def filter_values(value: Any) -> list[Any]:

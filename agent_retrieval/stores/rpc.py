@@ -66,7 +66,7 @@ UNREACHABLE = {
     "PGRST002",
     "PGRST003",
 }
-_Plan = tuple[str, dict[str, Any]]  # a SQL function and its named arguments
+_SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
 SCHEMA_VERSION = 2  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
@@ -215,7 +215,7 @@ class RPCStore(Store):
                 await asyncio.sleep(self._retry_delay(function, error, attempt))
             attempt += 1
 
-    def _run(self, calls: Generator[_Plan, Any, Any]) -> Any:
+    def _run(self, calls: Generator[_SqlCall, Any, Any]) -> Any:
         """Make each call a paging generator asks for and send it the answer, until it returns its result."""
         answer = None
         try:
@@ -225,7 +225,7 @@ class RPCStore(Store):
         except StopIteration as done:
             return done.value
 
-    async def _arun(self, calls: Generator[_Plan, Any, Any]) -> Any:
+    async def _arun(self, calls: Generator[_SqlCall, Any, Any]) -> Any:
         answer = None
         try:
             while True:
@@ -392,8 +392,8 @@ class RPCStore(Store):
         self._call("set_embeddings", level=level, rows=Json(payload), model=model_id, tenant=self.tenant)
 
     # --- reading -------------------------------------------------------------------------------------
-    # A search is planned once (the function and its arguments, or None when the answer is empty
-    # anyway) and then sent by the sync or the async path.
+    # A search is worked out once as a _SqlCall (the function and its arguments, or None when the answer
+    # is empty anyway) and then sent by the sync or the async path.
     def _scope(self, filters: dict[str, Any] | None, document_ids: Sequence[str] | None) -> dict[str, Any]:
         # Numbers and their text forms match each other, as on every backend (the SQL does so too).
         expanded = {key: filter_values(value) for key, value in (filters or {}).items()}
@@ -411,7 +411,7 @@ class RPCStore(Store):
         filters: dict[str, Any] | None = None,
         document_ids: Sequence[str] | None = None,
         min_similarity: float = -1.0,
-    ) -> _Plan | None:
+    ) -> _SqlCall | None:
         level, k, filters, document_ids = check_search(level, k, filters, document_ids)
         vector = check_vector(vector, min_similarity)
         if vector is None or (document_ids is not None and not document_ids):
@@ -430,7 +430,7 @@ class RPCStore(Store):
         k: int,
         filters: dict[str, Any] | None = None,
         document_ids: Sequence[str] | None = None,
-    ) -> _Plan | None:
+    ) -> _SqlCall | None:
         level, k, filters, document_ids = check_search(level, k, filters, document_ids)
         if not check_keyword_query(query).strip() or (document_ids is not None and not document_ids):
             return None
@@ -464,7 +464,7 @@ class RPCStore(Store):
     async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
         return await self._arun(self._chunk_pages(document_ids, limit))
 
-    def _chunk_pages(self, document_ids: Sequence[str], limit: int) -> Generator[_Plan, Any, list[Hit]]:
+    def _chunk_pages(self, document_ids: Sequence[str], limit: int) -> Generator[_SqlCall, Any, list[Hit]]:
         """The calls that read `limit` chunks (or all there are) a page at a time, and the hits they make."""
         document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
         hits: list[Hit] = []

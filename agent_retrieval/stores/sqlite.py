@@ -37,108 +37,15 @@ from agent_retrieval.stores.base import (
     check_search,
     check_vector,
     filter_values,
-    keyword_terms,
 )
+from agent_retrieval.stores.sqlite_schema import EVERY_ROW, NOW, SCHEMA_VERSION, migrate, schema_version
+from agent_retrieval.text import keyword_terms
 
-TOKENIZER = "porter unicode61 remove_diacritics 2"
 _BM25_K1_PLUS_1 = 2.2  # FTS5's bm25 uses k1 = 1.2: one term adds less than 2.2 times its idf to a score
 TITLE_WEIGHT = (
     3.0  # a word of the title (a chunk's heading path) counts 3 times one of the text: tuned on SciFact train
 )
-NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
-
-# Every row's FTS entry also holds this token, in a column of its own: "(rare) AND (common OR EVERY_ROW)"
-# then matches the rows holding a rare term and scores them with every term (see keyword_search).
-EVERY_ROW = "zzagentretrievaleveryrow"
 IDF_CACHE_TERMS = 50_000  # words whose document frequency is kept per level until the next write
-
-
-def _every_row_column(level: str, heading: str) -> list[str]:
-    """Migration 2 for one level: rebuild its FTS index with the every-row column beside the text."""
-    text = f"{heading}, content"
-    values = ", ".join(f"new.{c}" for c in (heading, "content", "every_row"))
-    old_values = ", ".join(f"old.{c}" for c in (heading, "content", "every_row"))
-    return [
-        f"ALTER TABLE {level} ADD COLUMN every_row TEXT GENERATED ALWAYS AS ('{EVERY_ROW}') VIRTUAL",
-        f"DROP TRIGGER {level}_ai",
-        f"DROP TRIGGER {level}_ad",
-        f"DROP TRIGGER {level}_au",
-        f"DROP TABLE {level}_fts",
-        f"""CREATE VIRTUAL TABLE {level}_fts USING fts5({text}, every_row, content='{level}',
-            content_rowid='rowid', tokenize='{TOKENIZER}')""",
-        f"INSERT INTO {level}_fts ({level}_fts) VALUES ('rebuild')",
-        f"""CREATE TRIGGER {level}_ai AFTER INSERT ON {level} BEGIN
-            INSERT INTO {level}_fts (rowid, {text}, every_row) VALUES (new.rowid, {values}); END""",
-        f"""CREATE TRIGGER {level}_ad AFTER DELETE ON {level} BEGIN
-            INSERT INTO {level}_fts ({level}_fts, rowid, {text}, every_row)
-            VALUES ('delete', old.rowid, {old_values}); END""",
-        f"""CREATE TRIGGER {level}_au AFTER UPDATE OF {text} ON {level} BEGIN
-            INSERT INTO {level}_fts ({level}_fts, rowid, {text}, every_row)
-            VALUES ('delete', old.rowid, {old_values});
-            INSERT INTO {level}_fts (rowid, {text}, every_row) VALUES (new.rowid, {values}); END""",
-    ]
-
-
-# Applied in order, each once; PRAGMA user_version records how many have run.
-MIGRATIONS: list[list[str]] = [
-    [
-        "CREATE TABLE store_info (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        "INSERT INTO store_info VALUES ('generation', '0')",
-        f"""CREATE TABLE documents (
-            rowid INTEGER PRIMARY KEY,
-            id TEXT NOT NULL UNIQUE,
-            title TEXT NOT NULL,
-            content TEXT NOT NULL,
-            metadata TEXT NOT NULL DEFAULT '{{}}' CHECK (json_valid(metadata)),
-            source TEXT,
-            content_hash TEXT NOT NULL,
-            text_hash TEXT NOT NULL DEFAULT '',
-            embedding BLOB,
-            embedding_model TEXT,
-            created_at TEXT NOT NULL DEFAULT ({NOW}),
-            updated_at TEXT NOT NULL DEFAULT ({NOW}))""",
-        """CREATE TABLE chunks (
-            rowid INTEGER PRIMARY KEY,
-            id TEXT NOT NULL UNIQUE,
-            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
-            ordinal INTEGER NOT NULL,
-            heading_path TEXT NOT NULL,
-            content TEXT NOT NULL,
-            metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),
-            text_hash TEXT NOT NULL,
-            embedding BLOB,
-            embedding_model TEXT,
-            UNIQUE (document_id, ordinal))""",
-        "CREATE INDEX documents_text_hash ON documents (text_hash)",
-        "CREATE INDEX chunks_text_hash ON chunks (text_hash)",
-        f"""CREATE VIRTUAL TABLE documents_fts USING fts5(title, content, content='documents',
-            content_rowid='rowid', tokenize='{TOKENIZER}')""",
-        f"""CREATE VIRTUAL TABLE chunks_fts USING fts5(heading_path, content, content='chunks',
-            content_rowid='rowid', tokenize='{TOKENIZER}')""",
-        # External-content FTS tables are kept in step by triggers, inside the writing transaction.
-        """CREATE TRIGGER documents_ai AFTER INSERT ON documents BEGIN
-            INSERT INTO documents_fts (rowid, title, content) VALUES (new.rowid, new.title, new.content); END""",
-        """CREATE TRIGGER documents_ad AFTER DELETE ON documents BEGIN
-            INSERT INTO documents_fts (documents_fts, rowid, title, content)
-            VALUES ('delete', old.rowid, old.title, old.content); END""",
-        """CREATE TRIGGER documents_au AFTER UPDATE OF title, content ON documents BEGIN
-            INSERT INTO documents_fts (documents_fts, rowid, title, content)
-            VALUES ('delete', old.rowid, old.title, old.content);
-            INSERT INTO documents_fts (rowid, title, content) VALUES (new.rowid, new.title, new.content); END""",
-        """CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
-            INSERT INTO chunks_fts (rowid, heading_path, content)
-            VALUES (new.rowid, new.heading_path, new.content); END""",
-        """CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
-            INSERT INTO chunks_fts (chunks_fts, rowid, heading_path, content)
-            VALUES ('delete', old.rowid, old.heading_path, old.content); END""",
-        """CREATE TRIGGER chunks_au AFTER UPDATE OF heading_path, content ON chunks BEGIN
-            INSERT INTO chunks_fts (chunks_fts, rowid, heading_path, content)
-            VALUES ('delete', old.rowid, old.heading_path, old.content);
-            INSERT INTO chunks_fts (rowid, heading_path, content)
-            VALUES (new.rowid, new.heading_path, new.content); END""",
-    ],
-    _every_row_column("documents", "title") + _every_row_column("chunks", "heading_path"),
-]
 
 _TABLE = {"documents": "documents", "chunks": "chunks"}
 _COLUMNS = {
@@ -320,17 +227,15 @@ class SQLiteStore(Store):
                 _end(conn, "COMMIT")
 
     def _migrate(self) -> None:
+        """Bring the file's schema up to date (sqlite_schema.py) in one transaction. Not `_write()`: that
+        counts the write in store_info, a table the first migration creates."""
         conn = self._conn()
         with self._write_lock, self._errors():
-            if conn.execute("PRAGMA user_version").fetchone()[0] >= len(MIGRATIONS):
+            if schema_version(conn) >= SCHEMA_VERSION:
                 return
             conn.execute("BEGIN IMMEDIATE")
             try:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]  # another process may have won
-                for number, statements in enumerate(MIGRATIONS[version:], start=version + 1):
-                    for statement in statements:
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {number}")
+                migrate(conn)
                 conn.execute("COMMIT")
             except BaseException:
                 _end(conn, "ROLLBACK")

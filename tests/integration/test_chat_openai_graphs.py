@@ -15,7 +15,8 @@ from langchain_core.messages import AIMessage, ToolMessage
 from agent_retrieval import demo
 from agent_retrieval.context import Context
 from agent_retrieval.graph_parts import GraphParts
-from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.ingest import ingest
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import ChunkSearchRequest, parse_request
 from tests.fakeapi import FakeAPI, agent_script
 

@@ -17,7 +17,8 @@ from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import StoreError
 from agent_retrieval.fusion import fuse
-from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.ingest import ingest
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import Chunk, ChunkSearchRequest, Document
 from agent_retrieval.retrieval import Retrieval
 from agent_retrieval.stores import open_store

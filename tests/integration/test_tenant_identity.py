@@ -301,7 +301,7 @@ def test_metadata_never_publishes_only_the_operators_flag_does(stack):
 
 def test_ingest_publishes_only_when_asked_and_says_where_each_document_came_from(stack, tmp_path):
     (tmp_path / "rota.md").write_text("---\npublic: true\n---\n# Rota\n\nThe weekend rota starts at nine.\n")
-    from agent_retrieval.ingest import load_documents
+    from agent_retrieval.loaders import load_documents
 
     context = writer(stack, "globex")
     with open_store(context) as store:

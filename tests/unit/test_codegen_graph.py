@@ -15,7 +15,8 @@ from agent_retrieval import demo
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.graph_parts import GraphParts
-from agent_retrieval.ingest import chunk_document, ingest, load_documents
+from agent_retrieval.ingest import chunk_document, ingest
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.retrieval import Retrieval
 from graphs import codegen
 from graphs.codegen import OFFLINE_NOTE, Passage, State, build, codegen_messages, validate_sql

@@ -22,7 +22,8 @@ from agent_retrieval.evaluation import (
     recall,
     score_run,
 )
-from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.ingest import ingest
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.retrieval import Retrieval
 from tests.conftest import CountingChatModel
 

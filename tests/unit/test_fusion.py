@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent_retrieval.fusion import PROFILES, convex, entity_matches, entity_terms, fuse, rrf, zscores
+from agent_retrieval.fusion import PROFILES, convex, fuse, rrf, zscores
 from agent_retrieval.models import Hit
+from agent_retrieval.text import entity_matches, entity_terms
 
 
 def hit(id_: str, content: str = "", tenant: str = "", **scores: float) -> Hit:

@@ -9,7 +9,8 @@ import pytest
 
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
-from agent_retrieval.ingest import chunk_document, chunk_text, document_text, ingest, load_documents, reembed
+from agent_retrieval.ingest import chunk_document, chunk_text, document_text, ingest, reembed
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import Document
 from agent_retrieval.stores import SQLiteStore
 from tests.conftest import WordHashEmbeddings

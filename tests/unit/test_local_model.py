@@ -7,7 +7,8 @@ import pytest
 from agent_retrieval import cli, demo
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import make_embedder
-from agent_retrieval.ingest import ingest, load_documents
+from agent_retrieval.ingest import ingest
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.retrieval import Retrieval
 from agent_retrieval.tools import make_retrieval_tools
 

@@ -12,8 +12,10 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from agent_retrieval.answer import format_passages
 from agent_retrieval.context import Context
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.models import Hit, PlannedQuery, QueryPlan, RetrievalResult
+from agent_retrieval.models import Hit, RetrievalResult
 from agent_retrieval.planning import (
+    PlannedQuery,
+    QueryPlan,
     check_request,
     heuristic_plan,
     make_plan,

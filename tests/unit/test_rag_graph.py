@@ -78,7 +78,8 @@ async def test_with_a_model_the_plan_is_the_models_and_the_answer_cites_passages
 
 async def test_the_state_shows_hyde_status_but_never_the_hyde_text(context, embedder):
     from agent_retrieval import demo
-    from agent_retrieval.ingest import ingest, load_documents
+    from agent_retrieval.ingest import ingest
+    from agent_retrieval.loaders import load_documents
 
     hyde_context = Context(db_path=context.db_path, use_hyde=True)
     marker = "Zephyrquill deposit passage"  # words no document holds, so any sighting is HyDE text leaking

@@ -27,14 +27,8 @@ import pytest
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import StoreError
-from agent_retrieval.ingest import (
-    IngestReport,
-    chunk_document,
-    chunk_text,
-    document_text,
-    ingest,
-    load_documents,
-)
+from agent_retrieval.ingest import IngestReport, chunk_document, chunk_text, document_text, ingest
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import Chunk
 from agent_retrieval.stores import SQLiteStore
 from tests.conftest import WordHashEmbeddings

@@ -13,8 +13,9 @@ from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores import sqlite as sqlite_store
-from agent_retrieval.stores.base import DocumentState, keyword_terms
-from agent_retrieval.stores.sqlite import MIGRATIONS
+from agent_retrieval.stores.base import DocumentState
+from agent_retrieval.stores.sqlite_schema import MIGRATIONS
+from agent_retrieval.text import keyword_terms
 
 
 def zipf_corpus(rows: int, seed: int = 3) -> tuple[list[Document], list[Chunk]]:

@@ -93,6 +93,16 @@ def test_summarize_returns_the_documents_chunks_in_order_without_embedding(tools
     assert result["hyde"] == "off" and not result["truncated"]
 
 
+def test_a_result_names_the_fusion_that_ranked_it_and_claims_none_where_nothing_was_fused(tools, retrieval):
+    document_retriever, chunk_retriever = tools
+    searched = call(document_retriever, query="Banda Lane deposit").artifact
+    assert searched["fusion"] == retrieval.context.fusion == "convex"  # the default
+    doc_id = searched["hits"][0]["id"]
+    summary = call(chunk_retriever, query="", query_type="summarize", document_ids=[doc_id]).artifact
+    assert summary["fusion"] is None  # chunks in reading order: no fusion ranked them
+    assert RetrievalResult(query="q", level="chunks", hits=[]).fusion is None
+
+
 def test_exact_and_conceptual_query_types_lean_on_their_paths(tools):
     _, chunk_retriever = tools
     query = "client money protection scheme insolvency"  # the two paths disagree on the best passage

@@ -1,0 +1,439 @@
+"""Loaders: files and folders -> Documents (markdown with front matter, text, HTML, JSONL, PDF), read as
+untrusted input: bounded in size and nesting, confined to a root folder when one is given.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import stat
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_depth
+
+SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".jsonl", ".pdf")
+MAX_METADATA_CHARS = 20_000  # of a document's metadata as JSON: every one of its chunks stores a copy
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # in JSON text; usually half of a valid pair
+_LONE_SURROGATE = (
+    "a lone surrogate (an unpaired \\ud800 to \\udfff escape), which is not text; fix or remove that escape"
+)
+
+
+def load_documents(
+    paths: Iterable[str | Path], *, root: str | Path | None = None, skipped: list[str] | None = None
+) -> Iterator[Document]:
+    """Documents from files and folders (searched recursively for the supported suffixes).
+
+    Ids are the path relative to the folder given, without suffix ("policies/fees"); a file given
+    directly is named by its stem; JSONL records carry their own ids.
+
+    A file that cannot be loaded (gone, unreadable, not a regular file, malformed, nested or sized past the
+    limits) raises InvalidRequest naming it, and the line where it has lines; given `skipped`, it becomes
+    one line there instead and the other files still load. With `root`, every file read must lie inside
+    that folder once symlinks are resolved (those met inside a folder too): a path or symlink leading out
+    is refused, naming it. A path given that names nothing, an unsupported file or a place outside `root`
+    is always raised: the caller named it.
+    """
+    inside = Path(os.path.realpath(Path(root).expanduser())) if root is not None else None
+
+    def refuse(problem: InvalidRequest) -> None:
+        if skipped is None:
+            raise problem
+        skipped.append(str(problem))
+
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if inside is not None:
+            _inside(path, inside)  # first, so nothing tells whether a path outside exists
+        if path.is_dir():
+            for file in _folder_files(path, inside, refuse):
+                doc_id = file.relative_to(path).with_suffix("").as_posix()
+                yield from _load_or_refuse(file, doc_id, inside, refuse)
+        elif path.is_file():
+            if path.suffix.lower() not in SUPPORTED_SUFFIXES:
+                raise InvalidRequest(
+                    f"{path}: unsupported file type {path.suffix or '(none)'}; "
+                    f"supported: {', '.join(SUPPORTED_SUFFIXES)}"
+                )
+            yield from _load_or_refuse(path, path.stem, inside, refuse)
+        else:
+            raise InvalidRequest(f"{path}: no such file or folder")
+
+
+def _folder_files(folder: Path, root: Path | None, refuse: Callable[[InvalidRequest], None]) -> list[Path]:
+    """The files under `folder` with a supported suffix, sorted; a subfolder that cannot be listed is refused.
+
+    Symlinked folders are not followed (a link to a parent would never end); with `root`, one leading out
+    of it is refused by name rather than passed over in silence."""
+
+    def unlistable(error: OSError) -> None:
+        refuse(
+            InvalidRequest(
+                f"{error.filename}: cannot be listed ({error.strerror}); check its "
+                "permissions, then load it again"
+            )
+        )
+
+    files: list[Path] = []
+    for where, folders, names in os.walk(folder, onerror=unlistable):
+        here = Path(where)
+        for name in folders if root is not None else ():
+            if (here / name).is_symlink():
+                try:
+                    _inside(here / name, root)
+                except InvalidRequest as problem:
+                    refuse(problem)
+        files += [here / name for name in names if Path(name).suffix.lower() in SUPPORTED_SUFFIXES]
+    return sorted(files)
+
+
+def _load_or_refuse(
+    path: Path, doc_id: str, root: Path | None, refuse: Callable[[InvalidRequest], None]
+) -> list[Document]:
+    try:
+        return load_file(path, doc_id, root=root)
+    except InvalidRequest as problem:
+        refuse(problem)
+        return []
+
+
+def _inside(path: Path, root: Path) -> Path:
+    """Where `path` leads, symlinks and '..' resolved; refused unless that is inside `root` (resolved)."""
+    target = Path(os.path.realpath(path))
+    if not target.is_relative_to(root):
+        raise InvalidRequest(
+            f"{path}: leads outside {root}; refused: only files inside {root} may be loaded "
+            "(symlinks resolved)"
+        )
+    return target
+
+
+def _open(path: Path, root: Path | None, *, binary: bool = False) -> IO[Any]:
+    """`path` opened for reading; as text, UTF-8 with each undecodable byte kept as a lone surrogate, so the
+    reader can name the line. Only a regular file is read (a pipe named notes.md would block the read
+    forever); with `root`, only one inside it, checked again once open, as the path may have been swapped
+    for a symlink in between."""
+    if root is not None:
+        _inside(path, root)
+    opener = _open_without_waiting
+    if binary:
+        file: IO[Any] = open(path, "rb", opener=opener)  # noqa: SIM115 - the caller closes it
+    else:
+        file = open(path, encoding="utf-8", errors="surrogateescape", opener=opener)  # noqa: SIM115
+    try:
+        opened = os.fstat(file.fileno())
+        if not stat.S_ISREG(opened.st_mode):
+            raise InvalidRequest(
+                f"{path}: not a regular file (a pipe, socket or device); only files are loaded"
+            )
+        if root is not None and not os.path.samestat(opened, os.stat(_inside(path, root))):
+            raise InvalidRequest(f"{path}: changed while it was opened (replaced by another file); refused")
+    except BaseException:
+        file.close()
+        raise
+    return file
+
+
+def _open_without_waiting(name: str, flags: int) -> int:
+    # Opening a pipe for reading waits for a writer; non-blocking, it opens at once and fstat refuses it.
+    return os.open(name, flags | getattr(os, "O_NONBLOCK", 0))
+
+
+def _unreadable(path: Path, error: OSError) -> str:
+    """What to say about a file whose opening or reading failed."""
+    if isinstance(error, FileNotFoundError):
+        return (
+            f"{path}: does not exist (deleted or moved while loading, or a symlink to nothing); nothing "
+            "of it was loaded"
+        )
+    reason = error.strerror or type(error).__name__
+    return f"{path}: cannot be read ({reason}); check its permissions, then load it again"
+
+
+def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Document]:
+    """The documents in one file (only inside the resolved folder `root`, if given; see load_documents)."""
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return list(_load_jsonl(path, root))
+    try:
+        with _open(path, root, binary=suffix == ".pdf") as file:
+            data = file.read()
+    except OSError as error:
+        raise InvalidRequest(_unreadable(path, error)) from None
+    if isinstance(data, bytes):
+        return [_load_pdf(path, doc_id, data)]
+    if not is_unicode(data):
+        raise InvalidRequest(f"{path}: not UTF-8 text")
+    text: str = data
+    metadata: dict[str, Any] = {}
+    if suffix in (".md", ".markdown"):
+        metadata, text = _front_matter(path, text)
+    elif suffix in (".html", ".htm"):
+        title, text = _html_to_markdown(path, text)
+        metadata = {"title": title} if title else {}
+    title = str(metadata.pop("title", "") or _first_heading(text) or _name_as_title(path))
+    doc_id = str(metadata.pop("id", doc_id))
+    return [Document(id=doc_id, title=title, content=text.strip(), metadata=metadata, source=str(path))]
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """Front matter that is valid YAML but is not read (the problem says why)."""
+
+
+class _FrontMatterLoader(yaml.SafeLoader):
+    """YAML's safe subset without what a hostile file abuses: anchors and aliases (an alias repeats a node,
+    so a few hundred bytes of aliases to aliases expand to gigabytes) and nesting past MAX_NESTING (the
+    composer recurses once per level)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _Refused(
+                problem="uses a YAML anchor or alias (&name or *name); write each value out in "
+                "full (aliases can expand a few bytes into gigabytes)",
+                problem_mark=event.start_mark,
+            )
+        nests = isinstance(event, yaml.CollectionStartEvent)
+        if nests and self.depth == MAX_NESTING:
+            raise _Refused(
+                problem=f"is nested more than {MAX_NESTING} levels deep; flatten it",
+                problem_mark=event.start_mark,
+            )
+        self.depth += nests
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= nests
+
+
+def _front_matter(path: Path, text: str) -> tuple[dict[str, Any], str]:
+    match = re.match(r"^---\s*\n(.*?)\n---\s*(?:\n|$)", text, re.DOTALL)
+    if not match:
+        return {}, text
+    yaml_text, first_line = match.group(1), text.count("\n", 0, match.start(1)) + 1
+    try:
+        data = yaml.load(yaml_text, Loader=_FrontMatterLoader) or {}
+    except yaml.YAMLError as error:
+        mark, where = getattr(error, "problem_mark", None), str(path)
+        if mark is not None:
+            where = f"{path}:{first_line + mark.line}"
+        elif isinstance(error, yaml.reader.ReaderError):  # a character YAML refuses: it knows only the offset
+            lines_before = yaml_text.count("\n", 0, error.position)
+            where = f"{path}:{first_line + lines_before}"
+        if isinstance(error, _Refused):
+            raise InvalidRequest(f"{where}: front matter {error.problem}") from None
+        problem = getattr(error, "problem", None) or getattr(error, "reason", None) or type(error).__name__
+        raise InvalidRequest(f"{where}: front matter is not valid YAML ({problem})") from None
+    except ValueError as error:  # a date that does not exist; an integer of more digits than Python converts
+        raise InvalidRequest(
+            f"{path}: front matter holds a value YAML cannot convert ({str(error)[:100]}); "
+            "quote it to keep it as text"
+        ) from None
+    if not isinstance(data, dict):
+        raise InvalidRequest(f"{path}: front matter must be a mapping of keys to values")
+    metadata = {str(k): _plain(v) for k, v in data.items()}
+    return _checked_metadata(str(path), metadata), text[match.end() :]
+
+
+def _plain(value: Any) -> Any:
+    """Metadata values as JSON types (YAML dates become ISO strings)."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(value)
+
+
+def _checked_metadata(where: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """Metadata as a store keeps it: JSON (no NaN or infinity), valid Unicode, at most MAX_METADATA_CHARS.
+    Its depth is bounded where it is parsed."""
+    try:
+        text = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise InvalidRequest(
+            f"{where}: metadata holds NaN or infinity, which JSON cannot store; quote the "
+            "value or leave it out"
+        ) from None
+    if not is_unicode(text):
+        raise InvalidRequest(f"{where}: metadata holds {_LONE_SURROGATE}")
+    if len(text) > MAX_METADATA_CHARS:
+        raise InvalidRequest(
+            f"{where}: metadata is {len(text):,} characters of JSON, over the "
+            f"{MAX_METADATA_CHARS:,} allowed (every chunk keeps a copy); keep metadata to "
+            "short facts and put long text in the body"
+        )
+    return metadata
+
+
+def _name_as_title(path: Path) -> str:
+    """The title of a file that names none: its name, words apart."""
+    return path.stem.replace("-", " ").replace("_", " ")
+
+
+def _first_heading(text: str) -> str | None:
+    match = re.search(r"^#\s+(.+?)\s*#*\s*$", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def jsonl_records(
+    path: Path, error: type[InvalidRequest] = InvalidRequest, *, root: Path | None = None
+) -> Iterator[tuple[str, Any]]:
+    """Each non-blank line's JSON value with its place ("file:line"). `error` names the file that cannot be
+    read, or the line that is not UTF-8, not JSON, nested past MAX_NESTING or holds a lone surrogate.
+    `root` confines the file as load_documents does."""
+    try:
+        with _open(path, root) as lines:
+            for number, line in enumerate(lines, start=1):
+                where = f"{path}:{number}"
+                if not line.strip():
+                    continue
+                if not is_unicode(line):  # the reader kept undecodable bytes as lone surrogates
+                    raise error(f"{where}: not UTF-8 text")
+                try:
+                    record = json.loads(line)
+                    too_deep = nesting_depth(record) > MAX_NESTING
+                except RecursionError:  # nested thousands deep: json gives up before we could count
+                    too_deep = True
+                except json.JSONDecodeError as problem:
+                    raise error(f"{where}: not valid JSON ({problem.msg})") from None
+                except ValueError:  # json reads every integer, and Python refuses to convert the longest
+                    digits = sys.get_int_max_str_digits()
+                    raise error(
+                        f"{where}: not valid JSON (a number of more than {digits} digits); quote it "
+                        "to keep it as text"
+                    ) from None
+                if too_deep:
+                    raise error(f"{where}: nested more than {MAX_NESTING} levels deep; flatten the record")
+                if _SURROGATE_ESCAPE.search(line) and not is_unicode(json.dumps(record, ensure_ascii=False)):
+                    raise error(f"{where}: holds {_LONE_SURROGATE}")
+                yield where, record
+    except OSError as problem:
+        raise error(_unreadable(path, problem)) from None
+
+
+def _load_jsonl(path: Path, root: Path | None) -> Iterator[Document]:
+    for where, record in jsonl_records(path, root=root):
+        if not isinstance(record, dict):
+            raise InvalidRequest(f"{where}: each line must be a JSON object with id and text")
+        doc_id, text = record.get("id", record.get("_id")), record.get("text")
+        if doc_id in (None, "") or not isinstance(text, str):
+            raise InvalidRequest(
+                f"{where}: needs a non-empty 'id' and a string 'text' (optional: 'title', 'metadata')"
+            )
+        metadata = record.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise InvalidRequest(f"{where}: 'metadata' must be an object")
+        yield Document(
+            id=str(doc_id),
+            title=str(record.get("title") or doc_id),
+            content=text.strip(),
+            metadata=_checked_metadata(where, metadata),
+            source=where,
+        )
+
+
+def _load_pdf(path: Path, doc_id: str, data: bytes) -> Document:
+    """A PDF's text layer, page after page (scanned pages without text yield nothing: no OCR here)."""
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import PdfReadError
+    except ImportError:
+        raise InvalidRequest(
+            f"{path}: reading PDF needs the 'pdf' extra: pip install 'agent-retrieval[pdf]'"
+        ) from None
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        pages = [(page.extract_text() or "").strip() for page in reader.pages]
+        title = str((reader.metadata or {}).get("/Title") or "").strip()
+    except (PdfReadError, ValueError, OSError) as error:
+        raise InvalidRequest(f"{path}: not a readable PDF ({type(error).__name__})") from None
+    text = "\n\n".join(p for p in pages if p)
+    if not text:
+        raise InvalidRequest(f"{path}: the PDF has no text layer (scanned pages need OCR first)")
+    return Document(
+        id=doc_id,
+        title=title or _name_as_title(path),
+        content=text,
+        metadata={"pages": len(pages)},
+        source=str(path),
+    )
+
+
+class _HTMLText(HTMLParser):
+    """Visible text of an HTML page, with h1-h3 turned into markdown headings for the chunker."""
+
+    _SKIP = {"script", "style", "noscript", "template", "head"}
+    _BLOCK = {
+        "p",
+        "div",
+        "section",
+        "article",
+        "li",
+        "tr",
+        "br",
+        "table",
+        "ul",
+        "ol",
+        "pre",
+        "blockquote",
+        "h4",
+        "h5",
+        "h6",
+    }
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.title = ""
+        self._skipping = 0
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag in self._SKIP:
+            self._skipping += 1
+        if tag == "title":
+            self._in_title = True
+        elif tag in ("h1", "h2", "h3"):
+            self.parts.append("\n\n" + "#" * int(tag[1]) + " ")
+        elif tag in self._BLOCK:
+            self.parts.append("\n\n" if tag != "br" else "\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self._SKIP:
+            self._skipping = max(0, self._skipping - 1)
+        if tag == "title":
+            self._in_title = False
+        elif tag in ("h1", "h2", "h3") or tag in self._BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title += data
+        elif not self._skipping:
+            self.parts.append(re.sub(r"\s+", " ", data))
+
+
+def _html_to_markdown(path: Path, html: str) -> tuple[str, str]:
+    parser = _HTMLText()
+    try:
+        parser.feed(html)
+        parser.close()
+    except AssertionError as error:  # html.parser's answer to a marked section it does not know, "<![x["
+        raise InvalidRequest(f"{path}: not readable HTML ({error})") from None
+    text = re.sub(r"[ \t]*\n[ \t]*", "\n", "".join(parser.parts))
+    return " ".join(parser.title.split()), re.sub(r"\n{3,}", "\n\n", text).strip()
