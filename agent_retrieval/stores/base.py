@@ -14,14 +14,142 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.models import Chunk, Document, Hit, Level, is_unicode, validate_filters
+from agent_retrieval.models import Chunk, Document, Hit, Level, validate_filters
+from agent_retrieval.validation import KEYWORD_QUERY, Count, check_ids
 
 DOCUMENT_PREVIEW_CHARS = 1500  # document hits carry the opening of the text, not all of it
 MAX_KEYWORD_TERMS = 32
 
 # Words that carry no topic: dropping them keeps keyword search fast and its ranking on the content words.
 STOPWORDS = frozenset(
-    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves"]
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+    ]
 )
 
 
@@ -36,37 +164,8 @@ MAX_SCOPE_IDS = 10_000
 
 def check_level(level: Any) -> Level:
     if level not in ("documents", "chunks"):
-        raise InvalidRequest(f"level must be 'documents' or 'chunks' (got {repr(level)[:40]})")
+        raise InvalidRequest(f"level: must be 'documents' or 'chunks' (got {repr(level)[:40]})")
     return level
-
-
-def check_count(name: str, value: Any, maximum: int) -> int:
-    """A row count: a whole number from 1 to `maximum` (bools and floats are refused, not rounded)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 1 <= value <= maximum:
-        raise InvalidRequest(
-            f"{name} must be a whole number between 1 and {maximum} (got {repr(value)[:40]})"
-        )
-    return int(value)
-
-
-def check_ids(ids: Any, name: str = "document_ids") -> list[str]:
-    """Document ids as a list of text, each once; a single string is refused rather than read as its
-    characters."""
-    if isinstance(ids, str | bytes) or not isinstance(ids, list | tuple):
-        raise InvalidRequest(f"{name} must be a list of document ids (got {type(ids).__name__})")
-    if len(ids) > MAX_SCOPE_IDS:
-        raise InvalidRequest(f"{name}: at most {MAX_SCOPE_IDS} ids (got {len(ids)})")
-    for doc_id in ids:
-        if (
-            not isinstance(doc_id, str)
-            or not 1 <= len(doc_id) <= 512
-            or "\x00" in doc_id
-            or not is_unicode(doc_id)
-        ):
-            raise InvalidRequest(
-                f"{name}: each id must be 1 to 512 characters of text without NUL (got {repr(doc_id)[:40]})"
-            )
-    return list(dict.fromkeys(ids))
 
 
 def check_search(
@@ -79,16 +178,14 @@ def check_search(
         raise InvalidRequest(f"filters: {error}") from None
     return (
         check_level(level),
-        check_count("k", k, MAX_SEARCH_K),
+        Count(MAX_SEARCH_K).check("k", k),
         filters,
-        None if document_ids is None else check_ids(document_ids),
+        None if document_ids is None else check_ids(document_ids, max_ids=MAX_SCOPE_IDS),
     )
 
 
 def check_keyword_query(query: Any) -> str:
-    if not isinstance(query, str):
-        raise InvalidRequest(f"query must be text (got {type(query).__name__})")
-    return query
+    return KEYWORD_QUERY.check("query", query)
 
 
 def check_vector(vector: Any, min_similarity: Any) -> np.ndarray | None:
@@ -97,11 +194,11 @@ def check_vector(vector: Any, min_similarity: Any) -> np.ndarray | None:
     try:
         array = np.asarray(vector, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
-        raise InvalidRequest("vector must be a list of numbers (the query embedding)") from None
+        raise InvalidRequest("vector: must be a list of numbers (the query embedding)") from None
     if array.ndim != 1 or not array.size or not np.isfinite(array).all():
-        raise InvalidRequest("vector must be a non-empty list of finite numbers (the query embedding)")
+        raise InvalidRequest("vector: must be a non-empty list of finite numbers (the query embedding)")
     if isinstance(min_similarity, bool) or not isinstance(min_similarity, Real) or math.isnan(min_similarity):
-        raise InvalidRequest(f"min_similarity must be a number (got {repr(min_similarity)[:40]})")
+        raise InvalidRequest(f"min_similarity: must be a number (got {repr(min_similarity)[:40]})")
     # Cosine is scale-free, but float sums are not: a vector of huge or tiny numbers would overflow or
     # underflow them (pgvector then answers NaN similarities, which pass every threshold).
     largest = float(np.abs(array).max())

@@ -34,17 +34,18 @@ from agent_retrieval.redaction import redact
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     MAX_CHUNK_ROWS,
+    MAX_SCOPE_IDS,
     DocumentState,
     Store,
     StoreStats,
     check_batch,
-    check_count,
     check_ids,
     check_keyword_query,
     check_search,
     check_vector,
     filter_values,
 )
+from agent_retrieval.validation import Count
 
 log = logging.getLogger(__name__)
 
@@ -434,10 +435,8 @@ class RPCStore(Store):
         level, k, filters, document_ids = check_search(level, k, filters, document_ids)
         if not check_keyword_query(query).strip() or (document_ids is not None and not document_ids):
             return None
-        # The query is plain text: Postgres text holds no NUL, and UTF-8 no lone surrogate ("\ud800").
-        text = query.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
         return f"keyword_search_{level}", {
-            "query_text": text,
+            "query_text": query,
             "match_count": k,
             **self._scope(filters, document_ids),
         }
@@ -466,7 +465,8 @@ class RPCStore(Store):
 
     def _chunk_pages(self, document_ids: Sequence[str], limit: int) -> Generator[_Plan, Any, list[Hit]]:
         """The calls that read `limit` chunks (or all there are) a page at a time, and the hits they make."""
-        document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
+        document_ids = check_ids(document_ids, max_ids=MAX_SCOPE_IDS)
+        limit = Count(MAX_CHUNK_ROWS).check("limit", limit)
         hits: list[Hit] = []
         after = None
         while len(hits) < limit:
@@ -485,10 +485,13 @@ class RPCStore(Store):
         return hits
 
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
-        return self._call("unknown_documents", ids=check_ids(ids, "ids"), tenant=self.tenant)
+        return self._call(
+            "unknown_documents", ids=check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS), tenant=self.tenant
+        )
 
     async def aunknown_documents(self, ids: Sequence[str]) -> list[str]:
-        return await self._acall("unknown_documents", ids=check_ids(ids, "ids"), tenant=self.tenant)
+        ids = check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS)
+        return await self._acall("unknown_documents", ids=ids, tenant=self.tenant)
 
     def stats(self) -> StoreStats:
         data = self._call("store_stats", tenant=self.tenant)

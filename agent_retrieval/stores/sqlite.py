@@ -27,11 +27,11 @@ from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     MAX_CHUNK_ROWS,
+    MAX_SCOPE_IDS,
     DocumentState,
     Store,
     StoreStats,
     check_batch,
-    check_count,
     check_ids,
     check_keyword_query,
     check_search,
@@ -39,6 +39,7 @@ from agent_retrieval.stores.base import (
     filter_values,
     keyword_terms,
 )
+from agent_retrieval.validation import Count
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 _BM25_K1_PLUS_1 = 2.2  # FTS5's bm25 uses k1 = 1.2: one term adds less than 2.2 times its idf to a score
@@ -672,7 +673,8 @@ class SQLiteStore(Store):
         ]
 
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
-        document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
+        document_ids = check_ids(document_ids, max_ids=MAX_SCOPE_IDS)
+        limit = Count(MAX_CHUNK_ROWS).check("limit", limit)
         rows: list[Any] = []
         with self._read() as conn:
             # One document at a time, in the caller's order, each read along the (document_id, ordinal) index
@@ -688,7 +690,7 @@ class SQLiteStore(Store):
         return [_hit("chunks", r, self.tenant) for r in rows]
 
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
-        ids = check_ids(ids, "ids")
+        ids = check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS)
         known: set[str] = set()
         with self._read() as conn:
             for batch in _batches(list(ids), 500):

@@ -238,7 +238,6 @@ SYNTAX = [
     "title:commission",
     "^commission",
     "commission -deposit",
-    "a\u0000b",
     "💥 ünïcödé",
     "",
     "   ",
