@@ -9,13 +9,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Real
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 
-from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
 from agent_retrieval.models import Chunk, Document, Hit, Level, validate_filters
-from agent_retrieval.validation import KEYWORD_QUERY, Count, check_ids
+from agent_retrieval.validation import ID, KEYWORD_QUERY, Count, Text, check_ids
 
 DOCUMENT_PREVIEW_CHARS = 1500  # document hits carry the opening of the text, not all of it
 MAX_KEYWORD_TERMS = 32
@@ -154,12 +154,18 @@ STOPWORDS = frozenset(
 
 
 # --- store arguments ------------------------------------------------------------------------------
-# Stores are public too: each checks its arguments before any SQL runs, so a bad one is an InvalidRequest
-# naming it, the same on every backend, never a database error (or a search wider than asked for).
+# Stores are public too: `Store` checks every argument before a backend sees it, so a bad one is an
+# InvalidRequest naming it, the same on every backend, never a database error (or a search wider than asked
+# for). The rules are validation.py's, shared with the request models.
 
 MAX_SEARCH_K = 1000  # as Context.candidates and the SQL functions' match_count
 MAX_CHUNK_ROWS = 100_000
 MAX_SCOPE_IDS = 10_000
+MAX_DIMENSION = 16_000  # pgvector's limit for a vector column
+SEARCH_K = Count(MAX_SEARCH_K)
+CHUNK_ROWS = Count(MAX_CHUNK_ROWS)
+DIMENSION = Count(MAX_DIMENSION)
+STORED_TEXT = Text()  # a row's text: no length bound here (the loaders and request models set those)
 
 
 def check_level(level: Any) -> Level:
@@ -168,27 +174,20 @@ def check_level(level: Any) -> Level:
     return level
 
 
-def check_search(
-    level: Any, k: Any, filters: Any = None, document_ids: Any = None
-) -> tuple[Level, int, dict[str, Any] | None, list[str] | None]:
-    """The arguments every store search shares, checked; returns them normalised."""
+def check_filters(filters: Any) -> dict[str, Any] | None:
+    """A store's filter: the tools' rules, but any text is a key (stores are searched by keys metadata
+    already holds, whatever they are)."""
     try:
-        filters = validate_filters(filters, any_key=True)
+        return validate_filters(filters, any_key=True)
     except ValueError as error:
         raise InvalidRequest(f"filters: {error}") from None
-    return (
-        check_level(level),
-        Count(MAX_SEARCH_K).check("k", k),
-        filters,
-        None if document_ids is None else check_ids(document_ids, max_ids=MAX_SCOPE_IDS),
-    )
 
 
-def check_keyword_query(query: Any) -> str:
-    return KEYWORD_QUERY.check("query", query)
+def check_scope(document_ids: Any) -> list[str] | None:
+    return None if document_ids is None else check_ids(document_ids, max_ids=MAX_SCOPE_IDS)
 
 
-def check_vector(vector: Any, min_similarity: Any) -> np.ndarray | None:
+def check_vector(vector: Any) -> np.ndarray | None:
     """A query vector: one row of finite numbers (its dimension is the store's to check), returned scaled to
     unit length, or None when it is all zeros: it has no direction, so nothing is similar to it."""
     try:
@@ -197,8 +196,6 @@ def check_vector(vector: Any, min_similarity: Any) -> np.ndarray | None:
         raise InvalidRequest("vector: must be a list of numbers (the query embedding)") from None
     if array.ndim != 1 or not array.size or not np.isfinite(array).all():
         raise InvalidRequest("vector: must be a non-empty list of finite numbers (the query embedding)")
-    if isinstance(min_similarity, bool) or not isinstance(min_similarity, Real) or math.isnan(min_similarity):
-        raise InvalidRequest(f"min_similarity: must be a number (got {repr(min_similarity)[:40]})")
     # Cosine is scale-free, but float sums are not: a vector of huge or tiny numbers would overflow or
     # underflow them (pgvector then answers NaN similarities, which pass every threshold).
     largest = float(np.abs(array).max())
@@ -206,6 +203,82 @@ def check_vector(vector: Any, min_similarity: Any) -> np.ndarray | None:
         return None
     array = array / largest
     return (array / np.linalg.norm(array)).astype(np.float32)
+
+
+def check_similarity(min_similarity: Any) -> float:
+    if isinstance(min_similarity, bool) or not isinstance(min_similarity, Real) or math.isnan(min_similarity):
+        raise InvalidRequest(f"min_similarity: must be a number (got {repr(min_similarity)[:40]})")
+    return float(min_similarity)
+
+
+def check_rows(documents: Sequence[Document], chunks: Sequence[Chunk]) -> None:
+    """What an upsert writes: ids every other call can name and text every backend can hold, each chunk
+    with its document in the batch (an upsert carries each document with its complete chunk list)."""
+    for doc in documents:
+        ID.check("document id", doc.id)
+        for name in ("title", "content"):
+            STORED_TEXT.check(f"document {doc.id!r}: {name}", getattr(doc, name))
+        if doc.source is not None:
+            STORED_TEXT.check(f"document {doc.id!r}: source", doc.source)
+    for chunk in chunks:
+        ID.check("chunk id", chunk.id)
+        ID.check(f"chunk {chunk.id!r}: document_id", chunk.document_id)
+        for name in ("heading_path", "content"):
+            STORED_TEXT.check(f"chunk {chunk.id!r}: {name}", getattr(chunk, name))
+    strays = {c.document_id for c in chunks} - {d.id for d in documents}
+    if strays:
+        raise InvalidRequest(f"chunks refer to documents not in this batch: {sorted(strays)[:5]}")
+
+
+class VectorSearch(NamedTuple):
+    """A vector search's arguments, checked: what a backend's `_vector_search` is given."""
+
+    level: Level
+    vector: np.ndarray  # unit length, float32
+    k: int
+    filters: dict[str, Any] | None
+    document_ids: list[str] | None
+    min_similarity: float
+
+
+class KeywordSearch(NamedTuple):
+    """A keyword search's arguments, checked: what a backend's `_keyword_search` is given."""
+
+    level: Level
+    query: str
+    k: int
+    filters: dict[str, Any] | None
+    document_ids: list[str] | None
+
+
+def _vector_search(
+    level: Any, vector: Any, k: Any, filters: Any, document_ids: Any, min_similarity: Any
+) -> VectorSearch | None:
+    """The search checked, or None when nothing can match (a vector without direction, an empty scope)."""
+    checked = (
+        check_level(level),
+        check_vector(vector),
+        SEARCH_K.check("k", k),
+        check_filters(filters),
+        check_scope(document_ids),
+        check_similarity(min_similarity),
+    )
+    level, unit_vector, k, filters, document_ids, min_similarity = checked
+    if unit_vector is None or document_ids == []:
+        return None
+    return VectorSearch(level, unit_vector, k, filters, document_ids, min_similarity)
+
+
+def _keyword_search(level: Any, query: Any, k: Any, filters: Any, document_ids: Any) -> KeywordSearch | None:
+    """The search checked, or None when nothing can match (a blank query, an empty scope)."""
+    search = KeywordSearch(
+        check_level(level),
+        KEYWORD_QUERY.check("query", query),
+        SEARCH_K.check("k", k),
+        check_filters(filters),
+        check_scope(document_ids),
+    )
+    return None if not search.query.strip() or search.document_ids == [] else search
 
 
 def keyword_terms(query: str) -> list[str]:
@@ -232,13 +305,6 @@ def filter_values(value: Any) -> list[Any]:
             elif re.fullmatch(r"-?\d{0,15}\.\d{1,15}", v):
                 out.append(float(v))
     return list(dict.fromkeys(out))
-
-
-def check_batch(documents: Sequence[Document], chunks: Sequence[Chunk]) -> None:
-    """An upsert carries each document with its complete chunk list, so every chunk's document is in it."""
-    strays = {c.document_id for c in chunks} - {d.id for d in documents}
-    if strays:
-        raise InvalidRequest(f"chunks refer to documents not in this batch: {sorted(strays)[:5]}")
 
 
 class DocumentState(NamedTuple):
@@ -277,20 +343,26 @@ class Store(ABC):
     backend: str = "store"
     publishes: bool = False  # whether it holds public rows, read by every tenant (stores tenants share)
 
+    # Each public method checks its arguments with the shared rules, once for every backend, then calls the
+    # backend's protected method (`upsert` -> `_upsert`), which may trust what it is given.
+
     # --- what the vectors are ------------------------------------------------------------------
     @abstractmethod
     def embedding_model(self) -> tuple[str, int] | None:
         """(model id, dimension) of the stored vectors, or None while the store has none."""
 
-    @abstractmethod
     def set_embedding_model(self, model_id: str, dimension: int) -> None:
         """Declare the model searches use (after every row was re-embedded with it)."""
+        self._set_embedding_model(ID.check("model_id", model_id), DIMENSION.check("dimension", dimension))
 
     # --- writing -------------------------------------------------------------------------------
-    @abstractmethod
     def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
         """Write documents with their complete chunk lists in one transaction, replacing earlier
         versions; rows with `embedding=None` are stored unembedded (for `reembed` to backfill)."""
+        model_id = ID.check("model_id", model_id)
+        check_rows(documents, chunks)
+        self.check_public(documents)
+        self._upsert(documents, chunks, model_id)
 
     def check_public(self, documents: Sequence[Document]) -> None:
         """Refuse to publish where no row is shared by tenants (each tenant has its own store file)."""
@@ -303,28 +375,46 @@ class Store(ABC):
                 "here, leave public off"
             )
 
-    @abstractmethod
     def delete_documents(self, ids: Sequence[str]) -> int:
         """Delete documents and their chunks; returns how many documents were deleted."""
+        ids = check_ids(ids, "ids", max_ids=None)
+        return self._delete_documents(ids) if ids else 0
 
-    @abstractmethod
     def document_states(self, ids: Sequence[str]) -> dict[str, DocumentState]:
         """The state of each of these ids that the store holds for the tenant it writes."""
+        ids = check_ids(ids, "ids", max_ids=None)
+        return self._document_states(ids) if ids else {}
 
-    @abstractmethod
     def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
-        """Stored vectors of `model_id` for these embedding-text hashes, so unchanged text is not re-embedded."""
+        """Stored vectors of `model_id` for these embedding-text hashes, so unchanged text is not embedded
+        again."""
+        text_hashes = check_ids(text_hashes, "text_hashes", max_ids=None)
+        model_id = ID.check("model_id", model_id)
+        return self._vectors_by_hash(text_hashes, model_id) if text_hashes else {}
 
-    @abstractmethod
     def pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Document] | list[Chunk]:
         """Rows with no vector or another model's vector, for backfill and re-embedding."""
+        return self._pending_embeddings(
+            check_level(level), ID.check("model_id", model_id), CHUNK_ROWS.check("limit", limit)
+        )
 
-    @abstractmethod
     def set_embeddings(self, level: Level, rows: Sequence[Document] | Sequence[Chunk], model_id: str) -> None:
         """Store the `embedding` and `text_hash` of already stored rows, in one transaction."""
+        level, model_id = check_level(level), ID.check("model_id", model_id)
+        check_ids([row.id for row in rows], "rows", max_ids=None)
+        if rows:
+            self._set_embeddings(level, rows, model_id)
+
+    def model_mismatch(self, model_id: str) -> EmbeddingModelMismatch | None:
+        """The error vectors of `model_id` meet here (they cannot be mixed with the stored model's, nor
+        compared with them), or None when the store holds that model's vectors or none yet."""
+        model_id = ID.check("model_id", model_id)
+        stored = self.embedding_model()
+        if stored and stored[0] != model_id:
+            return EmbeddingModelMismatch(stored[0], stored[1], model_id, None)
+        return None
 
     # --- reading -------------------------------------------------------------------------------
-    @abstractmethod
     def vector_search(
         self,
         level: Level,
@@ -336,8 +426,9 @@ class Store(ABC):
         min_similarity: float = -1.0,
     ) -> list[Hit]:
         """The k rows most similar to `vector` (cosine), best first, with `vector_similarity` set."""
+        search = _vector_search(level, vector, k, filters, document_ids, min_similarity)
+        return self._vector_search(*search) if search else []
 
-    @abstractmethod
     def keyword_search(
         self,
         level: Level,
@@ -347,16 +438,21 @@ class Store(ABC):
         filters: dict[str, Any] | None = None,
         document_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
-        """The k best BM25 matches of the query's words, best first, with `keyword_score` set (higher is better).
-        The query is plain text: any search-syntax characters in it are treated as ordinary text."""
+        """The k best BM25 matches of the query's words, best first, with `keyword_score` set (higher is
+        better). The query is plain text: any search-syntax characters in it are treated as ordinary text."""
+        search = _keyword_search(level, query, k, filters, document_ids)
+        return self._keyword_search(*search) if search else []
 
-    @abstractmethod
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
         """Chunks of these documents in reading order (documents in the order given)."""
+        document_ids = check_ids(document_ids, max_ids=MAX_SCOPE_IDS)
+        limit = CHUNK_ROWS.check("limit", limit)
+        return self._document_chunks(document_ids, limit) if document_ids else []
 
-    @abstractmethod
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
         """Those of `ids` that are not stored."""
+        ids = check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS)
+        return self._unknown_documents(ids) if ids else []
 
     @abstractmethod
     def stats(self) -> StoreStats:
@@ -366,21 +462,132 @@ class Store(ABC):
     def close(self) -> None:
         """Release connections; the store may not be used afterwards."""
 
-    # --- async: stores without native async run the sync call in a worker thread ---------------------
-    async def avector_search(self, level: Level, vector: np.ndarray, k: int, **kwargs: Any) -> list[Hit]:
-        return await asyncio.to_thread(self.vector_search, level, vector, k, **kwargs)
+    # --- async: the same checks, then the backend's async call ------------------------------------
+    async def avector_search(
+        self,
+        level: Level,
+        vector: np.ndarray,
+        k: int,
+        *,
+        filters: dict[str, Any] | None = None,
+        document_ids: Sequence[str] | None = None,
+        min_similarity: float = -1.0,
+    ) -> list[Hit]:
+        search = _vector_search(level, vector, k, filters, document_ids, min_similarity)
+        return await self._avector_search(*search) if search else []
 
-    async def akeyword_search(self, level: Level, query: str, k: int, **kwargs: Any) -> list[Hit]:
-        return await asyncio.to_thread(self.keyword_search, level, query, k, **kwargs)
+    async def akeyword_search(
+        self,
+        level: Level,
+        query: str,
+        k: int,
+        *,
+        filters: dict[str, Any] | None = None,
+        document_ids: Sequence[str] | None = None,
+    ) -> list[Hit]:
+        search = _keyword_search(level, query, k, filters, document_ids)
+        return await self._akeyword_search(*search) if search else []
 
     async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
-        return await asyncio.to_thread(self.document_chunks, document_ids, limit)
+        document_ids = check_ids(document_ids, max_ids=MAX_SCOPE_IDS)
+        limit = CHUNK_ROWS.check("limit", limit)
+        return await self._adocument_chunks(document_ids, limit) if document_ids else []
 
     async def aunknown_documents(self, ids: Sequence[str]) -> list[str]:
-        return await asyncio.to_thread(self.unknown_documents, ids)
+        ids = check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS)
+        return await self._aunknown_documents(ids) if ids else []
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # --- what a backend implements, given checked arguments ----------------------------------------
+    @abstractmethod
+    def _set_embedding_model(self, model_id: str, dimension: int) -> None: ...
+
+    @abstractmethod
+    def _upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None: ...
+
+    @abstractmethod
+    def _delete_documents(self, ids: list[str]) -> int: ...
+
+    @abstractmethod
+    def _document_states(self, ids: list[str]) -> dict[str, DocumentState]: ...
+
+    @abstractmethod
+    def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]: ...
+
+    @abstractmethod
+    def _pending_embeddings(
+        self, level: Level, model_id: str, limit: int
+    ) -> list[Document] | list[Chunk]: ...
+
+    @abstractmethod
+    def _set_embeddings(
+        self, level: Level, rows: Sequence[Document] | Sequence[Chunk], model_id: str
+    ) -> None: ...
+
+    @abstractmethod
+    def _vector_search(
+        self,
+        level: Level,
+        vector: np.ndarray,
+        k: int,
+        filters: dict[str, Any] | None,
+        document_ids: list[str] | None,
+        min_similarity: float,
+        /,
+    ) -> list[Hit]:
+        """`vector` is unit length; `document_ids`, when given, holds at least one id."""
+
+    @abstractmethod
+    def _keyword_search(
+        self,
+        level: Level,
+        query: str,
+        k: int,
+        filters: dict[str, Any] | None,
+        document_ids: list[str] | None,
+        /,
+    ) -> list[Hit]:
+        """`query` is not blank; `document_ids`, when given, holds at least one id."""
+
+    @abstractmethod
+    def _document_chunks(self, document_ids: list[str], limit: int) -> list[Hit]: ...
+
+    @abstractmethod
+    def _unknown_documents(self, ids: list[str]) -> list[str]: ...
+
+    # Stores without native async run the sync call in a worker thread.
+    async def _avector_search(
+        self,
+        level: Level,
+        vector: np.ndarray,
+        k: int,
+        filters: dict[str, Any] | None,
+        document_ids: list[str] | None,
+        min_similarity: float,
+        /,
+    ) -> list[Hit]:
+        return await asyncio.to_thread(
+            self._vector_search, level, vector, k, filters, document_ids, min_similarity
+        )
+
+    async def _akeyword_search(
+        self,
+        level: Level,
+        query: str,
+        k: int,
+        filters: dict[str, Any] | None,
+        document_ids: list[str] | None,
+        /,
+    ) -> list[Hit]:
+        return await asyncio.to_thread(self._keyword_search, level, query, k, filters, document_ids)
+
+    async def _adocument_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
+        return await asyncio.to_thread(self._document_chunks, document_ids, limit)
+
+    async def _aunknown_documents(self, ids: list[str]) -> list[str]:
+        return await asyncio.to_thread(self._unknown_documents, ids)

@@ -32,20 +32,13 @@ from agent_retrieval.errors import (
 from agent_retrieval.models import Chunk, Document, Hit, Level
 from agent_retrieval.redaction import redact
 from agent_retrieval.stores.base import (
+    DIMENSION,
     DOCUMENT_PREVIEW_CHARS,
-    MAX_CHUNK_ROWS,
-    MAX_SCOPE_IDS,
     DocumentState,
     Store,
     StoreStats,
-    check_batch,
-    check_ids,
-    check_keyword_query,
-    check_search,
-    check_vector,
     filter_values,
 )
-from agent_retrieval.validation import Count
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +101,7 @@ def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384) -> str:
     """All of the store's SQL for one schema and embedding dimension: run it with psql, or paste it into
     the Supabase SQL editor. Running it again changes nothing."""
     check_schema_name(schema)
-    if not isinstance(dimension, int) or not 1 <= dimension <= 16000:
-        raise InvalidRequest(f"dimension must be an integer between 1 and 16000 (got {dimension!r})")
+    dimension = DIMENSION.check("dimension", dimension)
     parts = []
     for path in sorted(SQL_DIR.glob("*.sql")):
         text = path.read_text(encoding="utf-8")
@@ -325,13 +317,12 @@ class RPCStore(Store):
             self._model_cache = cached = (time.monotonic(), model)
         return cached[1]
 
-    def set_embedding_model(self, model_id: str, dimension: int) -> None:
+    def _set_embedding_model(self, model_id: str, dimension: int) -> None:
         self._model_cache = None
         self._call("set_embedding_model", model=model_id, dimension=dimension)
 
     # --- writing -------------------------------------------------------------------------------------
-    def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
-        check_batch(documents, chunks)
+    def _upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
         self._model_cache = None  # the first write records the model
         self._call(
             "upsert_documents",
@@ -341,24 +332,24 @@ class RPCStore(Store):
             chunks=Json([_chunk_json(c) for c in chunks]),
         )
 
-    def delete_documents(self, ids: Sequence[str]) -> int:
-        return int(self._call("delete_documents", ids=list(ids), tenant=self.tenant) or 0)
+    def _delete_documents(self, ids: list[str]) -> int:
+        return int(self._call("delete_documents", ids=ids, tenant=self.tenant) or 0)
 
-    def document_states(self, ids: Sequence[str]) -> dict[str, DocumentState]:
+    def _document_states(self, ids: list[str]) -> dict[str, DocumentState]:
         states: dict[str, DocumentState] = {}
-        for batch in _batches(list(dict.fromkeys(ids)), IDS_PER_CALL):
+        for batch in _batches(ids, IDS_PER_CALL):
             for r in self._call("document_states", ids=batch, tenant=self.tenant):
                 states[r["id"]] = DocumentState(r["content_hash"], r["embedded"], r["source"], r["public"])
         return states
 
-    def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
+    def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
-        for batch in _batches(sorted(set(text_hashes)), HASHES_PER_CALL):
+        for batch in _batches(text_hashes, HASHES_PER_CALL):
             vectors = self._call("vectors_by_hash", hashes=batch, model=model_id, tenant=self.tenant)
             found.update({text_hash: _vector(vector) for text_hash, vector in vectors.items()})
         return found
 
-    def pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
+    def _pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
         rows = self._call(
             "pending_embeddings", level=level, model=model_id, max_rows=limit, tenant=self.tenant
         )
@@ -386,41 +377,32 @@ class RPCStore(Store):
             for r in rows
         ]
 
-    def set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
+    def _set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
         payload = [
             {"id": r.id, "text_hash": r.text_hash, "embedding": _vector_json(r.embedding)} for r in rows
         ]
         self._call("set_embeddings", level=level, rows=Json(payload), model=model_id, tenant=self.tenant)
 
     # --- reading -------------------------------------------------------------------------------------
-    # A search is planned once (the function and its arguments, or None when the answer is empty
-    # anyway) and then sent by the sync or the async path.
-    def _scope(self, filters: dict[str, Any] | None, document_ids: Sequence[str] | None) -> dict[str, Any]:
+    # A search is planned once (the function and its arguments) and then sent by the sync or the async path.
+    def _scope(self, filters: dict[str, Any] | None, document_ids: list[str] | None) -> dict[str, Any]:
         # Numbers and their text forms match each other, as on every backend (the SQL does so too).
         expanded = {key: filter_values(value) for key, value in (filters or {}).items()}
-        return {
-            "filter": Json(expanded),
-            "document_ids": None if document_ids is None else list(document_ids),
-            "tenant": self.tenant,
-        }
+        return {"filter": Json(expanded), "document_ids": document_ids, "tenant": self.tenant}
 
     def _vector_plan(
         self,
         level: Level,
         vector: np.ndarray,
         k: int,
-        filters: dict[str, Any] | None = None,
-        document_ids: Sequence[str] | None = None,
-        min_similarity: float = -1.0,
-    ) -> _Plan | None:
-        level, k, filters, document_ids = check_search(level, k, filters, document_ids)
-        vector = check_vector(vector, min_similarity)
-        if vector is None or (document_ids is not None and not document_ids):
-            return None
+        filters: dict[str, Any] | None,
+        document_ids: list[str] | None,
+        min_similarity: float,
+    ) -> _Plan:
         return f"match_{level}", {
             "query_embedding": vector,
             "match_count": k,
-            "min_similarity": float(min_similarity),
+            "min_similarity": min_similarity,
             **self._scope(filters, document_ids),
         }
 
@@ -429,44 +411,39 @@ class RPCStore(Store):
         level: Level,
         query: str,
         k: int,
-        filters: dict[str, Any] | None = None,
-        document_ids: Sequence[str] | None = None,
-    ) -> _Plan | None:
-        level, k, filters, document_ids = check_search(level, k, filters, document_ids)
-        if not check_keyword_query(query).strip() or (document_ids is not None and not document_ids):
-            return None
+        filters: dict[str, Any] | None,
+        document_ids: list[str] | None,
+    ) -> _Plan:
         return f"keyword_search_{level}", {
             "query_text": query,
             "match_count": k,
             **self._scope(filters, document_ids),
         }
 
-    def vector_search(self, level: Level, vector: np.ndarray, k: int, **kwargs: Any) -> list[Hit]:
-        plan = self._vector_plan(level, vector, k, **kwargs)
-        return [_hit(level, r) for r in self._call(plan[0], **plan[1])] if plan else []
+    def _vector_search(self, level: Level, *search: Any) -> list[Hit]:
+        function, params = self._vector_plan(level, *search)
+        return [_hit(level, r) for r in self._call(function, **params)]
 
-    def keyword_search(self, level: Level, query: str, k: int, **kwargs: Any) -> list[Hit]:
-        plan = self._keyword_plan(level, query, k, **kwargs)
-        return [_hit(level, r) for r in self._call(plan[0], **plan[1])] if plan else []
+    def _keyword_search(self, level: Level, *search: Any) -> list[Hit]:
+        function, params = self._keyword_plan(level, *search)
+        return [_hit(level, r) for r in self._call(function, **params)]
 
-    async def avector_search(self, level: Level, vector: np.ndarray, k: int, **kwargs: Any) -> list[Hit]:
-        plan = self._vector_plan(level, vector, k, **kwargs)
-        return [_hit(level, r) for r in await self._acall(plan[0], **plan[1])] if plan else []
+    async def _avector_search(self, level: Level, *search: Any) -> list[Hit]:
+        function, params = self._vector_plan(level, *search)
+        return [_hit(level, r) for r in await self._acall(function, **params)]
 
-    async def akeyword_search(self, level: Level, query: str, k: int, **kwargs: Any) -> list[Hit]:
-        plan = self._keyword_plan(level, query, k, **kwargs)
-        return [_hit(level, r) for r in await self._acall(plan[0], **plan[1])] if plan else []
+    async def _akeyword_search(self, level: Level, *search: Any) -> list[Hit]:
+        function, params = self._keyword_plan(level, *search)
+        return [_hit(level, r) for r in await self._acall(function, **params)]
 
-    def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
+    def _document_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
         return self._run(self._chunk_pages(document_ids, limit))
 
-    async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
+    async def _adocument_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
         return await self._arun(self._chunk_pages(document_ids, limit))
 
-    def _chunk_pages(self, document_ids: Sequence[str], limit: int) -> Generator[_Plan, Any, list[Hit]]:
+    def _chunk_pages(self, document_ids: list[str], limit: int) -> Generator[_Plan, Any, list[Hit]]:
         """The calls that read `limit` chunks (or all there are) a page at a time, and the hits they make."""
-        document_ids = check_ids(document_ids, max_ids=MAX_SCOPE_IDS)
-        limit = Count(MAX_CHUNK_ROWS).check("limit", limit)
         hits: list[Hit] = []
         after = None
         while len(hits) < limit:
@@ -484,13 +461,10 @@ class RPCStore(Store):
                 break
         return hits
 
-    def unknown_documents(self, ids: Sequence[str]) -> list[str]:
-        return self._call(
-            "unknown_documents", ids=check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS), tenant=self.tenant
-        )
+    def _unknown_documents(self, ids: list[str]) -> list[str]:
+        return self._call("unknown_documents", ids=ids, tenant=self.tenant)
 
-    async def aunknown_documents(self, ids: Sequence[str]) -> list[str]:
-        ids = check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS)
+    async def _aunknown_documents(self, ids: list[str]) -> list[str]:
         return await self._acall("unknown_documents", ids=ids, tenant=self.tenant)
 
     def stats(self) -> StoreStats:
