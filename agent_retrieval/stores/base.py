@@ -8,6 +8,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from numbers import Real
 from typing import Any, NamedTuple, Self
 
@@ -305,6 +306,21 @@ def filter_values(value: Any) -> list[Any]:
             elif re.fullmatch(r"-?\d{0,15}\.\d{1,15}", v):
                 out.append(float(v))
     return list(dict.fromkeys(out))
+
+
+class Failure(StrEnum):
+    """Why a store call failed, in the words every backend maps its own errors to (SQLSTATEs, PostgREST
+    codes, HTTP statuses, driver exceptions, SQLite result codes)."""
+
+    UNREACHABLE = (
+        "unreachable"  # no connection, or it dropped: the server is down, restarting or out of reach
+    )
+    CONFLICT = "conflict"  # the call gave way to a concurrent writer: a deadlock, a serialization failure
+
+
+# The failures the same call may get past when it is made again (every store call is safe to repeat): the one
+# list of what is transient.
+TRANSIENT = frozenset({Failure.UNREACHABLE, Failure.CONFLICT})
 
 
 class DocumentState(NamedTuple):

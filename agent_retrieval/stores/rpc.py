@@ -34,7 +34,9 @@ from agent_retrieval.redaction import redact
 from agent_retrieval.stores.base import (
     DIMENSION,
     DOCUMENT_PREVIEW_CHARS,
+    TRANSIENT,
     DocumentState,
+    Failure,
     Store,
     StoreStats,
     filter_values,
@@ -46,20 +48,6 @@ SQL_DIR = Path(__file__).parent / "sql"
 DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
-# Codes of a store that could not be reached or dropped the connection (SQLSTATE class 08 counts too):
-# the transports' own, and Postgres going down (57P01-03) or PostgREST losing its database (PGRST000-003).
-UNREACHABLE = {
-    "connection",
-    "pool",
-    "gateway",
-    "57P01",
-    "57P02",
-    "57P03",
-    "PGRST000",
-    "PGRST001",
-    "PGRST002",
-    "PGRST003",
-}
 _Plan = tuple[str, dict[str, Any]]  # a SQL function and its named arguments
 SCHEMA_VERSION = 2  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
@@ -144,15 +132,35 @@ class Json:
     value: Any
 
 
+def sqlstate_failure(code: str) -> Failure | None:
+    """What a Postgres SQLSTATE says in the stores' vocabulary; both transports meet them (PostgREST passes
+    the database's on)."""
+    # Connection exceptions (class 08), and the server shutting down or starting up (57P01-03).
+    if code.startswith("08") or code in ("57P01", "57P02", "57P03"):
+        return Failure.UNREACHABLE
+    if code in ("40001", "40P01"):  # serialization failure, deadlock detected
+        return Failure.CONFLICT
+    return None
+
+
 @dataclass
 class CallError(Exception):
-    """A failed call, reduced to what both transports report: SQLSTATE (or PostgREST code) and messages."""
+    """A failed call, reduced to what both transports report: SQLSTATE (or the transport's own code),
+    messages, and what failed in the stores' vocabulary (`failure`, None when it is none of those).
+
+    `waited`: the transport already waited the failure out (a pool reconnecting all along), so a retry
+    would only multiply the caller's wait."""
 
     code: str
     message: str
     detail: str | None = None
     hint: str | None = None
-    transient: bool = False
+    failure: Failure | None = None
+    waited: bool = False
+
+    @property
+    def transient(self) -> bool:
+        return self.failure in TRANSIENT and not self.waited
 
 
 class RPCStore(Store):
@@ -253,14 +261,14 @@ class RPCStore(Store):
             detail=error.detail and redact(error.detail),
             hint=error.hint and redact(error.hint),
         )
-        if error.code in UNREACHABLE or error.code.startswith("08"):
+        if error.failure is Failure.UNREACHABLE:
             tries = f" (tried {attempts} times)" if attempts > 1 else ""
             return StoreUnavailable(
                 f"cannot reach the {self.backend} store at {self.location}: {error.message}"
                 f"{tries}. {self.unreachable_advice}, then try again: the call is safe "
                 "to repeat"
             )
-        if error.code in ("40001", "40P01"):
+        if error.failure is Failure.CONFLICT:
             return StoreError(
                 f"the {self.backend} store gave up the call on a conflict with a concurrent write "
                 f"({error.message}); try again: the call is safe to repeat"

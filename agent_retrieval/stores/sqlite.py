@@ -27,6 +27,7 @@ from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     DocumentState,
+    Failure,
     Store,
     StoreStats,
     filter_values,
@@ -251,7 +252,7 @@ class SQLiteStore(Store):
         """What happened to which file, and what to do about it."""
         code = getattr(error, "sqlite_errorcode", 0) & 0xFF  # the primary result code
         text = str(error).lower()
-        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
+        if _failure(code, text) is Failure.CONFLICT:
             return (
                 f"the store {self.path} is locked by another writer (waited {self.timeout:g} s): another "
                 "process is writing to it, such as an ingest or reembed. Wait for it to finish, then run "
@@ -705,6 +706,14 @@ class SQLiteStore(Store):
                 ),
                 schema_version=count("PRAGMA user_version"),
             )
+
+
+def _failure(code: int, text: str) -> Failure | None:
+    """A SQLite result code in the stores' vocabulary. Another writer's lock, held past the busy timeout, is a
+    conflict (transient: once it commits the call succeeds); a local file is never unreachable."""
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
+        return Failure.CONFLICT
+    return None
 
 
 def _set_up(conn: sqlite3.Connection, *statements: str) -> sqlite3.Connection:
