@@ -9,7 +9,7 @@ import math
 import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -333,6 +333,9 @@ def nesting_depth(value: Any) -> int:
     return deepest
 
 
+Request = TypeVar("Request", bound=BaseModel)
+
+
 def explain(error: ValidationError) -> str:
     """One readable line per problem: the field, what is wrong, what is allowed."""
     lines = []
@@ -348,7 +351,7 @@ def explain(error: ValidationError) -> str:
     return "Invalid arguments: " + "; ".join(lines)
 
 
-def parse_request(model: type[SearchRequest], data: dict[str, Any]) -> SearchRequest:
+def parse_request(model: type[Request], data: dict[str, Any]) -> Request:
     """Validate raw arguments into a request, raising InvalidRequest with a readable message."""
     try:
         return model.model_validate(data)

@@ -81,17 +81,23 @@ class Text:
 
     def check(self, name: str, value: Any) -> str:
         """`validate` for a plain argument: InvalidRequest naming it."""
-        if not isinstance(value, str):
-            raise InvalidRequest(f"{name}: must be text (got {type(value).__name__})")
         try:
-            return self.validate(value)
+            return self.validate(_text_only(value))
         except ValueError as error:
             raise InvalidRequest(f"{name}: {error}") from None
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        return core_schema.no_info_after_validator_function(self.validate, handler(source))
+        # Text only, refused in the rule's words (pydantic's lax str would decode bytes).
+        checked = core_schema.no_info_after_validator_function(self.validate, handler(source))
+        return core_schema.no_info_before_validator_function(_text_only, checked)
+
+
+def _text_only(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"must be text (got {type(value).__name__})")
+    return value
 
 
 @dataclass(frozen=True)
