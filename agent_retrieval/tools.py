@@ -130,6 +130,8 @@ def _shown_ids_read_back(arguments: dict[str, Any]) -> dict[str, Any]:
     return {**arguments, "document_ids": [unquote_id(i) if isinstance(i, str) else i for i in ids]}
 
 
+# The tool classes below share one shape on purpose: each is a declaration (name, the description the model
+# reads, its arguments' schema, its level) of one behaviour, _RetrieverTool's.
 class DocumentRetrieverTool(_RetrieverTool):
     """Find whole documents; `document_retriever` in an agent's tool list."""
 

@@ -6,7 +6,7 @@ import asyncio
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from numbers import Real
@@ -252,7 +252,7 @@ class KeywordSearch(NamedTuple):
     document_ids: list[str] | None
 
 
-def _vector_search(
+def checked_vector_search(
     level: Any, vector: Any, k: Any, filters: Any, document_ids: Any, min_similarity: Any
 ) -> VectorSearch | None:
     """The search checked, or None when nothing can match (a vector without direction, an empty scope)."""
@@ -270,7 +270,9 @@ def _vector_search(
     return VectorSearch(level, unit_vector, k, filters, document_ids, min_similarity)
 
 
-def _keyword_search(level: Any, query: Any, k: Any, filters: Any, document_ids: Any) -> KeywordSearch | None:
+def checked_keyword_search(
+    level: Any, query: Any, k: Any, filters: Any, document_ids: Any
+) -> KeywordSearch | None:
     """The search checked, or None when nothing can match (a blank query, an empty scope)."""
     search = KeywordSearch(
         check_level(level),
@@ -321,6 +323,21 @@ class Failure(StrEnum):
 # The failures the same call may get past when it is made again (every store call is safe to repeat): the one
 # list of what is transient.
 TRANSIENT = frozenset({Failure.UNREACHABLE, Failure.CONFLICT})
+
+
+# What `pending_embeddings` returns of a row: enough to make its embedding text and write its vector back.
+PENDING_COLUMNS: dict[Level, tuple[str, ...]] = {
+    "documents": ("id", "title", "content", "metadata", "source", "content_hash"),
+    "chunks": ("id", "document_id", "ordinal", "content", "heading_path", "metadata"),
+}
+
+
+def pending_rows(level: Level, rows: Iterable[Mapping[str, Any]]) -> list[Document] | list[Chunk]:
+    """Rows holding PENDING_COLUMNS[level] (metadata decoded), as the records `pending_embeddings` returns."""
+    columns = PENDING_COLUMNS[level]
+    if level == "documents":
+        return [Document(**{c: row[c] for c in columns}) for row in rows]
+    return [Chunk(**{c: row[c] for c in columns}) for row in rows]
 
 
 class DocumentState(NamedTuple):
@@ -442,8 +459,8 @@ class Store(ABC):
         min_similarity: float = -1.0,
     ) -> list[Hit]:
         """The k rows most similar to `vector` (cosine), best first, with `vector_similarity` set."""
-        search = _vector_search(level, vector, k, filters, document_ids, min_similarity)
-        return self._vector_search(*search) if search else []
+        search = checked_vector_search(level, vector, k, filters, document_ids, min_similarity)
+        return self._vector_search(search) if search else []
 
     def keyword_search(
         self,
@@ -456,8 +473,8 @@ class Store(ABC):
     ) -> list[Hit]:
         """The k best BM25 matches of the query's words, best first, with `keyword_score` set (higher is
         better). The query is plain text: any search-syntax characters in it are treated as ordinary text."""
-        search = _keyword_search(level, query, k, filters, document_ids)
-        return self._keyword_search(*search) if search else []
+        search = checked_keyword_search(level, query, k, filters, document_ids)
+        return self._keyword_search(search) if search else []
 
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
         """Chunks of these documents in reading order (documents in the order given)."""
@@ -479,6 +496,8 @@ class Store(ABC):
         """Release connections; the store may not be used afterwards."""
 
     # --- async: the same checks, then the backend's async call ------------------------------------
+    # Each twin repeats its sync method's signature on purpose: it is the public API, typed for callers.
+    # What they share beyond it (the checks) is one function each: checked_vector_search, ...
     async def avector_search(
         self,
         level: Level,
@@ -489,8 +508,8 @@ class Store(ABC):
         document_ids: Sequence[str] | None = None,
         min_similarity: float = -1.0,
     ) -> list[Hit]:
-        search = _vector_search(level, vector, k, filters, document_ids, min_similarity)
-        return await self._avector_search(*search) if search else []
+        search = checked_vector_search(level, vector, k, filters, document_ids, min_similarity)
+        return await self._avector_search(search) if search else []
 
     async def akeyword_search(
         self,
@@ -501,8 +520,8 @@ class Store(ABC):
         filters: dict[str, Any] | None = None,
         document_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
-        search = _keyword_search(level, query, k, filters, document_ids)
-        return await self._akeyword_search(*search) if search else []
+        search = checked_keyword_search(level, query, k, filters, document_ids)
+        return await self._akeyword_search(search) if search else []
 
     async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
         document_ids = check_ids(document_ids, max_ids=MAX_SCOPE_IDS)
@@ -546,29 +565,12 @@ class Store(ABC):
     ) -> None: ...
 
     @abstractmethod
-    def _vector_search(
-        self,
-        level: Level,
-        vector: np.ndarray,
-        k: int,
-        filters: dict[str, Any] | None,
-        document_ids: list[str] | None,
-        min_similarity: float,
-        /,
-    ) -> list[Hit]:
-        """`vector` is unit length; `document_ids`, when given, holds at least one id."""
+    def _vector_search(self, search: VectorSearch) -> list[Hit]:
+        """The search's vector is unit length; its document_ids, when given, hold at least one id."""
 
     @abstractmethod
-    def _keyword_search(
-        self,
-        level: Level,
-        query: str,
-        k: int,
-        filters: dict[str, Any] | None,
-        document_ids: list[str] | None,
-        /,
-    ) -> list[Hit]:
-        """`query` is not blank; `document_ids`, when given, holds at least one id."""
+    def _keyword_search(self, search: KeywordSearch) -> list[Hit]:
+        """The search's query is not blank; its document_ids, when given, hold at least one id."""
 
     @abstractmethod
     def _document_chunks(self, document_ids: list[str], limit: int) -> list[Hit]: ...
@@ -577,30 +579,11 @@ class Store(ABC):
     def _unknown_documents(self, ids: list[str]) -> list[str]: ...
 
     # Stores without native async run the sync call in a worker thread.
-    async def _avector_search(
-        self,
-        level: Level,
-        vector: np.ndarray,
-        k: int,
-        filters: dict[str, Any] | None,
-        document_ids: list[str] | None,
-        min_similarity: float,
-        /,
-    ) -> list[Hit]:
-        return await asyncio.to_thread(
-            self._vector_search, level, vector, k, filters, document_ids, min_similarity
-        )
+    async def _avector_search(self, search: VectorSearch) -> list[Hit]:
+        return await asyncio.to_thread(self._vector_search, search)
 
-    async def _akeyword_search(
-        self,
-        level: Level,
-        query: str,
-        k: int,
-        filters: dict[str, Any] | None,
-        document_ids: list[str] | None,
-        /,
-    ) -> list[Hit]:
-        return await asyncio.to_thread(self._keyword_search, level, query, k, filters, document_ids)
+    async def _akeyword_search(self, search: KeywordSearch) -> list[Hit]:
+        return await asyncio.to_thread(self._keyword_search, search)
 
     async def _adocument_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
         return await asyncio.to_thread(self._document_chunks, document_ids, limit)

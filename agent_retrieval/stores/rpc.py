@@ -37,9 +37,12 @@ from agent_retrieval.stores.base import (
     TRANSIENT,
     DocumentState,
     Failure,
+    KeywordSearch,
     Store,
     StoreStats,
+    VectorSearch,
     filter_values,
+    pending_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -336,8 +339,8 @@ class RPCStore(Store):
             "upsert_documents",
             model=model_id,
             tenant=self.tenant,
-            documents=Json([_document_json(d) for d in documents]),
-            chunks=Json([_chunk_json(c) for c in chunks]),
+            documents=Json([_row_json(d) for d in documents]),
+            chunks=Json([_row_json(c) for c in chunks]),
         )
 
     def _delete_documents(self, ids: list[str]) -> int:
@@ -358,32 +361,10 @@ class RPCStore(Store):
         return found
 
     def _pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
-        rows = self._call(
-            "pending_embeddings", level=level, model=model_id, max_rows=limit, tenant=self.tenant
+        return pending_rows(
+            level,
+            self._call("pending_embeddings", level=level, model=model_id, max_rows=limit, tenant=self.tenant),
         )
-        if level == "documents":
-            return [
-                Document(
-                    id=r["id"],
-                    title=r["title"],
-                    content=r["content"],
-                    metadata=r["metadata"],
-                    source=r["source"],
-                    content_hash=r["content_hash"],
-                )
-                for r in rows
-            ]
-        return [
-            Chunk(
-                id=r["id"],
-                document_id=r["document_id"],
-                ordinal=r["ordinal"],
-                content=r["content"],
-                heading_path=r["heading_path"],
-                metadata=r["metadata"],
-            )
-            for r in rows
-        ]
 
     def _set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
         payload = [
@@ -398,51 +379,36 @@ class RPCStore(Store):
         expanded = {key: filter_values(value) for key, value in (filters or {}).items()}
         return {"filter": Json(expanded), "document_ids": document_ids, "tenant": self.tenant}
 
-    def _vector_plan(
-        self,
-        level: Level,
-        vector: np.ndarray,
-        k: int,
-        filters: dict[str, Any] | None,
-        document_ids: list[str] | None,
-        min_similarity: float,
-    ) -> _Plan:
-        return f"match_{level}", {
-            "query_embedding": vector,
-            "match_count": k,
-            "min_similarity": min_similarity,
-            **self._scope(filters, document_ids),
+    def _vector_plan(self, search: VectorSearch) -> _Plan:
+        return f"match_{search.level}", {
+            "query_embedding": search.vector,
+            "match_count": search.k,
+            "min_similarity": search.min_similarity,
+            **self._scope(search.filters, search.document_ids),
         }
 
-    def _keyword_plan(
-        self,
-        level: Level,
-        query: str,
-        k: int,
-        filters: dict[str, Any] | None,
-        document_ids: list[str] | None,
-    ) -> _Plan:
-        return f"keyword_search_{level}", {
-            "query_text": query,
-            "match_count": k,
-            **self._scope(filters, document_ids),
+    def _keyword_plan(self, search: KeywordSearch) -> _Plan:
+        return f"keyword_search_{search.level}", {
+            "query_text": search.query,
+            "match_count": search.k,
+            **self._scope(search.filters, search.document_ids),
         }
 
-    def _vector_search(self, level: Level, *search: Any) -> list[Hit]:
-        function, params = self._vector_plan(level, *search)
-        return [_hit(level, r) for r in self._call(function, **params)]
+    def _vector_search(self, search: VectorSearch) -> list[Hit]:
+        function, params = self._vector_plan(search)
+        return [_hit(search.level, r) for r in self._call(function, **params)]
 
-    def _keyword_search(self, level: Level, *search: Any) -> list[Hit]:
-        function, params = self._keyword_plan(level, *search)
-        return [_hit(level, r) for r in self._call(function, **params)]
+    def _keyword_search(self, search: KeywordSearch) -> list[Hit]:
+        function, params = self._keyword_plan(search)
+        return [_hit(search.level, r) for r in self._call(function, **params)]
 
-    async def _avector_search(self, level: Level, *search: Any) -> list[Hit]:
-        function, params = self._vector_plan(level, *search)
-        return [_hit(level, r) for r in await self._acall(function, **params)]
+    async def _avector_search(self, search: VectorSearch) -> list[Hit]:
+        function, params = self._vector_plan(search)
+        return [_hit(search.level, r) for r in await self._acall(function, **params)]
 
-    async def _akeyword_search(self, level: Level, *search: Any) -> list[Hit]:
-        function, params = self._keyword_plan(level, *search)
-        return [_hit(level, r) for r in await self._acall(function, **params)]
+    async def _akeyword_search(self, search: KeywordSearch) -> list[Hit]:
+        function, params = self._keyword_plan(search)
+        return [_hit(search.level, r) for r in await self._acall(function, **params)]
 
     def _document_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
         return self._run(self._chunk_pages(document_ids, limit))
@@ -504,31 +470,9 @@ def _vector_json(vector: Any) -> list[float] | None:
     return None if vector is None else np.round(np.asarray(vector, dtype=np.float64), 7).tolist()
 
 
-def _document_json(doc: Document) -> dict[str, Any]:
-    return {
-        "id": doc.id,
-        "title": doc.title,
-        "content": doc.content,
-        "metadata": doc.metadata,
-        "source": doc.source,
-        "public": doc.public,
-        "content_hash": doc.content_hash,
-        "text_hash": doc.text_hash,
-        "embedding": _vector_json(doc.embedding),
-    }
-
-
-def _chunk_json(chunk: Chunk) -> dict[str, Any]:
-    return {
-        "id": chunk.id,
-        "document_id": chunk.document_id,
-        "ordinal": chunk.ordinal,
-        "heading_path": chunk.heading_path,
-        "content": chunk.content,
-        "metadata": chunk.metadata,
-        "text_hash": chunk.text_hash,
-        "embedding": _vector_json(chunk.embedding),
-    }
+def _row_json(row: Document | Chunk) -> dict[str, Any]:
+    """A document or chunk as upsert_documents takes it: every field, the vector as a list of numbers."""
+    return {f.name: getattr(row, f.name) for f in fields(row)} | {"embedding": _vector_json(row.embedding)}
 
 
 def _hit(level: Level, row: dict[str, Any]) -> Hit:

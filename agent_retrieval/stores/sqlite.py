@@ -26,12 +26,16 @@ from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, Store
 from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
+    PENDING_COLUMNS,
     DocumentState,
     Failure,
+    KeywordSearch,
     Store,
     StoreStats,
+    VectorSearch,
     filter_values,
     keyword_terms,
+    pending_rows,
 )
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -463,40 +467,15 @@ class SQLiteStore(Store):
         return found
 
     def _pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
+        columns = PENDING_COLUMNS[level]
         with self._read() as conn:
-            if level == "documents":
-                rows = conn.execute(
-                    """SELECT id, title, content, metadata, source, content_hash FROM documents
-                    WHERE embedding_model IS NOT ? ORDER BY rowid LIMIT ?""",
-                    (model_id, limit),
-                ).fetchall()
-                return [
-                    Document(
-                        id=r[0],
-                        title=r[1],
-                        content=r[2],
-                        metadata=json.loads(r[3]),
-                        source=r[4],
-                        content_hash=r[5],
-                    )
-                    for r in rows
-                ]
             rows = conn.execute(
-                """SELECT c.id, c.document_id, c.ordinal, c.content, c.heading_path, c.metadata
-                FROM chunks c WHERE c.embedding_model IS NOT ? ORDER BY c.rowid LIMIT ?""",
+                f"""SELECT {", ".join(columns)} FROM {_TABLE[level]}
+                WHERE embedding_model IS NOT ? ORDER BY rowid LIMIT ?""",
                 (model_id, limit),
-            ).fetchall()
-            return [
-                Chunk(
-                    id=r[0],
-                    document_id=r[1],
-                    ordinal=r[2],
-                    content=r[3],
-                    heading_path=r[4],
-                    metadata=json.loads(r[5]),
-                )
-                for r in rows
-            ]
+            )
+            records = [dict(zip(columns, row, strict=True)) for row in rows]
+        return pending_rows(level, [r | {"metadata": json.loads(r["metadata"])} for r in records])
 
     def _set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
         with self._write() as conn:
@@ -529,15 +508,8 @@ class SQLiteStore(Store):
             current = self._matrices[level] = _Matrix(generation, model, rowids, vectors)
             return current
 
-    def _vector_search(
-        self,
-        level: Level,
-        query: np.ndarray,
-        k: int,
-        filters: dict[str, Any] | None,
-        document_ids: list[str] | None,
-        min_similarity: float,
-    ) -> list[Hit]:
+    def _vector_search(self, search: VectorSearch) -> list[Hit]:
+        level, query, k, filters, document_ids, min_similarity = search
         with self._read() as conn:
             matrix = self._matrix(conn, level)
             if matrix is None or len(matrix.rowids) == 0:
@@ -568,18 +540,12 @@ class SQLiteStore(Store):
                 conn, level, {int(rowids[i]): float(scores[i]) for i in top}, "vector_similarity"
             )
 
-    def _keyword_search(
-        self,
-        level: Level,
-        query: str,
-        k: int,
-        filters: dict[str, Any] | None,
-        document_ids: list[str] | None,
-    ) -> list[Hit]:
+    def _keyword_search(self, search: KeywordSearch) -> list[Hit]:
         """BM25 over the query's words (FTS5), computed exactly but, for long queries, only over the rows
         that can reach the top k (MaxScore): a row holding none of the rarer terms scores at most the sum
         of the common terms' upper bounds, so once k rows beat that sum, rows with only common terms are
         never scored. On 100K chunks this halves the time of a SciFact query."""
+        level, query, k, filters, document_ids = search
         terms = keyword_terms(query)
         if not terms:
             return []

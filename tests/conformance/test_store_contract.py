@@ -19,6 +19,7 @@ from agent_retrieval.stores import SQLiteStore, Store
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
+from tests.unit.test_argument_rules import NOT_WHOLE_NUMBERS
 
 MODEL = "test/axes"
 DIM = 4
@@ -593,16 +594,7 @@ COUNT_ARGUMENTS: dict[str, tuple[Callable[[Store, Any], Any], str, int]] = {
     "pending_embeddings limit": (lambda s, n: s.pending_embeddings("chunks", MODEL, n), "limit", 100_000),
     "set_embedding_model dimension": (lambda s, n: s.set_embedding_model(MODEL, n), "dimension", 16_000),
 }
-BAD_COUNTS = {
-    "True": True,
-    "False": False,
-    "2.0": 2.0,
-    "'2'": "2",
-    "None": None,
-    "0": 0,
-    "-1": -1,
-    "max + 1": "max",
-}
+BAD_COUNTS = {**NOT_WHOLE_NUMBERS, "0": 0, "-1": -1, "max + 1": "max"}
 
 
 @pytest.mark.parametrize("bad", sorted(BAD_COUNTS))
