@@ -156,10 +156,10 @@ FILTER_KEY_TEXT = Text(1, MAX_FILTER_TEXT_CHARS)
 FILTER_TEXT = Text(0, MAX_FILTER_TEXT_CHARS)
 
 
-def unique_ids(ids: Sequence[str], max_ids: int | None, *, noun: str = "ids") -> list[str]:
+def unique_ids(ids: Sequence[str], max_ids: int | None) -> list[str]:
     """Ids once each, in the order given; ValueError when there are more than `max_ids`."""
     if max_ids is not None and len(ids) > max_ids:
-        raise ValueError(f"at most {max_ids:,} {noun} (got {len(ids):,})")
+        raise ValueError(f"at most {max_ids:,} ids (got {len(ids):,})")
     return list(dict.fromkeys(ids))
 
 
