@@ -242,6 +242,7 @@ def _query(args: argparse.Namespace, context: Context) -> int:
         "filters": _filters(args.filter),
         "hyde": args.hyde,
     }
+    request: SearchRequest
     if args.level == "chunks":
         request = parse_request(ChunkSearchRequest, {**data, "document_ids": args.document_id})
     elif args.document_id:

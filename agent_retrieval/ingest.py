@@ -22,9 +22,9 @@ from tqdm import tqdm  # text bars: tqdm.auto warns in notebooks without ipywidg
 
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
-from agent_retrieval.errors import EmbeddingError, EmbeddingModelMismatch, StoreError
+from agent_retrieval.errors import EmbeddingError, InvalidRequest, StoreError
 from agent_retrieval.models import Chunk, Document, Level
-from agent_retrieval.stores.base import Store
+from agent_retrieval.stores.base import Store, check_rows
 
 log = logging.getLogger(__name__)
 
@@ -119,14 +119,15 @@ def ingest(
     document's own metadata. Without it documents are written private, an earlier published version too.
     """
     context = context or Context()
-    _check_model(store, embedder)
+    if mismatch := store.model_mismatch(embedder.model_id):
+        raise mismatch
     unique: dict[str, Document] = {}
     for doc in documents:
         if doc.id in unique:
             log.warning("document id %r appears twice; the later one (%s) is kept", doc.id, doc.source)
         unique[doc.id] = doc
     report = IngestReport(documents=len(unique))
-    docs = list(unique.values())
+    docs = [doc for doc in unique.values() if _storable(doc, [], report)]
     for doc in docs:
         doc.content_hash = _hash(
             doc.title, doc.content, doc.metadata, context.chunk_size, context.chunk_overlap
@@ -143,9 +144,14 @@ def ingest(
     report.unchanged = len(docs) - len(todo)
     bar = tqdm(total=len(todo), unit="doc", desc="ingest", disable=not progress or len(todo) < 2)
     for start in range(0, len(todo), DOCUMENTS_PER_BATCH):
-        batch = todo[start : start + DOCUMENTS_PER_BATCH]
-        chunks = [c for d in batch for c in chunk_document(d, context.chunk_size, context.chunk_overlap)]
-        _embed_rows(batch, chunks, store, embedder, report)
+        batch: list[Document] = []
+        chunks: list[Chunk] = []
+        for doc in todo[start : start + DOCUMENTS_PER_BATCH]:
+            doc_chunks = chunk_document(doc, context.chunk_size, context.chunk_overlap)
+            if _storable(doc, doc_chunks, report):  # its chunk ids are longer than its own
+                batch.append(doc)
+                chunks += doc_chunks
+        _embed_or_leave_unembedded([*batch, *chunks], store, embedder, report)
         try:
             store.upsert(batch, chunks, embedder.model_id)
         except StoreError as error:
@@ -159,7 +165,7 @@ def ingest(
             ) from error
         report.written += len(batch)
         report.chunks += len(chunks)
-        bar.update(len(batch))
+        bar.update(len(todo[start : start + DOCUMENTS_PER_BATCH]))
         if on_batch:
             on_batch(report)
     bar.close()
@@ -182,45 +188,57 @@ def protected_ids(store: Store, documents: Sequence[Document]) -> list[str]:
     ]
 
 
-def _check_model(store: Store, embedder: Embedder) -> None:
-    stored = store.embedding_model()
-    if stored and stored[0] != embedder.model_id:
-        raise EmbeddingModelMismatch(stored[0], stored[1], embedder.model_id, None)
+def _storable(document: Document, chunks: Sequence[Chunk], report: IngestReport) -> bool:
+    """Whether the store can hold the document (and these chunks of it); if not, it is skipped with a note
+    saying why (a NUL in a text file, an id too long to name), so one bad document never stops an ingest.
+    The rule is the store's own (check_rows)."""
+    try:
+        check_rows([document], chunks)
+    except InvalidRequest as error:
+        message = f"{document.source or document.id!r}: skipped: {error}"
+        log.warning(message)
+        report.errors.append(message)
+        return False
+    return True
 
 
-def _embed_rows(
-    documents: Sequence[Document],
-    chunks: Sequence[Chunk],
-    store: Store,
-    embedder: Embedder,
-    report: IngestReport,
+def embed_rows(
+    rows: Sequence[Document | Chunk], store: Store, embedder: Embedder, report: IngestReport
 ) -> None:
-    """Set text_hash and embedding on each row, reusing stored vectors; leave None if the provider fails."""
-    rows: list[Document | Chunk] = [*documents, *chunks]
-    texts = [document_text(d) for d in documents] + [chunk_text(c) for c in chunks]
-    for row, text in zip(rows, texts):
+    """Give each row its `text_hash` and `embedding`: a vector stored for the same text and model is reused,
+    and each other text is embedded once. Counts both in `report`. Raises EmbeddingError when the provider
+    fails, leaving the embedding of every row it did not reach None."""
+    texts = [document_text(r) if isinstance(r, Document) else chunk_text(r) for r in rows]
+    for row, text in zip(rows, texts, strict=True):
         row.text_hash = _hash(text)
     known = store.vectors_by_hash([r.text_hash for r in rows], embedder.model_id)
-    missing: dict[str, str] = {}
-    for row, text in zip(rows, texts):
+    missing: dict[str, str] = {}  # text hash -> text, for each text without a stored vector
+    for row, text in zip(rows, texts, strict=True):
         row.embedding = known.get(row.text_hash)
         if row.embedding is None:
             missing.setdefault(row.text_hash, text)
     report.reused += len(rows) - sum(1 for r in rows if r.embedding is None)
     if not missing:
         return
-    try:
-        vectors = dict(zip(missing, embedder.embed_documents(list(missing.values()))))
-    except EmbeddingError as error:
-        message = f"embedding failed ({error}); rows stored without vectors"
-        log.warning(message)
-        report.errors.append(message)
-        report.unembedded += len(missing)
-        return
+    vectors = dict(zip(missing, embedder.embed_documents(list(missing.values())), strict=True))
     report.embedded += len(missing)
     for row in rows:
         if row.embedding is None:
             row.embedding = vectors[row.text_hash]
+
+
+def _embed_or_leave_unembedded(
+    rows: Sequence[Document | Chunk], store: Store, embedder: Embedder, report: IngestReport
+) -> None:
+    """`embed_rows`, but a provider failure leaves the rows it did not reach unembedded, for keyword search
+    now and `reembed` later: nothing is lost."""
+    try:
+        embed_rows(rows, store, embedder, report)
+    except EmbeddingError as error:
+        message = f"embedding failed ({error}); rows stored without vectors"
+        log.warning(message)
+        report.errors.append(message)
+        report.unembedded += len({r.text_hash for r in rows if r.embedding is None})
 
 
 def reembed(
@@ -236,22 +254,11 @@ def reembed(
     total = stats.documents + stats.chunks
     bar = tqdm(total=total, unit="row", desc="reembed", disable=not progress or total < 2)
     dimension = None
-    levels: list[tuple[Level, Callable[[Any], str]]] = [("documents", document_text), ("chunks", chunk_text)]
-    for level, text_of in levels:
+    levels: list[Level] = ["documents", "chunks"]
+    for level in levels:
         while rows := store.pending_embeddings(level, embedder.model_id, batch_size):
-            texts = [text_of(r) for r in rows]
-            for row, text in zip(rows, texts):
-                row.text_hash = _hash(text)
-            known = store.vectors_by_hash([r.text_hash for r in rows], embedder.model_id)
-            missing = list(dict.fromkeys(r.text_hash for r in rows if r.text_hash not in known))
-            if missing:
-                by_hash = {r.text_hash: t for r, t in zip(rows, texts)}
-                known.update(zip(missing, embedder.embed_documents([by_hash[h] for h in missing])))
-            for row in rows:
-                row.embedding = known[row.text_hash]
-                dimension = len(row.embedding)
-            report.embedded += len(missing)
-            report.reused += len(rows) - len(missing)
+            embed_rows(rows, store, embedder, report)
+            dimension = len(rows[-1].embedding)
             store.set_embeddings(level, rows, embedder.model_id)
             bar.update(len(rows))
     bar.close()

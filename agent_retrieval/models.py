@@ -2,24 +2,46 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agent_retrieval.context import FusionMode, HydeMethod
 from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.validation import (
+    FILTER_KEY_TEXT,
+    FILTER_TEXT,
+    MAX_ID_CHARS,
+    MAX_QUERY_CHARS,
+    QUESTION,
+    Count,
+    Id,
+    Question,
+    Text,
+    one_line,
+    unique_ids,
+)
+from agent_retrieval.validation import is_unicode as is_unicode  # the loaders import it from here
 
 Level = Literal["documents", "chunks"]
 Path_ = Literal["vector", "keyword"]
 Scalar = str | int | float | bool
 
-MAX_QUERY_CHARS = 4000
 MAX_TOP_K = 50
 MAX_DOCUMENT_IDS = 100
 MAX_FILTER_KEYS = 16
@@ -153,20 +175,31 @@ class RetrievalResult:
         return data
 
 
+TopK = Annotated[int, Count(MAX_TOP_K)]
+
+
+def _filters(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    return validate_filters(value)
+
+
+Filters = Annotated[dict[str, Any] | None, AfterValidator(_filters)]
+
+
 class SearchRequest(BaseModel):
     """Arguments of document_retriever; the descriptions are what the calling model reads."""
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(
+    # The question rule, but empty is checked below: query_type 'summarize' takes no query.
+    query: Annotated[str, dataclasses.replace(QUESTION, min_chars=0)] = Field(
         description="What to look for, in the user's own words (a question or keywords). "
         f"At most {MAX_QUERY_CHARS} characters."
     )
     query_type: Literal["general", "exact", "conceptual"] = Field(
         "general", description="; ".join(f"'{k}': {v}" for k, v in QUERY_TYPES.items()) + "."
     )
-    top_k: int = Field(5, description=f"How many results to return, 1 to {MAX_TOP_K}.")
-    filters: dict[str, Any] | None = Field(
+    top_k: TopK = Field(5, description=f"How many results to return, 1 to {MAX_TOP_K}.")
+    filters: Filters = Field(
         None,
         description='Metadata filters, all of which must hold: {"key": value} for equality, '
         '{"key": [v1, v2]} for one-of. Values are strings, numbers or booleans.',
@@ -189,33 +222,6 @@ class SearchRequest(BaseModel):
         "(implies hyde='schema').",
     )
 
-    @field_validator("query")
-    @classmethod
-    def _query(cls, value: str) -> str:
-        if len(value) > MAX_QUERY_CHARS:
-            raise ValueError(
-                f"must be at most {MAX_QUERY_CHARS} characters (got {len(value)}); "
-                "shorten it to the question itself"
-            )
-        if "\x00" in value:
-            raise ValueError("must not contain NUL characters")
-        _check_unicode(value)
-        return value.strip()
-
-    @field_validator("top_k", mode="before")
-    @classmethod
-    def _top_k_not_bool(cls, value: Any) -> Any:
-        if isinstance(value, bool):  # pydantic would read True as 1
-            raise ValueError(f"must be a whole number between 1 and {MAX_TOP_K} (got {value!r})")
-        return value
-
-    @field_validator("top_k")
-    @classmethod
-    def _top_k(cls, value: int) -> int:
-        if not 1 <= value <= MAX_TOP_K:
-            raise ValueError(f"must be between 1 and {MAX_TOP_K} (got {value})")
-        return value
-
     @field_validator("input_schema", "output_schema")
     @classmethod
     def _schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -225,15 +231,10 @@ class SearchRequest(BaseModel):
             raise ValueError(f"must be at most {MAX_SCHEMA_CHARS} characters of JSON")
         return value or None
 
-    @field_validator("filters")
-    @classmethod
-    def _filters(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return validate_filters(value)
-
     @model_validator(mode="after")
     def _needs_query(self) -> SearchRequest:
-        if not self.query and self.query_type != "summarize":
-            raise ValueError("query must not be empty: say what to look for")
+        if self.query_type != "summarize" and (problem := QUESTION.problem(self.query)):
+            raise ValueError(f"query: {problem}")
         return self
 
 
@@ -245,7 +246,7 @@ class ChunkSearchRequest(SearchRequest):
         description="; ".join(f"'{k}': {v}" for k, v in QUERY_TYPES.items())
         + "; 'summarize': return all chunks of `document_ids` in reading order (the query is not used).",
     )
-    document_ids: list[str] | None = Field(
+    document_ids: list[Id] | None = Field(
         None,
         description="Search only inside these documents (ids returned by document_retriever). "
         f"Required for 'summarize'. At most {MAX_DOCUMENT_IDS}.",
@@ -258,14 +259,7 @@ class ChunkSearchRequest(SearchRequest):
             return None
         if not value:  # an empty scope would otherwise quietly mean "everything"
             raise ValueError("must hold at least one id; leave it out to search every document")
-        if len(value) > MAX_DOCUMENT_IDS:
-            raise ValueError(f"at most {MAX_DOCUMENT_IDS} ids (got {len(value)})")
-        for doc_id in value:
-            if not doc_id or len(doc_id) > 512 or "\x00" in doc_id or not is_unicode(doc_id):
-                raise ValueError(
-                    f"each id must be 1 to 512 characters of text without NUL (got {doc_id[:40]!r})"
-                )
-        return list(dict.fromkeys(value))
+        return unique_ids(value, MAX_DOCUMENT_IDS)
 
     @model_validator(mode="after")
     def _summarize_needs_documents(self) -> ChunkSearchRequest:
@@ -293,11 +287,9 @@ def validate_filters(filters: dict[str, Any] | None, *, any_key: bool = False) -
     clean: dict[str, Any] = {}
     for key, value in filters.items():
         if not isinstance(key, str):
-            raise ValueError(f"keys must be text (got {type(key).__name__})")
-        if any_key and not (1 <= len(key) <= 1000 and "\x00" not in key and is_unicode(key)):
-            raise ValueError(
-                f"key {key[:40]!r} is not allowed: keys are 1 to 1000 characters of text, without NUL"
-            )
+            raise ValueError(f"key {repr(key)[:40]}: must be text (got {type(key).__name__})")
+        if any_key and (problem := FILTER_KEY_TEXT.problem(key)):
+            raise ValueError(f"key {key[:40]!r}: {problem}")
         if not any_key and not FILTER_KEY.match(key):
             raise ValueError(
                 f"key {key[:40]!r} is not allowed: keys are letters, digits, '_' or '-', "
@@ -314,8 +306,8 @@ def validate_filters(filters: dict[str, Any] | None, *, any_key: bool = False) -
 
 def _scalar(key: str, value: Any) -> Scalar:
     if isinstance(value, str):
-        if len(value) > 1000 or "\x00" in value or not is_unicode(value):
-            raise ValueError(f"{key!r}: string values are at most 1000 characters of text, without NUL")
+        if problem := FILTER_TEXT.problem(value):
+            raise ValueError(f"{key[:40]!r}: {problem}")
         return value
     if isinstance(value, bool):
         return value
@@ -332,25 +324,6 @@ def _scalar(key: str, value: Any) -> Scalar:
     )
 
 
-def is_unicode(text: str) -> bool:
-    """False for text holding lone surrogates (U+D800 to U+DFFF): no UTF-8 database or JSON carries them."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _check_unicode(text: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(
-            f"must be valid Unicode text: it holds a lone surrogate ({text[error.start]!r} at "
-            f"position {error.start})"
-        ) from None
-
-
 def nesting_depth(value: Any) -> int:
     """How deeply lists and dicts nest in `value` (counted up to MAX_NESTING + 1), found without recursion,
     so any depth is safe to ask about."""
@@ -365,11 +338,15 @@ def nesting_depth(value: Any) -> int:
     return deepest
 
 
+Request = TypeVar("Request", bound=BaseModel)
+
+
 def explain(error: ValidationError) -> str:
     """One readable line per problem: the field, what is wrong, what is allowed."""
     lines = []
     for problem in error.errors():
-        where = ".".join(str(p) for p in problem["loc"])
+        # A list's item is named by its place: document_ids[2], documents[0].title
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in problem["loc"]).lstrip(".")
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
             message = "is not an argument of this tool"
@@ -379,7 +356,7 @@ def explain(error: ValidationError) -> str:
     return "Invalid arguments: " + "; ".join(lines)
 
 
-def parse_request(model: type[SearchRequest], data: dict[str, Any]) -> SearchRequest:
+def parse_request(model: type[Request], data: dict[str, Any]) -> Request:
     """Validate raw arguments into a request, raising InvalidRequest with a readable message."""
     try:
         return model.model_validate(data)
@@ -392,29 +369,13 @@ class SimilaritySearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(description=SearchRequest.model_fields["query"].description)
-    top_k: int = Field(5, description=SearchRequest.model_fields["top_k"].description)
-    filters: dict[str, Any] | None = Field(
-        None, description=SearchRequest.model_fields["filters"].description
-    )
-
-    @field_validator("query")
-    @classmethod
-    def _query(cls, value: str) -> str:
-        value = SearchRequest._query(value)
-        if not value:
-            raise ValueError("must not be empty: say what to look for")
-        return value
-
-    # The same checks, with the same messages, as the full request's.
-    _top_k_not_bool = field_validator("top_k", mode="before")(SearchRequest._top_k_not_bool.__func__)
-    _top_k = field_validator("top_k")(SearchRequest._top_k.__func__)
-    _filters = field_validator("filters")(SearchRequest._filters.__func__)
+    query: Question = Field(description=SearchRequest.model_fields["query"].description)
+    top_k: TopK = Field(5, description=SearchRequest.model_fields["top_k"].description)
+    filters: Filters = Field(None, description=SearchRequest.model_fields["filters"].description)
 
 
 MAX_TITLE_CHARS = 500
 MAX_CONTENT_CHARS = 1_000_000
-MAX_ID_CHARS = 512
 # Metadata keys a writer may not set: visibility and tenancy are the operator's to decide, and the rest
 # name what the store records itself (a document's metadata is returned beside them in every hit).
 RESERVED_METADATA = frozenset(
@@ -447,49 +408,35 @@ class IndexDocumentRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    title: str = Field(
+    title: Annotated[str, Text(1, MAX_TITLE_CHARS, normalize=one_line)] = Field(
         description=f"The document's title, 1 to {MAX_TITLE_CHARS} characters. Indexing the "
         "same title again replaces the earlier version (unless an id is given)."
     )
-    content: str = Field(
+    content: Annotated[
+        str,
+        Text(
+            1,
+            MAX_CONTENT_CHARS,
+            normalize=str.strip,
+            empty="give the document's full text",
+            too_long="split a longer text into several documents",
+        ),
+    ] = Field(
         description=f"The document's full text, 1 to {MAX_CONTENT_CHARS:,} characters; "
         "markdown headings (#, ##, ###) help split it into passages."
     )
     metadata: dict[str, Any] | None = Field(
         None,
         description='Facts to filter searches by later, e.g. {"category": "policy", "year": 2024}. '
-        "Keys are identifiers; values are strings, numbers or booleans, or lists of them. Visibility (public), "
-        "the tenant and the store's own fields (id, title, source) cannot be set here.",
+        "Keys are identifiers; values are strings, numbers or booleans, or lists of them. Visibility "
+        "(public), the tenant and the store's own fields (id, title, source) cannot be set here.",
     )
-    id: str | None = Field(
+    id: Id | None = Field(
         None,
         description=f"The id to store the document under, 1 to {MAX_ID_CHARS} "
         "characters; an existing document with this id is replaced. Default: made from "
         "the title.",
     )
-
-    @field_validator("title")
-    @classmethod
-    def _title(cls, value: str) -> str:
-        value = " ".join(value.split())  # a title is one line
-        if not 1 <= len(value) <= MAX_TITLE_CHARS or "\x00" in value:
-            raise ValueError(f"must be 1 to {MAX_TITLE_CHARS} characters without NUL (got {len(value)})")
-        _check_unicode(value)
-        return value
-
-    @field_validator("content")
-    @classmethod
-    def _content(cls, value: str) -> str:
-        value = value.strip()
-        if not value:
-            raise ValueError("must not be empty: give the document's full text")
-        if len(value) > MAX_CONTENT_CHARS or "\x00" in value:
-            raise ValueError(
-                f"must be at most {MAX_CONTENT_CHARS:,} characters without NUL (got "
-                f"{len(value):,}); split a longer text into several documents"
-            )
-        _check_unicode(value)
-        return value
 
     @field_validator("metadata")
     @classmethod
@@ -501,15 +448,6 @@ class IndexDocumentRequest(BaseModel):
                 "store's operator, and ids, titles and sources are recorded by the store itself"
             )
         return validate_filters(value)  # stored metadata is what filters match, so the same rules hold
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, value: str | None) -> str | None:
-        if value is not None and (not value.strip() or len(value) > MAX_ID_CHARS or "\x00" in value):
-            raise ValueError(f"must be 1 to {MAX_ID_CHARS} characters without NUL (got {value[:40]!r})")
-        if value is not None:
-            _check_unicode(value)
-        return value
 
     def document(self, source: str) -> Document:
         """The Document to ingest; without an id, it is named after its title."""

@@ -19,10 +19,9 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from agent_retrieval.answer import format_passages
 from agent_retrieval.context import Context
-from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
+from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.fusion import rrf
 from agent_retrieval.models import (
-    MAX_QUERY_CHARS,
     MAX_TOP_K,
     ChunkSearchRequest,
     Hit,
@@ -35,6 +34,7 @@ from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import clean, element, quote, unquote
 from agent_retrieval.retrieval import Retrieval
 from agent_retrieval.text import entity_matches
+from agent_retrieval.validation import MAX_QUERY_CHARS, check_question, one_line
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +42,9 @@ MAX_ENTITY_CHARS = 80
 
 
 def check_request(request: str) -> str:
-    """The request, whitespace-normalised, or InvalidRequest saying what is allowed."""
-    text = " ".join(str(request).replace("\x00", " ").split())
-    if not text:
-        raise InvalidRequest("the question is empty: ask something about the documents")
-    if len(text) > MAX_QUERY_CHARS:
-        raise InvalidRequest(
-            f"the question is {len(text):,} characters; at most {MAX_QUERY_CHARS:,} are "
-            "searched. Ask the question itself, without pasting the material around it"
-        )
-    return text
+    """The request, held to the question rule every entry point shares (validation.QUESTION), with its
+    white space made single spaces; or InvalidRequest saying what is allowed."""
+    return one_line(check_question(request))
 
 
 # --- the plan schema: what the planner's LLM fills in -------------------------------------------

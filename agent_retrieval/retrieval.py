@@ -242,11 +242,8 @@ class Retrieval:
 
     def _model_mismatch(self) -> list[str]:
         """A degradation note if the store's vectors come from another model (then only keywords run)."""
-        stored = self.store.embedding_model()
-        if stored and stored[0] != self.embedder.model_id:
-            error = EmbeddingModelMismatch(stored[0], stored[1], self.embedder.model_id, None)
-            return [f"vector search skipped: {error}"]
-        return []
+        mismatch = self.store.model_mismatch(self.embedder.model_id)
+        return [f"vector search skipped: {mismatch}"] if mismatch else []
 
     @staticmethod
     def _vector_ready(query_embedding: hyde.QueryEmbedding | None, degraded: list[str]) -> bool:

@@ -35,6 +35,7 @@ from agent_retrieval.models import (
     RetrievalResult,
     SearchRequest,
     SimilaritySearchRequest,
+    TopK,
     explain,
     nesting_depth,
     parse_request,
@@ -284,7 +285,7 @@ class AgentRetriever(BaseRetriever):
 
     retrieval: Retrieval = Field(default_factory=Retrieval, exclude=True)
     level: Level = "chunks"
-    k: int = 5
+    k: TopK = 5
     query_type: str = "general"
     filters: dict[str, Any] | None = None
 

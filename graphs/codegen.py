@@ -22,11 +22,12 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from agent_retrieval.context import RunSettings
-from agent_retrieval.errors import AgentRetrievalError
+from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
 from agent_retrieval.graph_parts import GraphParts, run_context
-from agent_retrieval.models import MAX_QUERY_CHARS, ChunkSearchRequest, parse_request
+from agent_retrieval.models import ChunkSearchRequest, parse_request
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import element, passage, quote
+from agent_retrieval.validation import check_question
 
 MAX_ATTEMPTS = 2  # the first answer and one fix
 OFFLINE_NOTE = "no chat model configured: set OPENAI_API_KEY or OPENAI_BASE_URL"
@@ -256,15 +257,10 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSett
         errors = []
         request = state.request.strip() if isinstance(state.request, str) else ""
         language = state.language.strip().lower() if isinstance(state.language, str) else ""
-        if not request:
-            errors.append("request: must be a non-empty text saying what the code should do")
-        elif len(request) > MAX_QUERY_CHARS:
-            errors.append(
-                f"request: must be at most {MAX_QUERY_CHARS} characters (got {len(request)}); "
-                "describe the code in fewer words"
-            )
-        elif "\x00" in request:
-            errors.append("request: must not contain NUL characters")
+        try:
+            check_question(state.request, "request")
+        except InvalidRequest as error:
+            errors.append(str(error))
         if language not in VALIDATORS:
             errors.append(f"language: must be one of {', '.join(VALIDATORS)} (got {state.language!r})")
         fresh = State(request=request, language=language, errors=errors)  # a thread's next run starts clean

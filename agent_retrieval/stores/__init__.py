@@ -18,24 +18,28 @@ def open_store(context: Context) -> Store:
 
     Nothing connects until the first call.
     """
-    common = {
-        "schema": context.db_schema,
-        "tenant": context.tenant_id or None,
-        "max_retries": context.max_retries,
-    }
+    tenant = context.tenant_id or None
     if context.store_backend == "postgres":
         from agent_retrieval.stores.postgres import PostgresStore
 
-        return PostgresStore(context.postgres_dsn, timeout=context.request_timeout_seconds, **common)
+        return PostgresStore(
+            context.postgres_dsn,
+            schema=context.db_schema,
+            tenant=tenant,
+            max_retries=context.max_retries,
+            timeout=context.request_timeout_seconds,
+        )
     if context.store_backend == "supabase":
         from agent_retrieval.stores.supabase import SupabaseStore
 
         return SupabaseStore(
             context.supabase_url,
             context.supabase_key,
+            schema=context.db_schema,
+            tenant=tenant,
+            max_retries=context.max_retries,
             timeout=context.request_timeout_seconds,
             user_token=context.supabase_user_token or None,
-            **common,
         )
     return SQLiteStore(sqlite_path(context), tenant=context.tenant_id)
 

@@ -6,96 +6,64 @@ import asyncio
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from numbers import Real
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 
-from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.models import Chunk, Document, Hit, Level, is_unicode, validate_filters
+from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
+from agent_retrieval.models import Chunk, Document, Hit, Level, validate_filters
+from agent_retrieval.validation import ID, KEYWORD_QUERY, Count, Text, check_ids
 
 DOCUMENT_PREVIEW_CHARS = 1500  # document hits carry the opening of the text, not all of it
 
 
 # --- store arguments ------------------------------------------------------------------------------
-# Stores are public too: each checks its arguments before any SQL runs, so a bad one is an InvalidRequest
-# naming it, the same on every backend, never a database error (or a search wider than asked for).
+# Stores are public too: `Store` checks every argument before a backend sees it, so a bad one is an
+# InvalidRequest naming it, the same on every backend, never a database error (or a search wider than asked
+# for). The rules are validation.py's, shared with the request models.
 
 MAX_SEARCH_K = 1000  # as Context.candidates and the SQL functions' match_count
 MAX_CHUNK_ROWS = 100_000
 MAX_SCOPE_IDS = 10_000
+MAX_DIMENSION = 16_000  # pgvector's limit for a vector column
+SEARCH_K = Count(MAX_SEARCH_K)
+CHUNK_ROWS = Count(MAX_CHUNK_ROWS)
+DIMENSION = Count(MAX_DIMENSION)
+STORED_TEXT = Text()  # a row's text: no length bound here (the loaders and request models set those)
 
 
 def check_level(level: Any) -> Level:
     if level not in ("documents", "chunks"):
-        raise InvalidRequest(f"level must be 'documents' or 'chunks' (got {repr(level)[:40]})")
+        raise InvalidRequest(f"level: must be 'documents' or 'chunks' (got {repr(level)[:40]})")
     return level
 
 
-def check_count(name: str, value: Any, maximum: int) -> int:
-    """A row count: a whole number from 1 to `maximum` (bools and floats are refused, not rounded)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 1 <= value <= maximum:
-        raise InvalidRequest(
-            f"{name} must be a whole number between 1 and {maximum} (got {repr(value)[:40]})"
-        )
-    return int(value)
-
-
-def check_ids(ids: Any, name: str = "document_ids") -> list[str]:
-    """Document ids as a list of text, each once; a single string is refused rather than read as its
-    characters."""
-    if isinstance(ids, str | bytes) or not isinstance(ids, list | tuple):
-        raise InvalidRequest(f"{name} must be a list of document ids (got {type(ids).__name__})")
-    if len(ids) > MAX_SCOPE_IDS:
-        raise InvalidRequest(f"{name}: at most {MAX_SCOPE_IDS} ids (got {len(ids)})")
-    for doc_id in ids:
-        if (
-            not isinstance(doc_id, str)
-            or not 1 <= len(doc_id) <= 512
-            or "\x00" in doc_id
-            or not is_unicode(doc_id)
-        ):
-            raise InvalidRequest(
-                f"{name}: each id must be 1 to 512 characters of text without NUL (got {repr(doc_id)[:40]})"
-            )
-    return list(dict.fromkeys(ids))
-
-
-def check_search(
-    level: Any, k: Any, filters: Any = None, document_ids: Any = None
-) -> tuple[Level, int, dict[str, Any] | None, list[str] | None]:
-    """The arguments every store search shares, checked; returns them normalised."""
+def check_filters(filters: Any) -> dict[str, Any] | None:
+    """A store's filter: the tools' rules, but any text is a key (stores are searched by keys metadata
+    already holds, whatever they are)."""
     try:
-        filters = validate_filters(filters, any_key=True)
+        return validate_filters(filters, any_key=True)
     except ValueError as error:
         raise InvalidRequest(f"filters: {error}") from None
-    return (
-        check_level(level),
-        check_count("k", k, MAX_SEARCH_K),
-        filters,
-        None if document_ids is None else check_ids(document_ids),
-    )
 
 
-def check_keyword_query(query: Any) -> str:
-    if not isinstance(query, str):
-        raise InvalidRequest(f"query must be text (got {type(query).__name__})")
-    return query
+def check_scope(document_ids: Any) -> list[str] | None:
+    return None if document_ids is None else check_ids(document_ids, max_ids=MAX_SCOPE_IDS)
 
 
-def check_vector(vector: Any, min_similarity: Any) -> np.ndarray | None:
+def check_vector(vector: Any) -> np.ndarray | None:
     """A query vector: one row of finite numbers (its dimension is the store's to check), returned scaled to
     unit length, or None when it is all zeros: it has no direction, so nothing is similar to it."""
     try:
         array = np.asarray(vector, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
-        raise InvalidRequest("vector must be a list of numbers (the query embedding)") from None
+        raise InvalidRequest("vector: must be a list of numbers (the query embedding)") from None
     if array.ndim != 1 or not array.size or not np.isfinite(array).all():
-        raise InvalidRequest("vector must be a non-empty list of finite numbers (the query embedding)")
-    if isinstance(min_similarity, bool) or not isinstance(min_similarity, Real) or math.isnan(min_similarity):
-        raise InvalidRequest(f"min_similarity must be a number (got {repr(min_similarity)[:40]})")
+        raise InvalidRequest("vector: must be a non-empty list of finite numbers (the query embedding)")
     # Cosine is scale-free, but float sums are not: a vector of huge or tiny numbers would overflow or
     # underflow them (pgvector then answers NaN similarities, which pass every threshold).
     largest = float(np.abs(array).max())
@@ -103,6 +71,84 @@ def check_vector(vector: Any, min_similarity: Any) -> np.ndarray | None:
         return None
     array = array / largest
     return (array / np.linalg.norm(array)).astype(np.float32)
+
+
+def check_similarity(min_similarity: Any) -> float:
+    if isinstance(min_similarity, bool) or not isinstance(min_similarity, Real) or math.isnan(min_similarity):
+        raise InvalidRequest(f"min_similarity: must be a number (got {repr(min_similarity)[:40]})")
+    return float(min_similarity)
+
+
+def check_rows(documents: Sequence[Document], chunks: Sequence[Chunk]) -> None:
+    """What an upsert writes: ids every other call can name and text every backend can hold, each chunk
+    with its document in the batch (an upsert carries each document with its complete chunk list)."""
+    for doc in documents:
+        ID.check("document id", doc.id)
+        for name in ("title", "content"):
+            STORED_TEXT.check(f"document {doc.id!r}: {name}", getattr(doc, name))
+        if doc.source is not None:
+            STORED_TEXT.check(f"document {doc.id!r}: source", doc.source)
+    for chunk in chunks:
+        ID.check("chunk id", chunk.id)
+        ID.check(f"chunk {chunk.id!r}: document_id", chunk.document_id)
+        for name in ("heading_path", "content"):
+            STORED_TEXT.check(f"chunk {chunk.id!r}: {name}", getattr(chunk, name))
+    strays = {c.document_id for c in chunks} - {d.id for d in documents}
+    if strays:
+        raise InvalidRequest(f"chunks refer to documents not in this batch: {sorted(strays)[:5]}")
+
+
+class VectorSearch(NamedTuple):
+    """A vector search's arguments, checked: what a backend's `_vector_search` is given."""
+
+    level: Level
+    vector: np.ndarray  # unit length, float32
+    k: int
+    filters: dict[str, Any] | None
+    document_ids: list[str] | None
+    min_similarity: float
+
+
+class KeywordSearch(NamedTuple):
+    """A keyword search's arguments, checked: what a backend's `_keyword_search` is given."""
+
+    level: Level
+    query: str
+    k: int
+    filters: dict[str, Any] | None
+    document_ids: list[str] | None
+
+
+def checked_vector_search(
+    level: Any, vector: Any, k: Any, filters: Any, document_ids: Any, min_similarity: Any
+) -> VectorSearch | None:
+    """The search checked, or None when nothing can match (a vector without direction, an empty scope)."""
+    checked = (
+        check_level(level),
+        check_vector(vector),
+        SEARCH_K.check("k", k),
+        check_filters(filters),
+        check_scope(document_ids),
+        check_similarity(min_similarity),
+    )
+    level, unit_vector, k, filters, document_ids, min_similarity = checked
+    if unit_vector is None or document_ids == []:
+        return None
+    return VectorSearch(level, unit_vector, k, filters, document_ids, min_similarity)
+
+
+def checked_keyword_search(
+    level: Any, query: Any, k: Any, filters: Any, document_ids: Any
+) -> KeywordSearch | None:
+    """The search checked, or None when nothing can match (a blank query, an empty scope)."""
+    search = KeywordSearch(
+        check_level(level),
+        KEYWORD_QUERY.check("query", query),
+        SEARCH_K.check("k", k),
+        check_filters(filters),
+        check_scope(document_ids),
+    )
+    return None if not search.query.strip() or search.document_ids == [] else search
 
 
 def filter_values(value: Any) -> list[Any]:
@@ -124,11 +170,34 @@ def filter_values(value: Any) -> list[Any]:
     return list(dict.fromkeys(out))
 
 
-def check_batch(documents: Sequence[Document], chunks: Sequence[Chunk]) -> None:
-    """An upsert carries each document with its complete chunk list, so every chunk's document is in it."""
-    strays = {c.document_id for c in chunks} - {d.id for d in documents}
-    if strays:
-        raise InvalidRequest(f"chunks refer to documents not in this batch: {sorted(strays)[:5]}")
+class Failure(StrEnum):
+    """Why a store call failed, in the words every backend maps its own errors to (SQLSTATEs, PostgREST
+    codes, HTTP statuses, driver exceptions, SQLite result codes)."""
+
+    UNREACHABLE = (
+        "unreachable"  # no connection, or it dropped: the server is down, restarting or out of reach
+    )
+    CONFLICT = "conflict"  # the call gave way to a concurrent writer: a deadlock, a serialization failure
+
+
+# The failures the same call may get past when it is made again (every store call is safe to repeat): the one
+# list of what is transient.
+TRANSIENT = frozenset({Failure.UNREACHABLE, Failure.CONFLICT})
+
+
+# What `pending_embeddings` returns of a row: enough to make its embedding text and write its vector back.
+PENDING_COLUMNS: dict[Level, tuple[str, ...]] = {
+    "documents": ("id", "title", "content", "metadata", "source", "content_hash"),
+    "chunks": ("id", "document_id", "ordinal", "content", "heading_path", "metadata"),
+}
+
+
+def pending_rows(level: Level, rows: Iterable[Mapping[str, Any]]) -> list[Document] | list[Chunk]:
+    """Rows holding PENDING_COLUMNS[level] (metadata decoded), as the records `pending_embeddings` returns."""
+    columns = PENDING_COLUMNS[level]
+    if level == "documents":
+        return [Document(**{c: row[c] for c in columns}) for row in rows]
+    return [Chunk(**{c: row[c] for c in columns}) for row in rows]
 
 
 class DocumentState(NamedTuple):
@@ -167,20 +236,26 @@ class Store(ABC):
     backend: str = "store"
     publishes: bool = False  # whether it holds public rows, read by every tenant (stores tenants share)
 
+    # Each public method checks its arguments with the shared rules, once for every backend, then calls the
+    # backend's protected method (`upsert` -> `_upsert`), which may trust what it is given.
+
     # --- what the vectors are ------------------------------------------------------------------
     @abstractmethod
     def embedding_model(self) -> tuple[str, int] | None:
         """(model id, dimension) of the stored vectors, or None while the store has none."""
 
-    @abstractmethod
     def set_embedding_model(self, model_id: str, dimension: int) -> None:
         """Declare the model searches use (after every row was re-embedded with it)."""
+        self._set_embedding_model(ID.check("model_id", model_id), DIMENSION.check("dimension", dimension))
 
     # --- writing -------------------------------------------------------------------------------
-    @abstractmethod
     def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
         """Write documents with their complete chunk lists in one transaction, replacing earlier
         versions; rows with `embedding=None` are stored unembedded (for `reembed` to backfill)."""
+        model_id = ID.check("model_id", model_id)
+        check_rows(documents, chunks)
+        self.check_public(documents)
+        self._upsert(documents, chunks, model_id)
 
     def check_public(self, documents: Sequence[Document]) -> None:
         """Refuse to publish where no row is shared by tenants (each tenant has its own store file)."""
@@ -193,28 +268,46 @@ class Store(ABC):
                 "here, leave public off"
             )
 
-    @abstractmethod
     def delete_documents(self, ids: Sequence[str]) -> int:
         """Delete documents and their chunks; returns how many documents were deleted."""
+        ids = check_ids(ids, "ids", max_ids=None)
+        return self._delete_documents(ids) if ids else 0
 
-    @abstractmethod
     def document_states(self, ids: Sequence[str]) -> dict[str, DocumentState]:
         """The state of each of these ids that the store holds for the tenant it writes."""
+        ids = check_ids(ids, "ids", max_ids=None)
+        return self._document_states(ids) if ids else {}
 
-    @abstractmethod
     def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
-        """Stored vectors of `model_id` for these embedding-text hashes, so unchanged text is not re-embedded."""
+        """Stored vectors of `model_id` for these embedding-text hashes, so unchanged text is not embedded
+        again."""
+        text_hashes = check_ids(text_hashes, "text_hashes", max_ids=None)
+        model_id = ID.check("model_id", model_id)
+        return self._vectors_by_hash(text_hashes, model_id) if text_hashes else {}
 
-    @abstractmethod
     def pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Document] | list[Chunk]:
         """Rows with no vector or another model's vector, for backfill and re-embedding."""
+        return self._pending_embeddings(
+            check_level(level), ID.check("model_id", model_id), CHUNK_ROWS.check("limit", limit)
+        )
 
-    @abstractmethod
     def set_embeddings(self, level: Level, rows: Sequence[Document] | Sequence[Chunk], model_id: str) -> None:
         """Store the `embedding` and `text_hash` of already stored rows, in one transaction."""
+        level, model_id = check_level(level), ID.check("model_id", model_id)
+        check_ids([row.id for row in rows], "rows", max_ids=None)
+        if rows:
+            self._set_embeddings(level, rows, model_id)
+
+    def model_mismatch(self, model_id: str) -> EmbeddingModelMismatch | None:
+        """The error vectors of `model_id` meet here (they cannot be mixed with the stored model's, nor
+        compared with them), or None when the store holds that model's vectors or none yet."""
+        model_id = ID.check("model_id", model_id)
+        stored = self.embedding_model()
+        if stored and stored[0] != model_id:
+            return EmbeddingModelMismatch(stored[0], stored[1], model_id, None)
+        return None
 
     # --- reading -------------------------------------------------------------------------------
-    @abstractmethod
     def vector_search(
         self,
         level: Level,
@@ -226,8 +319,9 @@ class Store(ABC):
         min_similarity: float = -1.0,
     ) -> list[Hit]:
         """The k rows most similar to `vector` (cosine), best first, with `vector_similarity` set."""
+        search = checked_vector_search(level, vector, k, filters, document_ids, min_similarity)
+        return self._vector_search(search) if search else []
 
-    @abstractmethod
     def keyword_search(
         self,
         level: Level,
@@ -237,16 +331,21 @@ class Store(ABC):
         filters: dict[str, Any] | None = None,
         document_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
-        """The k best BM25 matches of the query's words, best first, with `keyword_score` set (higher is better).
-        The query is plain text: any search-syntax characters in it are treated as ordinary text."""
+        """The k best BM25 matches of the query's words, best first, with `keyword_score` set (higher is
+        better). The query is plain text: any search-syntax characters in it are treated as ordinary text."""
+        search = checked_keyword_search(level, query, k, filters, document_ids)
+        return self._keyword_search(search) if search else []
 
-    @abstractmethod
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
         """Chunks of these documents in reading order (documents in the order given)."""
+        document_ids = check_ids(document_ids, max_ids=MAX_SCOPE_IDS)
+        limit = CHUNK_ROWS.check("limit", limit)
+        return self._document_chunks(document_ids, limit) if document_ids else []
 
-    @abstractmethod
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
         """Those of `ids` that are not stored."""
+        ids = check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS)
+        return self._unknown_documents(ids) if ids else []
 
     @abstractmethod
     def stats(self) -> StoreStats:
@@ -256,21 +355,98 @@ class Store(ABC):
     def close(self) -> None:
         """Release connections; the store may not be used afterwards."""
 
-    # --- async: stores without native async run the sync call in a worker thread ---------------------
-    async def avector_search(self, level: Level, vector: np.ndarray, k: int, **kwargs: Any) -> list[Hit]:
-        return await asyncio.to_thread(self.vector_search, level, vector, k, **kwargs)
+    # --- async: the same checks, then the backend's async call ------------------------------------
+    # Each twin repeats its sync method's signature on purpose: it is the public API, typed for callers.
+    # What they share beyond it (the checks) is one function each: checked_vector_search, ...
+    async def avector_search(
+        self,
+        level: Level,
+        vector: np.ndarray,
+        k: int,
+        *,
+        filters: dict[str, Any] | None = None,
+        document_ids: Sequence[str] | None = None,
+        min_similarity: float = -1.0,
+    ) -> list[Hit]:
+        search = checked_vector_search(level, vector, k, filters, document_ids, min_similarity)
+        return await self._avector_search(search) if search else []
 
-    async def akeyword_search(self, level: Level, query: str, k: int, **kwargs: Any) -> list[Hit]:
-        return await asyncio.to_thread(self.keyword_search, level, query, k, **kwargs)
+    async def akeyword_search(
+        self,
+        level: Level,
+        query: str,
+        k: int,
+        *,
+        filters: dict[str, Any] | None = None,
+        document_ids: Sequence[str] | None = None,
+    ) -> list[Hit]:
+        search = checked_keyword_search(level, query, k, filters, document_ids)
+        return await self._akeyword_search(search) if search else []
 
     async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
-        return await asyncio.to_thread(self.document_chunks, document_ids, limit)
+        document_ids = check_ids(document_ids, max_ids=MAX_SCOPE_IDS)
+        limit = CHUNK_ROWS.check("limit", limit)
+        return await self._adocument_chunks(document_ids, limit) if document_ids else []
 
     async def aunknown_documents(self, ids: Sequence[str]) -> list[str]:
-        return await asyncio.to_thread(self.unknown_documents, ids)
+        ids = check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS)
+        return await self._aunknown_documents(ids) if ids else []
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # --- what a backend implements, given checked arguments ----------------------------------------
+    @abstractmethod
+    def _set_embedding_model(self, model_id: str, dimension: int) -> None: ...
+
+    @abstractmethod
+    def _upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None: ...
+
+    @abstractmethod
+    def _delete_documents(self, ids: list[str]) -> int: ...
+
+    @abstractmethod
+    def _document_states(self, ids: list[str]) -> dict[str, DocumentState]: ...
+
+    @abstractmethod
+    def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]: ...
+
+    @abstractmethod
+    def _pending_embeddings(
+        self, level: Level, model_id: str, limit: int
+    ) -> list[Document] | list[Chunk]: ...
+
+    @abstractmethod
+    def _set_embeddings(
+        self, level: Level, rows: Sequence[Document] | Sequence[Chunk], model_id: str
+    ) -> None: ...
+
+    @abstractmethod
+    def _vector_search(self, search: VectorSearch) -> list[Hit]:
+        """The search's vector is unit length; its document_ids, when given, hold at least one id."""
+
+    @abstractmethod
+    def _keyword_search(self, search: KeywordSearch) -> list[Hit]:
+        """The search's query is not blank; its document_ids, when given, hold at least one id."""
+
+    @abstractmethod
+    def _document_chunks(self, document_ids: list[str], limit: int) -> list[Hit]: ...
+
+    @abstractmethod
+    def _unknown_documents(self, ids: list[str]) -> list[str]: ...
+
+    # Stores without native async run the sync call in a worker thread.
+    async def _avector_search(self, search: VectorSearch) -> list[Hit]:
+        return await asyncio.to_thread(self._vector_search, search)
+
+    async def _akeyword_search(self, search: KeywordSearch) -> list[Hit]:
+        return await asyncio.to_thread(self._keyword_search, search)
+
+    async def _adocument_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
+        return await asyncio.to_thread(self._document_chunks, document_ids, limit)
+
+    async def _aunknown_documents(self, ids: list[str]) -> list[str]:
+        return await asyncio.to_thread(self._unknown_documents, ids)

@@ -9,7 +9,16 @@ from typing import Any
 
 from agent_retrieval.errors import ConfigError
 from agent_retrieval.redaction import check_secret, protect
-from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore, render_sql, returns_rows
+from agent_retrieval.stores.base import Failure
+from agent_retrieval.stores.rpc import (
+    DEFAULT_SCHEMA,
+    CallError,
+    Json,
+    RPCStore,
+    render_sql,
+    returns_rows,
+    sqlstate_failure,
+)
 
 
 def _psycopg() -> Any:
@@ -23,7 +32,6 @@ def _psycopg() -> Any:
     return psycopg
 
 
-_TRANSIENT = {"57P01", "57P02", "57P03", "40001", "40P01"}
 # How libpq reports a login the server refused (it gives no SQLSTATE for a failed connection).
 _LOGIN_REFUSED = re.compile(r"FATAL:\s*(.*(?:authentication failed|no pg_hba\.conf entry).*)")
 
@@ -162,7 +170,9 @@ class PostgresStore(RPCStore):
             raise self._pool_timeout(psycopg, pool) from None
         except PoolClosed:
             raise CallError(
-                "connection", "the connection pool was replaced while waiting for it", transient=True
+                "connection",
+                "the connection pool was replaced while waiting for it",
+                failure=Failure.UNREACHABLE,
             ) from None
         except psycopg.Error as error:
             raise _call_error(psycopg, error) from None
@@ -181,7 +191,12 @@ class PostgresStore(RPCStore):
             # Not retried: the pool has been reconnecting all along, so waiting again would only multiply
             # the time the caller waits.
             reason = _call_error(psycopg, error).message
-            return CallError("pool", f"no connection within {self.timeout:g} s ({reason})")
+            return CallError(
+                "pool",
+                f"no connection within {self.timeout:g} s ({reason})",
+                failure=Failure.UNREACHABLE,
+                waited=True,
+            )
         if self._lent >= self.pool_size:
             return CallError(
                 "busy",
@@ -193,7 +208,9 @@ class PostgresStore(RPCStore):
         # (1, 2, 4 ... s) and may not try again for a while. A new pool connects at once.
         self._discard_pool(pool)
         return CallError(
-            "connection", "the connection pool was still reconnecting after an outage", transient=True
+            "connection",
+            "the connection pool was still reconnecting after an outage",
+            failure=Failure.UNREACHABLE,
         )
 
     # --- schema --------------------------------------------------------------------------------------
@@ -233,7 +250,6 @@ def _call_error(psycopg: Any, error: Any) -> CallError:
         )
     diag = error.diag
     code = error.sqlstate or ("connection" if isinstance(error, psycopg.OperationalError) else "unknown")
-    # lost or refused connections, the server shutting down or starting up, and conflicts with other writers
-    transient = code == "connection" or code.startswith("08") or code in _TRANSIENT
+    failure = Failure.UNREACHABLE if code == "connection" else sqlstate_failure(code)
     message = (diag.message_primary or str(error).strip().splitlines()[0]) if diag else str(error)
-    return CallError(code, message, diag.message_detail, diag.message_hint, transient)
+    return CallError(code, message, diag.message_detail, diag.message_hint, failure)

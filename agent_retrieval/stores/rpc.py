@@ -32,18 +32,17 @@ from agent_retrieval.errors import (
 from agent_retrieval.models import Chunk, Document, Hit, Level
 from agent_retrieval.redaction import redact
 from agent_retrieval.stores.base import (
+    DIMENSION,
     DOCUMENT_PREVIEW_CHARS,
-    MAX_CHUNK_ROWS,
+    TRANSIENT,
     DocumentState,
+    Failure,
+    KeywordSearch,
     Store,
     StoreStats,
-    check_batch,
-    check_count,
-    check_ids,
-    check_keyword_query,
-    check_search,
-    check_vector,
+    VectorSearch,
     filter_values,
+    pending_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -52,20 +51,6 @@ SQL_DIR = Path(__file__).parent / "sql"
 DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
-# Codes of a store that could not be reached or dropped the connection (SQLSTATE class 08 counts too):
-# the transports' own, and Postgres going down (57P01-03) or PostgREST losing its database (PGRST000-003).
-UNREACHABLE = {
-    "connection",
-    "pool",
-    "gateway",
-    "57P01",
-    "57P02",
-    "57P03",
-    "PGRST000",
-    "PGRST001",
-    "PGRST002",
-    "PGRST003",
-}
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
 SCHEMA_VERSION = 2  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
@@ -107,8 +92,7 @@ def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384) -> str:
     """All of the store's SQL for one schema and embedding dimension: run it with psql, or paste it into
     the Supabase SQL editor. Running it again changes nothing."""
     check_schema_name(schema)
-    if not isinstance(dimension, int) or not 1 <= dimension <= 16000:
-        raise InvalidRequest(f"dimension must be an integer between 1 and 16000 (got {dimension!r})")
+    dimension = DIMENSION.check("dimension", dimension)
     parts = []
     for path in sorted(SQL_DIR.glob("*.sql")):
         text = path.read_text(encoding="utf-8")
@@ -151,15 +135,35 @@ class Json:
     value: Any
 
 
+def sqlstate_failure(code: str) -> Failure | None:
+    """What a Postgres SQLSTATE says in the stores' vocabulary; both transports meet them (PostgREST passes
+    the database's on)."""
+    # Connection exceptions (class 08), and the server shutting down or starting up (57P01-03).
+    if code.startswith("08") or code in ("57P01", "57P02", "57P03"):
+        return Failure.UNREACHABLE
+    if code in ("40001", "40P01"):  # serialization failure, deadlock detected
+        return Failure.CONFLICT
+    return None
+
+
 @dataclass
 class CallError(Exception):
-    """A failed call, reduced to what both transports report: SQLSTATE (or PostgREST code) and messages."""
+    """A failed call, reduced to what both transports report: SQLSTATE (or the transport's own code),
+    messages, and what failed in the stores' vocabulary (`failure`, None when it is none of those).
+
+    `waited`: the transport already waited the failure out (a pool reconnecting all along), so a retry
+    would only multiply the caller's wait."""
 
     code: str
     message: str
     detail: str | None = None
     hint: str | None = None
-    transient: bool = False
+    failure: Failure | None = None
+    waited: bool = False
+
+    @property
+    def transient(self) -> bool:
+        return self.failure in TRANSIENT and not self.waited
 
 
 class RPCStore(Store):
@@ -260,14 +264,14 @@ class RPCStore(Store):
             detail=error.detail and redact(error.detail),
             hint=error.hint and redact(error.hint),
         )
-        if error.code in UNREACHABLE or error.code.startswith("08"):
+        if error.failure is Failure.UNREACHABLE:
             tries = f" (tried {attempts} times)" if attempts > 1 else ""
             return StoreUnavailable(
                 f"cannot reach the {self.backend} store at {self.location}: {error.message}"
                 f"{tries}. {self.unreachable_advice}, then try again: the call is safe "
                 "to repeat"
             )
-        if error.code in ("40001", "40P01"):
+        if error.failure is Failure.CONFLICT:
             return StoreError(
                 f"the {self.backend} store gave up the call on a conflict with a concurrent write "
                 f"({error.message}); try again: the call is safe to repeat"
@@ -324,149 +328,96 @@ class RPCStore(Store):
             self._model_cache = cached = (time.monotonic(), model)
         return cached[1]
 
-    def set_embedding_model(self, model_id: str, dimension: int) -> None:
+    def _set_embedding_model(self, model_id: str, dimension: int) -> None:
         self._model_cache = None
         self._call("set_embedding_model", model=model_id, dimension=dimension)
 
     # --- writing -------------------------------------------------------------------------------------
-    def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
-        check_batch(documents, chunks)
+    def _upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
         self._model_cache = None  # the first write records the model
         self._call(
             "upsert_documents",
             model=model_id,
             tenant=self.tenant,
-            documents=Json([_document_json(d) for d in documents]),
-            chunks=Json([_chunk_json(c) for c in chunks]),
+            documents=Json([_row_json(d) for d in documents]),
+            chunks=Json([_row_json(c) for c in chunks]),
         )
 
-    def delete_documents(self, ids: Sequence[str]) -> int:
-        return int(self._call("delete_documents", ids=list(ids), tenant=self.tenant) or 0)
+    def _delete_documents(self, ids: list[str]) -> int:
+        return int(self._call("delete_documents", ids=ids, tenant=self.tenant) or 0)
 
-    def document_states(self, ids: Sequence[str]) -> dict[str, DocumentState]:
+    def _document_states(self, ids: list[str]) -> dict[str, DocumentState]:
         states: dict[str, DocumentState] = {}
-        for batch in _batches(list(dict.fromkeys(ids)), IDS_PER_CALL):
+        for batch in _batches(ids, IDS_PER_CALL):
             for r in self._call("document_states", ids=batch, tenant=self.tenant):
                 states[r["id"]] = DocumentState(r["content_hash"], r["embedded"], r["source"], r["public"])
         return states
 
-    def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
+    def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
-        for batch in _batches(sorted(set(text_hashes)), HASHES_PER_CALL):
+        for batch in _batches(text_hashes, HASHES_PER_CALL):
             vectors = self._call("vectors_by_hash", hashes=batch, model=model_id, tenant=self.tenant)
             found.update({text_hash: _vector(vector) for text_hash, vector in vectors.items()})
         return found
 
-    def pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
-        rows = self._call(
-            "pending_embeddings", level=level, model=model_id, max_rows=limit, tenant=self.tenant
+    def _pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
+        return pending_rows(
+            level,
+            self._call("pending_embeddings", level=level, model=model_id, max_rows=limit, tenant=self.tenant),
         )
-        if level == "documents":
-            return [
-                Document(
-                    id=r["id"],
-                    title=r["title"],
-                    content=r["content"],
-                    metadata=r["metadata"],
-                    source=r["source"],
-                    content_hash=r["content_hash"],
-                )
-                for r in rows
-            ]
-        return [
-            Chunk(
-                id=r["id"],
-                document_id=r["document_id"],
-                ordinal=r["ordinal"],
-                content=r["content"],
-                heading_path=r["heading_path"],
-                metadata=r["metadata"],
-            )
-            for r in rows
-        ]
 
-    def set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
+    def _set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
         payload = [
             {"id": r.id, "text_hash": r.text_hash, "embedding": _vector_json(r.embedding)} for r in rows
         ]
         self._call("set_embeddings", level=level, rows=Json(payload), model=model_id, tenant=self.tenant)
 
     # --- reading -------------------------------------------------------------------------------------
-    # A search is worked out once as a _SqlCall (the function and its arguments, or None when the answer
-    # is empty anyway) and then sent by the sync or the async path.
-    def _scope(self, filters: dict[str, Any] | None, document_ids: Sequence[str] | None) -> dict[str, Any]:
+    # A search is worked out once as a _SqlCall (the function and its arguments) and sent by either path.
+    def _scope(self, filters: dict[str, Any] | None, document_ids: list[str] | None) -> dict[str, Any]:
         # Numbers and their text forms match each other, as on every backend (the SQL does so too).
         expanded = {key: filter_values(value) for key, value in (filters or {}).items()}
-        return {
-            "filter": Json(expanded),
-            "document_ids": None if document_ids is None else list(document_ids),
-            "tenant": self.tenant,
+        return {"filter": Json(expanded), "document_ids": document_ids, "tenant": self.tenant}
+
+    def _vector_call(self, search: VectorSearch) -> _SqlCall:
+        return f"match_{search.level}", {
+            "query_embedding": search.vector,
+            "match_count": search.k,
+            "min_similarity": search.min_similarity,
+            **self._scope(search.filters, search.document_ids),
         }
 
-    def _vector_plan(
-        self,
-        level: Level,
-        vector: np.ndarray,
-        k: int,
-        filters: dict[str, Any] | None = None,
-        document_ids: Sequence[str] | None = None,
-        min_similarity: float = -1.0,
-    ) -> _SqlCall | None:
-        level, k, filters, document_ids = check_search(level, k, filters, document_ids)
-        vector = check_vector(vector, min_similarity)
-        if vector is None or (document_ids is not None and not document_ids):
-            return None
-        return f"match_{level}", {
-            "query_embedding": vector,
-            "match_count": k,
-            "min_similarity": float(min_similarity),
-            **self._scope(filters, document_ids),
+    def _keyword_call(self, search: KeywordSearch) -> _SqlCall:
+        return f"keyword_search_{search.level}", {
+            "query_text": search.query,
+            "match_count": search.k,
+            **self._scope(search.filters, search.document_ids),
         }
 
-    def _keyword_plan(
-        self,
-        level: Level,
-        query: str,
-        k: int,
-        filters: dict[str, Any] | None = None,
-        document_ids: Sequence[str] | None = None,
-    ) -> _SqlCall | None:
-        level, k, filters, document_ids = check_search(level, k, filters, document_ids)
-        if not check_keyword_query(query).strip() or (document_ids is not None and not document_ids):
-            return None
-        # The query is plain text: Postgres text holds no NUL, and UTF-8 no lone surrogate ("\ud800").
-        text = query.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
-        return f"keyword_search_{level}", {
-            "query_text": text,
-            "match_count": k,
-            **self._scope(filters, document_ids),
-        }
+    def _vector_search(self, search: VectorSearch) -> list[Hit]:
+        function, params = self._vector_call(search)
+        return [_hit(search.level, r) for r in self._call(function, **params)]
 
-    def vector_search(self, level: Level, vector: np.ndarray, k: int, **kwargs: Any) -> list[Hit]:
-        plan = self._vector_plan(level, vector, k, **kwargs)
-        return [_hit(level, r) for r in self._call(plan[0], **plan[1])] if plan else []
+    def _keyword_search(self, search: KeywordSearch) -> list[Hit]:
+        function, params = self._keyword_call(search)
+        return [_hit(search.level, r) for r in self._call(function, **params)]
 
-    def keyword_search(self, level: Level, query: str, k: int, **kwargs: Any) -> list[Hit]:
-        plan = self._keyword_plan(level, query, k, **kwargs)
-        return [_hit(level, r) for r in self._call(plan[0], **plan[1])] if plan else []
+    async def _avector_search(self, search: VectorSearch) -> list[Hit]:
+        function, params = self._vector_call(search)
+        return [_hit(search.level, r) for r in await self._acall(function, **params)]
 
-    async def avector_search(self, level: Level, vector: np.ndarray, k: int, **kwargs: Any) -> list[Hit]:
-        plan = self._vector_plan(level, vector, k, **kwargs)
-        return [_hit(level, r) for r in await self._acall(plan[0], **plan[1])] if plan else []
+    async def _akeyword_search(self, search: KeywordSearch) -> list[Hit]:
+        function, params = self._keyword_call(search)
+        return [_hit(search.level, r) for r in await self._acall(function, **params)]
 
-    async def akeyword_search(self, level: Level, query: str, k: int, **kwargs: Any) -> list[Hit]:
-        plan = self._keyword_plan(level, query, k, **kwargs)
-        return [_hit(level, r) for r in await self._acall(plan[0], **plan[1])] if plan else []
-
-    def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
+    def _document_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
         return self._run(self._chunk_pages(document_ids, limit))
 
-    async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
+    async def _adocument_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
         return await self._arun(self._chunk_pages(document_ids, limit))
 
-    def _chunk_pages(self, document_ids: Sequence[str], limit: int) -> Generator[_SqlCall, Any, list[Hit]]:
+    def _chunk_pages(self, document_ids: list[str], limit: int) -> Generator[_SqlCall, Any, list[Hit]]:
         """The calls that read `limit` chunks (or all there are) a page at a time, and the hits they make."""
-        document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
         hits: list[Hit] = []
         after = None
         while len(hits) < limit:
@@ -484,11 +435,11 @@ class RPCStore(Store):
                 break
         return hits
 
-    def unknown_documents(self, ids: Sequence[str]) -> list[str]:
-        return self._call("unknown_documents", ids=check_ids(ids, "ids"), tenant=self.tenant)
+    def _unknown_documents(self, ids: list[str]) -> list[str]:
+        return self._call("unknown_documents", ids=ids, tenant=self.tenant)
 
-    async def aunknown_documents(self, ids: Sequence[str]) -> list[str]:
-        return await self._acall("unknown_documents", ids=check_ids(ids, "ids"), tenant=self.tenant)
+    async def _aunknown_documents(self, ids: list[str]) -> list[str]:
+        return await self._acall("unknown_documents", ids=ids, tenant=self.tenant)
 
     def stats(self) -> StoreStats:
         data = self._call("store_stats", tenant=self.tenant)
@@ -519,31 +470,9 @@ def _vector_json(vector: Any) -> list[float] | None:
     return None if vector is None else np.round(np.asarray(vector, dtype=np.float64), 7).tolist()
 
 
-def _document_json(doc: Document) -> dict[str, Any]:
-    return {
-        "id": doc.id,
-        "title": doc.title,
-        "content": doc.content,
-        "metadata": doc.metadata,
-        "source": doc.source,
-        "public": doc.public,
-        "content_hash": doc.content_hash,
-        "text_hash": doc.text_hash,
-        "embedding": _vector_json(doc.embedding),
-    }
-
-
-def _chunk_json(chunk: Chunk) -> dict[str, Any]:
-    return {
-        "id": chunk.id,
-        "document_id": chunk.document_id,
-        "ordinal": chunk.ordinal,
-        "heading_path": chunk.heading_path,
-        "content": chunk.content,
-        "metadata": chunk.metadata,
-        "text_hash": chunk.text_hash,
-        "embedding": _vector_json(chunk.embedding),
-    }
+def _row_json(row: Document | Chunk) -> dict[str, Any]:
+    """A document or chunk as upsert_documents takes it: every field, the vector as a list of numbers."""
+    return {f.name: getattr(row, f.name) for f in fields(row)} | {"embedding": _vector_json(row.embedding)}
 
 
 def _hit(level: Level, row: dict[str, Any]) -> Hit:

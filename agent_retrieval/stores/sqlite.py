@@ -26,17 +26,15 @@ from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, Store
 from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
-    MAX_CHUNK_ROWS,
+    PENDING_COLUMNS,
     DocumentState,
+    Failure,
+    KeywordSearch,
     Store,
     StoreStats,
-    check_batch,
-    check_count,
-    check_ids,
-    check_keyword_query,
-    check_search,
-    check_vector,
+    VectorSearch,
     filter_values,
+    pending_rows,
 )
 from agent_retrieval.stores.sqlite_schema import EVERY_ROW, NOW, SCHEMA_VERSION, migrate, schema_version
 from agent_retrieval.text import keyword_terms
@@ -165,7 +163,7 @@ class SQLiteStore(Store):
         """What happened to which file, and what to do about it."""
         code = getattr(error, "sqlite_errorcode", 0) & 0xFF  # the primary result code
         text = str(error).lower()
-        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
+        if _failure(code, text) is Failure.CONFLICT:
             return (
                 f"the store {self.path} is locked by another writer (waited {self.timeout:g} s): another "
                 "process is writing to it, such as an ingest or reembed. Wait for it to finish, then run "
@@ -259,7 +257,7 @@ class SQLiteStore(Store):
             info = self._info(self._conn())
         return (info["embedding_model"], int(info["dimension"])) if "embedding_model" in info else None
 
-    def set_embedding_model(self, model_id: str, dimension: int) -> None:
+    def _set_embedding_model(self, model_id: str, dimension: int) -> None:
         with self._write() as conn:
             conn.executemany(
                 "INSERT OR REPLACE INTO store_info VALUES (?, ?)",
@@ -284,10 +282,9 @@ class SQLiteStore(Store):
             raise EmbeddingModelMismatch(stored, stored_dim, model_id, next(iter(dims), None))
 
     # --- writing ---------------------------------------------------------------------------------
-    def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
-        check_batch(documents, chunks)
-        self.check_public(documents)
-        vectors = [r.embedding for r in [*documents, *chunks] if r.embedding is not None]
+    def _upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
+        rows: list[Document | Chunk] = [*documents, *chunks]
+        vectors = [r.embedding for r in rows if r.embedding is not None]
         with self._write() as conn:
             self._claim_model(conn, model_id, vectors)
             for doc in documents:
@@ -330,7 +327,7 @@ class SQLiteStore(Store):
                 ],
             )
 
-    def delete_documents(self, ids: Sequence[str]) -> int:
+    def _delete_documents(self, ids: list[str]) -> int:
         with self._write() as conn:
             deleted = 0
             for doc_id in ids:
@@ -338,11 +335,11 @@ class SQLiteStore(Store):
                 deleted += conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount
             return deleted
 
-    def document_states(self, ids: Sequence[str]) -> dict[str, DocumentState]:
+    def _document_states(self, ids: list[str]) -> dict[str, DocumentState]:
         states: dict[str, DocumentState] = {}
         with self._read() as conn:
             model = self._info(conn).get("embedding_model", "")
-            for batch in _batches(list(ids), 500):
+            for batch in _batches(ids, 500):
                 marks = ",".join("?" * len(batch))
                 rows = conn.execute(
                     f"""SELECT d.id, d.content_hash,
@@ -360,10 +357,10 @@ class SQLiteStore(Store):
                 )
         return states
 
-    def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
+    def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
         with self._read() as conn:
-            for batch in _batches(list(set(text_hashes)), 500):
+            for batch in _batches(text_hashes, 500):
                 marks = ",".join("?" * len(batch))
                 for table in ("chunks", "documents"):
                     rows = conn.execute(
@@ -374,43 +371,18 @@ class SQLiteStore(Store):
                     found.update({h: np.frombuffer(blob, dtype=np.float32) for h, blob in rows})
         return found
 
-    def pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
+    def _pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Any]:
+        columns = PENDING_COLUMNS[level]
         with self._read() as conn:
-            if level == "documents":
-                rows = conn.execute(
-                    """SELECT id, title, content, metadata, source, content_hash FROM documents
-                    WHERE embedding_model IS NOT ? ORDER BY rowid LIMIT ?""",
-                    (model_id, limit),
-                ).fetchall()
-                return [
-                    Document(
-                        id=r[0],
-                        title=r[1],
-                        content=r[2],
-                        metadata=json.loads(r[3]),
-                        source=r[4],
-                        content_hash=r[5],
-                    )
-                    for r in rows
-                ]
             rows = conn.execute(
-                """SELECT c.id, c.document_id, c.ordinal, c.content, c.heading_path, c.metadata
-                FROM chunks c WHERE c.embedding_model IS NOT ? ORDER BY c.rowid LIMIT ?""",
+                f"""SELECT {", ".join(columns)} FROM {_TABLE[level]}
+                WHERE embedding_model IS NOT ? ORDER BY rowid LIMIT ?""",
                 (model_id, limit),
-            ).fetchall()
-            return [
-                Chunk(
-                    id=r[0],
-                    document_id=r[1],
-                    ordinal=r[2],
-                    content=r[3],
-                    heading_path=r[4],
-                    metadata=json.loads(r[5]),
-                )
-                for r in rows
-            ]
+            )
+            records = [dict(zip(columns, row, strict=True)) for row in rows]
+        return pending_rows(level, [r | {"metadata": json.loads(r["metadata"])} for r in records])
 
-    def set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
+    def _set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
         with self._write() as conn:
             conn.executemany(
                 f"UPDATE {_TABLE[level]} SET text_hash = ?, embedding = ?, embedding_model = ? WHERE id = ?",
@@ -441,20 +413,8 @@ class SQLiteStore(Store):
             current = self._matrices[level] = _Matrix(generation, model, rowids, vectors)
             return current
 
-    def vector_search(
-        self,
-        level: Level,
-        vector: np.ndarray,
-        k: int,
-        *,
-        filters: dict[str, Any] | None = None,
-        document_ids: Sequence[str] | None = None,
-        min_similarity: float = -1.0,
-    ) -> list[Hit]:
-        level, k, filters, document_ids = check_search(level, k, filters, document_ids)
-        query = check_vector(vector, min_similarity)
-        if query is None:
-            return []
+    def _vector_search(self, search: VectorSearch) -> list[Hit]:
+        level, query, k, filters, document_ids, min_similarity = search
         with self._read() as conn:
             matrix = self._matrix(conn, level)
             if matrix is None or len(matrix.rowids) == 0:
@@ -485,21 +445,13 @@ class SQLiteStore(Store):
                 conn, level, {int(rowids[i]): float(scores[i]) for i in top}, "vector_similarity"
             )
 
-    def keyword_search(
-        self,
-        level: Level,
-        query: str,
-        k: int,
-        *,
-        filters: dict[str, Any] | None = None,
-        document_ids: Sequence[str] | None = None,
-    ) -> list[Hit]:
+    def _keyword_search(self, search: KeywordSearch) -> list[Hit]:
         """BM25 over the query's words (FTS5), computed exactly but, for long queries, only over the rows
         that can reach the top k (MaxScore): a row holding none of the rarer terms scores at most the sum
         of the common terms' upper bounds, so once k rows beat that sum, rows with only common terms are
         never scored. On 100K chunks this halves the time of a SciFact query."""
-        level, k, filters, document_ids = check_search(level, k, filters, document_ids)
-        terms = keyword_terms(check_keyword_query(query))
+        level, query, k, filters, document_ids = search
+        terms = keyword_terms(query)
         if not terms:
             return []
         fts = f"{level}_fts"
@@ -576,8 +528,7 @@ class SQLiteStore(Store):
             if i in by_rowid
         ]
 
-    def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
-        document_ids, limit = check_ids(document_ids), check_count("limit", limit, MAX_CHUNK_ROWS)
+    def _document_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
         rows: list[Any] = []
         with self._read() as conn:
             # One document at a time, in the caller's order, each read along the (document_id, ordinal) index
@@ -592,11 +543,10 @@ class SQLiteStore(Store):
                 )
         return [_hit("chunks", r, self.tenant) for r in rows]
 
-    def unknown_documents(self, ids: Sequence[str]) -> list[str]:
-        ids = check_ids(ids, "ids")
+    def _unknown_documents(self, ids: list[str]) -> list[str]:
         known: set[str] = set()
         with self._read() as conn:
-            for batch in _batches(list(ids), 500):
+            for batch in _batches(ids, 500):
                 marks = ",".join("?" * len(batch))
                 known.update(
                     r[0] for r in conn.execute(f"SELECT id FROM documents WHERE id IN ({marks})", batch)
@@ -627,6 +577,14 @@ class SQLiteStore(Store):
                 ),
                 schema_version=count("PRAGMA user_version"),
             )
+
+
+def _failure(code: int, text: str) -> Failure | None:
+    """A SQLite result code in the stores' vocabulary. Another writer's lock, held past the busy timeout, is a
+    conflict (transient: once it commits the call succeeds); a local file is never unreachable."""
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
+        return Failure.CONFLICT
+    return None
 
 
 def _set_up(conn: sqlite3.Connection, *statements: str) -> sqlite3.Connection:
@@ -677,7 +635,14 @@ def _fts_any(terms: Sequence[str]) -> str:
     return "- {every_row} : (" + " OR ".join('"' + term.replace('"', '""') + '"' for term in terms) + ")"
 
 
-def _hit(level: Level, row: Any, tenant: str, **scores: float) -> Hit:
+def _hit(
+    level: Level,
+    row: Any,
+    tenant: str,
+    *,
+    vector_similarity: float | None = None,
+    keyword_score: float | None = None,
+) -> Hit:
     """A hit from a row selected with _COLUMNS, of the store's tenant."""
     return Hit(
         id=row[1],
@@ -689,7 +654,8 @@ def _hit(level: Level, row: Any, tenant: str, **scores: float) -> Hit:
         ordinal=row[6],
         heading_path=row[7],
         tenant=tenant,
-        **scores,
+        vector_similarity=vector_similarity,
+        keyword_score=keyword_score,
     )
 
 
@@ -725,6 +691,6 @@ def _where(
             params += [key, *values]
     if document_ids is not None:
         column = "d.id" if level == "documents" else "d.document_id"
-        clauses.append(f"{column} IN ({','.join('?' * len(document_ids))})" if document_ids else "0")
+        clauses.append(f"{column} IN ({','.join('?' * len(document_ids))})")
         params += list(document_ids)
     return " AND ".join(clauses), params

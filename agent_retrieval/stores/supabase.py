@@ -14,11 +14,17 @@ import numpy as np
 
 from agent_retrieval.errors import ConfigError
 from agent_retrieval.redaction import check_secret, protect
-from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore
+from agent_retrieval.stores.base import Failure
+from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore, sqlstate_failure
 
-# PostgREST's codes for "cannot reach the database", and gateway statuses worth a retry.
-_TRANSIENT = {"PGRST000", "PGRST001", "PGRST002", "PGRST003", "502", "503", "504"}
-_GATEWAY_STATUSES = {502, 503, 504}
+_GATEWAY_STATUSES = {502, 503, 504}  # a gateway's word for the service behind it being down or restarting
+# PostgREST's codes for "cannot reach the database", and those statuses where an error carries one as its code
+_UNREACHABLE_CODES = {"PGRST000", "PGRST001", "PGRST002", "PGRST003", *map(str, _GATEWAY_STATUSES)}
+
+
+def _failure(code: str) -> Failure | None:
+    """A PostgREST error code, or the SQLSTATE it passes on from the database, in the stores' vocabulary."""
+    return Failure.UNREACHABLE if code in _UNREACHABLE_CODES else sqlstate_failure(code)
 
 
 class _GatewayError(Exception):
@@ -222,13 +228,13 @@ def _call_error(error: Exception) -> CallError:
             message = f"the Supabase key or user token was rejected ({message})"
         elif code in ("PGRST000", "PGRST001", "PGRST002", "PGRST003"):
             message = f"the API is up but cannot reach its database ({message})"
-        return CallError(code, message, detail, error.hint, transient=code in _TRANSIENT)
+        return CallError(code, message, detail, error.hint, failure=_failure(code))
     if isinstance(error, _GatewayError):
         return CallError(
             "gateway",
             f"its gateway answered HTTP {error.status} ({error.message}): the REST "
             "service behind /rest/v1 (PostgREST) is down or restarting",
-            transient=str(error.status) in _TRANSIENT,
+            failure=Failure.UNREACHABLE,
         )
     if isinstance(error, _UnsendableHeader | httpx.LocalProtocolError):
         # The request never left, and the same request would fail again: not retried. httpx's message
@@ -244,5 +250,5 @@ def _call_error(error: Exception) -> CallError:
         # Not retried: the request reached the API and is slow or blocked; asking again only adds waiting.
         return CallError("timeout", f"{type(error).__name__}")
     if isinstance(error, httpx.TransportError):
-        return CallError("connection", f"{type(error).__name__}: {error}", transient=True)
+        return CallError("connection", f"{type(error).__name__}: {error}", failure=Failure.UNREACHABLE)
     return CallError("unknown", f"{type(error).__name__}: {error}")

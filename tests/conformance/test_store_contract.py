@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ from agent_retrieval.stores import SQLiteStore, Store
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
+from tests.unit.test_argument_rules import NOT_WHOLE_NUMBERS
 
 MODEL = "test/axes"
 DIM = 4
@@ -238,7 +242,6 @@ SYNTAX = [
     "title:commission",
     "^commission",
     "commission -deposit",
-    "a\u0000b",
     "💥 ünïcödé",
     "",
     "   ",
@@ -415,3 +418,209 @@ def test_any_text_is_a_metadata_key_that_matches_only_itself(make_store):
         assert ids(store.keyword_search("chunks", "deposit", 3, filters={key: value})) == ["d#0"]
         assert store.keyword_search("chunks", "deposit", 3, filters={key: "other"}) == []
     assert store.keyword_search("chunks", "deposit", 3, filters={"a.b": "nested"}) == []  # not a path
+
+
+# --- the argument rules, on every public method of every backend -------------------------------------------
+# Store checks each argument once for all backends (validation.py's rules): these cases hold every public
+# method to them, so a method that skips a check, or a backend that overrides one, fails here. One store per
+# backend serves them all: each call must be refused before it reads or writes anything.
+
+
+@pytest.fixture(scope="module", params=sorted(BACKENDS))
+def checked_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Store]:
+    folder = tmp_path_factory.mktemp("checked")
+    if request.param == "supabase":
+        stack = request.getfixturevalue("supabase_contract_schema")
+        store: Store = SupabaseStore(stack.url, stack.service_key, schema=CONTRACT_SCHEMA)
+    else:
+        store = BACKENDS[request.param](request, folder)
+    yield store
+    store.close()
+
+
+def run(call: Any) -> Any:
+    """The call's result; a coroutine (an async twin) is run to its end."""
+    return asyncio.run(call) if inspect.iscoroutine(call) else call
+
+
+def new_document(**change: Any) -> Document:
+    return Document(**{"id": "new", "title": "New", "content": "deposit", "content_hash": "h", **change})
+
+
+def new_chunk(**change: Any) -> Chunk:
+    return Chunk(
+        **{
+            "id": "new#0",
+            "document_id": "new",
+            "ordinal": 0,
+            "content": "deposit",
+            "heading_path": "New",
+            **change,
+        }
+    )
+
+
+# Every text argument: (call with the value, the name the error gives it, its most characters, or None).
+TEXT_ARGUMENTS: dict[str, tuple[Callable[[Store, Any], Any], str, int | None]] = {
+    "keyword_search query": (lambda s, v: s.keyword_search("chunks", v, 5), "query", 4000),
+    "akeyword_search query": (lambda s, v: s.akeyword_search("chunks", v, 5), "query", 4000),
+    "keyword_search document_ids": (
+        lambda s, v: s.keyword_search("chunks", "deposit", 5, document_ids=["fees", v]),
+        "document_ids[1]",
+        512,
+    ),
+    "akeyword_search document_ids": (
+        lambda s, v: s.akeyword_search("chunks", "deposit", 5, document_ids=[v]),
+        "document_ids[0]",
+        512,
+    ),
+    "vector_search document_ids": (
+        lambda s, v: s.vector_search("chunks", axis(1), 5, document_ids=[v]),
+        "document_ids[0]",
+        512,
+    ),
+    "avector_search document_ids": (
+        lambda s, v: s.avector_search("chunks", axis(1), 5, document_ids=[v]),
+        "document_ids[0]",
+        512,
+    ),
+    "keyword_search filters key": (
+        lambda s, v: s.keyword_search("chunks", "deposit", 5, filters={v: 1}),
+        "filters: key",
+        1000,
+    ),
+    "vector_search filters value": (
+        lambda s, v: s.vector_search("chunks", axis(1), 5, filters={"category": v}),
+        "filters: 'category'",
+        1000,
+    ),
+    "akeyword_search filters key": (
+        lambda s, v: s.akeyword_search("chunks", "deposit", 5, filters={v: 1}),
+        "filters: key",
+        1000,
+    ),
+    "avector_search filters value": (
+        lambda s, v: s.avector_search("chunks", axis(1), 5, filters={"year": [2023, v]}),
+        "filters: 'year'",
+        1000,
+    ),
+    "document_chunks document_ids": (lambda s, v: s.document_chunks([v], 5), "document_ids[0]", 512),
+    "adocument_chunks document_ids": (lambda s, v: s.adocument_chunks([v], 5), "document_ids[0]", 512),
+    "unknown_documents ids": (lambda s, v: s.unknown_documents(["fees", v]), "ids[1]", 512),
+    "aunknown_documents ids": (lambda s, v: s.aunknown_documents([v]), "ids[0]", 512),
+    "delete_documents ids": (lambda s, v: s.delete_documents(["fees", v]), "ids[1]", 512),
+    "document_states ids": (lambda s, v: s.document_states([v]), "ids[0]", 512),
+    "vectors_by_hash text_hashes": (lambda s, v: s.vectors_by_hash([v], MODEL), "text_hashes[0]", 512),
+    "vectors_by_hash model_id": (lambda s, v: s.vectors_by_hash(["t-fees"], v), "model_id", 512),
+    "pending_embeddings model_id": (lambda s, v: s.pending_embeddings("chunks", v, 5), "model_id", 512),
+    "set_embeddings model_id": (lambda s, v: s.set_embeddings("chunks", [], v), "model_id", 512),
+    "set_embeddings rows": (
+        lambda s, v: s.set_embeddings("chunks", [new_chunk(id=v)], MODEL),
+        "rows[0]",
+        512,
+    ),
+    "model_mismatch model_id": (lambda s, v: s.model_mismatch(v), "model_id", 512),
+    "set_embedding_model model_id": (lambda s, v: s.set_embedding_model(v, DIM), "model_id", 512),
+    "upsert model_id": (lambda s, v: s.upsert([new_document()], [new_chunk()], v), "model_id", 512),
+    "upsert documents id": (lambda s, v: s.upsert([new_document(id=v)], [], MODEL), "document id", 512),
+    "upsert documents title": (
+        lambda s, v: s.upsert([new_document(title=v)], [], MODEL),
+        "document 'new': title",
+        None,
+    ),
+    "upsert documents content": (
+        lambda s, v: s.upsert([new_document(content=v)], [], MODEL),
+        "document 'new': content",
+        None,
+    ),
+    "upsert documents source": (
+        lambda s, v: s.upsert([new_document(source=v)], [], MODEL),
+        "document 'new': source",
+        None,
+    ),
+    "upsert chunks id": (lambda s, v: s.upsert([new_document()], [new_chunk(id=v)], MODEL), "chunk id", 512),
+    "upsert chunks document_id": (
+        lambda s, v: s.upsert([new_document()], [new_chunk(document_id=v)], MODEL),
+        "chunk 'new#0': document_id",
+        512,
+    ),
+    "upsert chunks heading_path": (
+        lambda s, v: s.upsert([new_document()], [new_chunk(heading_path=v)], MODEL),
+        "chunk 'new#0': heading_path",
+        None,
+    ),
+    "upsert chunks content": (
+        lambda s, v: s.upsert([new_document()], [new_chunk(content=v)], MODEL),
+        "chunk 'new#0': content",
+        None,
+    ),
+}
+# What the text rule refuses: (the bad value, given the argument's most characters; what the error says).
+BAD_TEXT: dict[str, tuple[Callable[[int | None], Any], str]] = {
+    "NUL": (lambda most: "de\x00posit", "must not contain NUL characters (one at position 2)"),
+    "lone surrogate": (lambda most: "de\ud800posit", "must be valid Unicode text: it holds a lone surrogate"),
+    "too long": (lambda most: "x" * (most + 1) if most else None, "must be at most"),
+    "not text": (lambda most: 7, "must be text (got int)"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_TEXT))
+@pytest.mark.parametrize("argument", sorted(TEXT_ARGUMENTS))
+def test_every_text_argument_is_held_to_the_text_rule(checked_store: Store, argument: str, bad: str):
+    call, name, most = TEXT_ARGUMENTS[argument]
+    make_value, message = BAD_TEXT[bad]
+    value = make_value(most)
+    if value is None:
+        pytest.skip("no length bound: stored text is bounded where it is loaded")
+    if bad == "not text" and argument.endswith("filters value"):
+        pytest.skip("numbers and booleans are filter values too")
+    before = checked_store.stats()
+    with pytest.raises(InvalidRequest) as refused:
+        run(call(checked_store, value))
+    assert str(refused.value).startswith(name) and f": {message}" in str(refused.value), str(refused.value)
+    assert checked_store.stats() == before
+
+
+# Every count: (call with the value, the name the error gives it, its largest value).
+COUNT_ARGUMENTS: dict[str, tuple[Callable[[Store, Any], Any], str, int]] = {
+    "vector_search k": (lambda s, n: s.vector_search("chunks", axis(1), n), "k", 1000),
+    "avector_search k": (lambda s, n: s.avector_search("chunks", axis(1), n), "k", 1000),
+    "keyword_search k": (lambda s, n: s.keyword_search("chunks", "deposit", n), "k", 1000),
+    "akeyword_search k": (lambda s, n: s.akeyword_search("chunks", "deposit", n), "k", 1000),
+    "document_chunks limit": (lambda s, n: s.document_chunks(["fees"], n), "limit", 100_000),
+    "adocument_chunks limit": (lambda s, n: s.adocument_chunks(["fees"], n), "limit", 100_000),
+    "pending_embeddings limit": (lambda s, n: s.pending_embeddings("chunks", MODEL, n), "limit", 100_000),
+    "set_embedding_model dimension": (lambda s, n: s.set_embedding_model(MODEL, n), "dimension", 16_000),
+}
+BAD_COUNTS = {**NOT_WHOLE_NUMBERS, "0": 0, "-1": -1, "max + 1": "max"}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_COUNTS))
+@pytest.mark.parametrize("argument", sorted(COUNT_ARGUMENTS))
+def test_every_count_is_a_whole_number_in_range_never_a_bool(checked_store: Store, argument: str, bad: str):
+    call, name, most = COUNT_ARGUMENTS[argument]
+    value = most + 1 if BAD_COUNTS[bad] == "max" else BAD_COUNTS[bad]
+    before = checked_store.stats()
+    with pytest.raises(InvalidRequest) as refused:
+        run(call(checked_store, value))
+    assert str(refused.value) == f"{name}: must be a whole number between 1 and {most:,} (got {value!r})"
+    assert checked_store.stats() == before
+
+
+# Arguments that are neither text nor a count, each with its own check in tests/unit/test_hostile_input.py.
+NOT_TEXT_OR_COUNT = {"level", "vector", "min_similarity"}
+
+
+def test_the_cases_above_cover_every_argument_of_every_public_method():
+    covered = {case.split(" ", 1)[0]: set() for case in (*TEXT_ARGUMENTS, *COUNT_ARGUMENTS)}
+    for case in (*TEXT_ARGUMENTS, *COUNT_ARGUMENTS):
+        method, argument = case.split(" ", 1)
+        covered[method].add(argument.split(" ")[0])
+    for name, method in inspect.getmembers(Store, inspect.isfunction):
+        arguments = set(inspect.signature(method).parameters) - {"self"}
+        if name.startswith("_") or name == "check_public" or not arguments:
+            continue
+        missing = arguments - covered.get(name, set()) - NOT_TEXT_OR_COUNT
+        assert not missing, f"{name}: no case checks {sorted(missing)}"

@@ -27,6 +27,7 @@ from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document
 from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.stores.base import Failure
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.rpc import CallError, RPCStore
 from agent_retrieval.stores.supabase import SupabaseStore
@@ -271,7 +272,7 @@ def test_a_driver_message_quoting_a_secret_is_masked_on_its_way_out(supabase_sta
     for secret, store in stores.items():
         for error in (
             CallError("XX000", f"failed near '{secret}'"),
-            CallError("08006", f"connection to {secret} lost", transient=True),
+            CallError("08006", f"connection to {secret} lost", failure=Failure.UNREACHABLE),
             CallError("AR002", "wrong dimension", hint=f"connect with {secret}"),
         ):
             message = str(store._readable(error))

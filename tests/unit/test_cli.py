@@ -106,7 +106,7 @@ def test_ingest_skips_files_it_cannot_load_names_each_and_exits_1(capsys, tmp_pa
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["query", "deposit", "-k", "0"], "top_k: must be between 1 and 50 (got 0)"),
+        (["query", "deposit", "-k", "0"], "top_k: must be a whole number between 1 and 50 (got 0)"),
         (["query", "deposit", "-t", "fuzzy"], "query_type"),
         (["query", "deposit", "-f", "nonsense"], "--filter 'nonsense': expected KEY=VALUE"),
         (["query", "deposit", "-d", "ghost"], "document_ids: 1 unknown id(s): 'ghost'"),
@@ -114,7 +114,7 @@ def test_ingest_skips_files_it_cannot_load_names_each_and_exits_1(capsys, tmp_pa
             ["query", "deposit", "--level", "documents", "-d", "x"],
             "--document-id works with --level chunks only",
         ),
-        (["query", "   "], "query must not be empty"),
+        (["query", "   "], "query: must not be empty"),
         (["ingest", "/no/such/folder"], "no such file or folder"),
     ],
 )

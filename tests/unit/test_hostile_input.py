@@ -131,7 +131,7 @@ FRAGMENTS = FTS5 + TSQUERY + SQL + ODD + WORDS
 
 
 def valid_text(text: str) -> bool:
-    """Text a UTF-8 database can hold: no NUL, no lone surrogate."""
+    """Text a UTF-8 database can hold: no NUL, no lone surrogate (the rule of every text argument)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -263,10 +263,15 @@ hostile_ids = st.one_of(
 )  # more ids than allowed
 
 
+def valid_id(text: str) -> bool:
+    """An id every entry point takes: 1 to 512 characters of valid text, not blank."""
+    return 1 <= len(text) <= 512 and valid_text(text) and bool(text.strip())
+
+
 def unknown_ids() -> st.SearchStrategy[str]:
     return st.one_of(
-        st.text(min_size=1, max_size=40).filter(valid_text),
-        st.sampled_from([f for f in FRAGMENTS if valid_text(f)]),
+        st.text(min_size=1, max_size=40).filter(valid_id),
+        st.sampled_from([f for f in FRAGMENTS if valid_id(f)]),
         st.just("x" * 512),
     )
 
@@ -358,7 +363,7 @@ def accepted_scope(level: Any, k: Any, ids: Any, maximum: int = 1000) -> bool:
             or (
                 isinstance(ids, list)
                 and len(ids) <= 10_000
-                and all(isinstance(i, str) and 1 <= len(i) <= 512 and valid_text(i) for i in ids)
+                and all(isinstance(i, str) and valid_id(i) for i in ids)
             )
         )
     )
@@ -592,7 +597,7 @@ def check_tool_answer(result: ToolMessage, name: str, bad: str | None, args: dic
     assert json.loads(json.dumps(artifact))["query_type"] in ("general", "exact", "conceptual", "summarize")
     # What was accepted was valid: a query of text, a whole top_k in range.
     assert isinstance(args["query"], str) and valid_text(args["query"]) and len(args["query"]) <= 4000
-    assert "top_k" not in args or (not isinstance(args["top_k"], bool) and 1 <= float(args["top_k"]) <= 50)
+    assert "top_k" not in args or (type(args["top_k"]) is int and 1 <= args["top_k"] <= 50)
 
 
 @SETTINGS
@@ -645,7 +650,7 @@ async def test_the_async_tools_refuse_the_same_input(tools):
         ({"query": "dep\ud800osit"}, "query: must be valid Unicode text"),
         ({"top_k": True}, "top_k: must be a whole number between 1 and 50"),
         ({"filters": {"year": 10**30}}, "filters: 'year': numbers must be finite"),
-        ({"document_ids": ["\udfff"]}, "document_ids: each id must be"),
+        ({"document_ids": ["\udfff"]}, "document_ids[0]: must be valid Unicode text"),
         (
             {"query_type": "summarize", "document_ids": ["fee-schedule"], "filters": {"category": "policy"}},
             "filters: query_type 'summarize' returns every chunk of document_ids and applies no filters",
@@ -709,8 +714,13 @@ def store_call(bad: str | None, method, *args: Any, **kwargs: Any) -> list[Any] 
 @given(data=st.data())
 def test_keyword_search_answers_any_arguments_or_names_the_bad_one(retrieval, corpus, unchanged, data):
     valid, hostile = search_strategies(sorted(corpus["documents"]))
+    # A store's query is held to the text rule too (no NUL, no lone surrogate, at most 4000 characters);
+    # blank asks for nothing.
+    blank = st.sampled_from(["", " ", "\t\n", "\u3000"])
     bad, args = one_bad(
-        data, {**valid, "query": st.one_of(clean_query, hostile_text)}, {**hostile, "query": anything}
+        data,
+        {**valid, "query": st.one_of(clean_query, blank)},
+        {**hostile, "query": st.one_of(hostile_text, anything)},
     )
     result = store_call(
         bad,
@@ -723,7 +733,8 @@ def test_keyword_search_answers_any_arguments_or_names_the_bad_one(retrieval, co
     )
     if result is None:
         return
-    assert accepted_scope(args["level"], args["k"], args["document_ids"]) and isinstance(args["query"], str)
+    assert accepted_scope(args["level"], args["k"], args["document_ids"])
+    assert isinstance(args["query"], str) and valid_text(args["query"]) and len(args["query"]) <= 4000
     hits = [h.to_dict() for h in result]
     check_hits(
         hits,
@@ -822,15 +833,19 @@ def test_unknown_documents_answers_any_ids_or_names_the_bad_one(retrieval, corpu
 # --- the inputs that found bugs, kept as plain examples ------------------------------------------------
 
 FOUND = [  # (method, arguments, what the error must say): each once crashed, misled or searched too widely
-    ("keyword_search", ("chunks", "deposit tenancy lane", 0), "k must be a whole number between 1 and 1000"),
-    ("keyword_search", ("chunks", "deposit", -1), "k must be a whole number"),  # was: every matching row
-    ("vector_search", ("chunks", np.ones(256) / 16, -1), "k must be a whole number"),  # was: every row
-    ("keyword_search", ("chunks", "deposit", 10**20), "k must be"),  # was: OverflowError
-    ("keyword_search", ("documents_fts", "deposit", 3), "level must be 'documents' or 'chunks'"),
-    ("keyword_search", ("chunks", None, 3), "query must be text"),
-    ("unknown_documents", ("abc",), "ids must be a list"),  # was: ['a', 'b', 'c']
-    ("unknown_documents", (["\ud800"],), "ids: each id must be"),  # was: UnicodeEncodeError
-    ("document_chunks", (["banda-lane-property-file"], -1), "limit must be"),
+    (
+        "keyword_search",
+        ("chunks", "deposit tenancy lane", 0),
+        "k: must be a whole number between 1 and 1,000",
+    ),
+    ("keyword_search", ("chunks", "deposit", -1), "k: must be a whole number"),  # was: every matching row
+    ("vector_search", ("chunks", np.ones(256) / 16, -1), "k: must be a whole number"),  # was: every row
+    ("keyword_search", ("chunks", "deposit", 10**20), "k: must be"),  # was: OverflowError
+    ("keyword_search", ("documents_fts", "deposit", 3), "level: must be 'documents' or 'chunks'"),
+    ("keyword_search", ("chunks", None, 3), "query: must be text"),
+    ("unknown_documents", ("abc",), "ids: must be a list"),  # was: ['a', 'b', 'c']
+    ("unknown_documents", (["\ud800"],), "ids[0]: must be valid Unicode text"),  # was: UnicodeEncodeError
+    ("document_chunks", (["banda-lane-property-file"], -1), "limit: must be"),
 ]
 
 

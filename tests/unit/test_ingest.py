@@ -176,6 +176,42 @@ def test_a_new_model_is_refused_until_reembed_switches_the_store(folder: Path, s
     assert ingest(load_documents([folder]), store, bigger, progress=False).embedded == 0
 
 
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (
+            Document("nul", "NUL", "a text file with a stray \x00 byte"),
+            "content: must not contain NUL characters",
+        ),
+        (Document("i" * 513, "Long id", "text"), "document id: must be at most 512 characters"),
+        (Document("i" * 511, "Long chunk ids", "text"), "chunk id: must be at most 512 characters"),
+    ],
+    ids=["nul", "long id", "long chunk id"],
+)
+def test_a_document_the_store_cannot_hold_is_skipped_with_a_note_and_the_rest_is_ingested(
+    store: SQLiteStore, bad: Document, reason: str
+):
+    # The store refuses it with its own rule (Postgres holds no NUL; no search could name such an id), the
+    # same on every backend; one such file must not stop an ingest.
+    embedder = Embedder(WordHashEmbeddings(), "test/word-hash")
+    report = ingest([bad, Document("good", "Good", "deposit")], store, embedder, progress=False)
+    assert report.written == 1 and store.unknown_documents(["good"]) == []
+    assert len(report.errors) == 1 and "skipped" in report.errors[0] and reason in report.errors[0]
+
+
+def test_ingest_and_reembed_reuse_stored_vectors_the_same_way(store: SQLiteStore):
+    # One function (embed_rows) reuses vectors for both: a text embedded once is never embedded again.
+    embeddings = WordHashEmbeddings()
+    embedder = Embedder(embeddings, "test/word-hash")
+    ingest([Document("a", "A", "deposit text")], store, embedder, progress=False)
+    calls = embeddings.documents_embedded
+    report = ingest([Document("b", "A", "deposit text")], store, embedder, progress=False)
+    assert (report.embedded, report.reused, embeddings.documents_embedded) == (0, 2, calls)
+    store.set_embeddings("chunks", store.pending_embeddings("chunks", "test/word-hash", 10), "other")
+    report = reembed(store, embedder, progress=False)
+    assert report.embedded == 0 and embeddings.documents_embedded == calls
+
+
 def test_duplicate_ids_keep_the_last_version(store: SQLiteStore):
     embedder = Embedder(WordHashEmbeddings(), "test/word-hash")
     docs = [Document("a", "A", "first text"), Document("a", "A", "second text")]

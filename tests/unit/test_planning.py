@@ -184,8 +184,12 @@ def test_empty_and_huge_requests_get_a_readable_error(request_, message):
         check_request(request_)
 
 
-def test_nul_bytes_and_whitespace_are_cleaned():
-    assert check_request("  deposit\x00 cap \n") == "deposit cap"
+def test_whitespace_is_made_single_spaces_and_nul_is_refused_as_in_every_question():
+    assert check_request("  deposit \n\t cap \n") == "deposit cap"
+    with pytest.raises(
+        InvalidRequest, match=r"^question: must not contain NUL characters \(one at position 7\)"
+    ):
+        check_request("deposit\x00 cap")
 
 
 # --- running plans ------------------------------------------------------------------------------
@@ -297,7 +301,7 @@ async def test_a_failing_query_fails_alone(retrieval):
         top_k=3,
     )
     assert [s.status for s in run.searches] == ["ran", "failed"]
-    assert "1000 characters" in run.searches[1].note and run.chunks
+    assert "at most 1,000 characters" in run.searches[1].note and run.chunks
 
 
 def test_retrieved_text_cannot_close_its_passage_tag():

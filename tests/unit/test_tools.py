@@ -151,12 +151,12 @@ def fingerprint(path: str) -> str:
 
 
 BAD = [
-    ({"query": ""}, "query must not be empty"),
-    ({"query": "   "}, "query must not be empty"),
-    ({"query": "x" * 5000}, "query: must be at most 4000 characters"),
+    ({"query": ""}, "query: must not be empty"),
+    ({"query": "   "}, "query: must not be empty"),
+    ({"query": "x" * 5000}, "query: must be at most 4,000 characters (got 5,000)"),
     ({"query": "a\x00b"}, "query: must not contain NUL"),
-    ({"query": "deposit", "top_k": 0}, "top_k: must be between 1 and 50"),
-    ({"query": "deposit", "top_k": 51}, "top_k: must be between 1 and 50"),
+    ({"query": "deposit", "top_k": 0}, "top_k: must be a whole number between 1 and 50"),
+    ({"query": "deposit", "top_k": 51}, "top_k: must be a whole number between 1 and 50"),
     ({"query": "deposit", "top_k": "many"}, "top_k"),
     (
         {"query": "deposit", "query_type": "fuzzy"},
