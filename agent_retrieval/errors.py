@@ -31,7 +31,7 @@ class EmbeddingModelMismatch(AgentRetrievalError):
 
 
 class DimensionMismatch(EmbeddingModelMismatch):
-    """The store's SQL was made for vectors of another dimension (fixed per schema on Postgres and Supabase)."""
+    """The store's SQL was made for vectors of another dimension (fixed per schema on Postgres, Supabase)."""
 
     def __init__(self, message: str):
         AgentRetrievalError.__init__(self, message)

@@ -37,7 +37,7 @@ MODES = {
 
 
 class DatasetError(InvalidRequest):
-    """A BEIR folder is missing a file or holds a line that cannot be read; the message names file and line."""
+    """A BEIR folder lacks a file or holds a line that cannot be read; the message names file and line."""
 
 
 # --- the dataset --------------------------------------------------------------------------------

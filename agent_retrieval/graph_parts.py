@@ -1,4 +1,4 @@
-"""What the graphs' nodes work with: a Retrieval and a chat model, given once or made per run from the Context.
+"""What the graphs' nodes work with: a Retrieval and a chat model, given once or made per run.
 
 A graph module builds its graph with `GraphParts()` at import, so nothing is created until a run starts;
 tests, notebooks and apps that already hold a store, embedder or model pass them in instead.

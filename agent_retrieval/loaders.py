@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import yaml
 
@@ -377,8 +377,8 @@ def _load_pdf(path: Path, doc_id: str, data: bytes) -> Document:
 class _HTMLText(HTMLParser):
     """Visible text of an HTML page, with h1-h3 turned into markdown headings for the chunker."""
 
-    _SKIP = {"script", "style", "noscript", "template", "head"}
-    _BLOCK = {
+    _SKIP: ClassVar[set[str]] = {"script", "style", "noscript", "template", "head"}
+    _BLOCK: ClassVar[set[str]] = {
         "p",
         "div",
         "section",

@@ -1,4 +1,4 @@
-"""The prompts in prompts/, loaded from inside the installed package or, in a source checkout, the repository."""
+"""The prompts in prompts/, loaded from the installed package or, in a source checkout, the repository."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def _explain_validation(error: ValidationError) -> str:
 
 
 class _StoreTool(BaseTool):
-    """What every tool here shares: one Retrieval, text plus artifact, and errors as messages for the model."""
+    """What every tool here shares: one Retrieval, text plus artifact, errors as messages for the model."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 

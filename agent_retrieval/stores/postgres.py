@@ -185,7 +185,7 @@ class PostgresStore(RPCStore):
     def _pool_timeout(self, psycopg: Any, pool: Any) -> CallError:
         """Why the pool lent no connection within the timeout, and whether asking again can help."""
         try:
-            # One direct attempt: the pool keeps its connection errors in its log, the caller needs the reason.
+            # One direct attempt: the pool keeps connection errors in its log; the caller needs the reason.
             psycopg.connect(self.dsn, connect_timeout=3).close()
         except psycopg.Error as error:
             # Not retried: the pool has been reconnecting all along, so waiting again would only multiply

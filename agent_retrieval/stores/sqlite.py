@@ -215,7 +215,7 @@ class SQLiteStore(Store):
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        """One read transaction: every statement inside sees the same snapshot, even while a writer commits."""
+        """One read transaction: every statement in it sees one snapshot, even while a writer commits."""
         conn = self._conn()
         with self._errors():
             conn.execute("BEGIN")
@@ -461,7 +461,8 @@ class SQLiteStore(Store):
         sql = (
             f"SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ? ORDER BY score DESC LIMIT ?"
             if not where
-            else f"""SELECT d.rowid, f.score FROM (SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ?) f
+            else f"""SELECT d.rowid, f.score
+                   FROM (SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ?) f
                    JOIN {_TABLE[level]} d ON d.rowid = f.rowid WHERE {where} ORDER BY f.score DESC LIMIT ?"""
         )
         with self._read() as conn:
@@ -490,7 +491,7 @@ class SQLiteStore(Store):
             return self._hits(conn, level, dict(rows), "keyword_score")
 
     def _idf(self, conn: sqlite3.Connection, level: Level, terms: list[str]) -> dict[str, float]:
-        """FTS5's bm25 idf of each term (0 for a term in no row); document frequencies are cached per write."""
+        """FTS5's bm25 idf of each term (0 for a term in no row); frequencies are cached per write."""
         generation = int(self._info(conn)["generation"])
         cache = self._frequencies.get(level)
         if cache is None or cache[0] != generation:
@@ -677,7 +678,7 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 def _where(
     level: Level, filters: dict[str, Any] | None, document_ids: Sequence[str] | None
 ) -> tuple[str, list[Any]]:
-    """SQL conditions on alias d for metadata filters and a document scope; values are bound, never inlined."""
+    """SQL conditions on alias d for metadata filters and a document scope; values bound, never inlined."""
     clauses: list[str] = []
     params: list[Any] = []
     for key, value in (filters or {}).items():

@@ -76,14 +76,16 @@ MIGRATIONS: list[list[str]] = [
             content_rowid='rowid', tokenize='{TOKENIZER}')""",
         # External-content FTS tables are kept in step by triggers, inside the writing transaction.
         """CREATE TRIGGER documents_ai AFTER INSERT ON documents BEGIN
-            INSERT INTO documents_fts (rowid, title, content) VALUES (new.rowid, new.title, new.content); END""",
+            INSERT INTO documents_fts (rowid, title, content)
+            VALUES (new.rowid, new.title, new.content); END""",
         """CREATE TRIGGER documents_ad AFTER DELETE ON documents BEGIN
             INSERT INTO documents_fts (documents_fts, rowid, title, content)
             VALUES ('delete', old.rowid, old.title, old.content); END""",
         """CREATE TRIGGER documents_au AFTER UPDATE OF title, content ON documents BEGIN
             INSERT INTO documents_fts (documents_fts, rowid, title, content)
             VALUES ('delete', old.rowid, old.title, old.content);
-            INSERT INTO documents_fts (rowid, title, content) VALUES (new.rowid, new.title, new.content); END""",
+            INSERT INTO documents_fts (rowid, title, content)
+            VALUES (new.rowid, new.title, new.content); END""",
         """CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
             INSERT INTO chunks_fts (rowid, heading_path, content)
             VALUES (new.rowid, new.heading_path, new.content); END""",

@@ -29,7 +29,7 @@ def _failure(code: str) -> Failure | None:
 
 class _GatewayError(Exception):
     """The API gateway answered for the service behind it (PostgREST down, restarting or overloaded).
-    Its body carries no PostgREST error code, so postgrest-py's APIError would lose the status that says so."""
+    Its body carries no PostgREST error code, so postgrest-py's APIError would lose the status saying so."""
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
