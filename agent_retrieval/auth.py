@@ -189,7 +189,8 @@ async def private_to_owner(ctx: Auth.types.AuthContext, value: Any) -> Auth.type
     if ctx.resource == "assistants" and ctx.action in ("read", "search"):
         return None  # the graphs' assistants are shared; what a user makes is theirs alone (below)
     if ctx.resource == "store":
-        return _own_namespace(ctx, value)
+        _own_namespace(ctx, value)
+        return None
     owner = {"owner": ctx.user.identity}
     if ctx.action in ("create", "create_run") and isinstance(value, dict):
         value.setdefault("metadata", {}).update(owner)

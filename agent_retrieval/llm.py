@@ -19,12 +19,14 @@ def make_chat_model(
     if not context.has_chat_model:
         return None
     from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
 
     return ChatOpenAI(
-        model=model or context.openai_chat_model,
-        api_key=context.openai_api_key or "not-needed",  # self-hosted servers take any key
-        base_url=context.openai_base_url or None,
+        # Field names, not their aliases (model=, api_key=): the same call, and a type checker can follow it.
+        model_name=model or context.openai_chat_model,
+        openai_api_key=SecretStr(context.openai_api_key or "not-needed"),  # self-hosted servers take any key
+        openai_api_base=context.openai_base_url or None,
         temperature=temperature,
-        timeout=timeout or context.request_timeout_seconds,
+        request_timeout=timeout or context.request_timeout_seconds,
         max_retries=context.max_retries if max_retries is None else max_retries,
     )

@@ -86,8 +86,8 @@ def _folder_files(folder: Path, root: Path | None, refuse: Callable[[InvalidRequ
     files: list[Path] = []
     for where, folders, names in os.walk(folder, onerror=unlistable):
         here = Path(where)
-        for name in folders if root is not None else ():
-            if (here / name).is_symlink():
+        for name in folders:
+            if root is not None and (here / name).is_symlink():
                 try:
                     _inside(here / name, root)
                 except InvalidRequest as problem:
@@ -359,7 +359,7 @@ def _load_pdf(path: Path, doc_id: str, data: bytes) -> Document:
     try:
         reader = PdfReader(io.BytesIO(data))
         pages = [(page.extract_text() or "").strip() for page in reader.pages]
-        title = str((reader.metadata or {}).get("/Title") or "").strip()
+        title = str(reader.metadata.get("/Title") or "").strip() if reader.metadata else ""
     except (PdfReadError, ValueError, OSError) as error:
         raise InvalidRequest(f"{path}: not a readable PDF ({type(error).__name__})") from None
     text = "\n\n".join(p for p in pages if p)

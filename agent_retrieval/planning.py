@@ -11,7 +11,7 @@ import json
 import logging
 import re
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -165,7 +165,7 @@ async def _llm_plan(request: str, context: Context, llm: BaseChatModel) -> Query
         structured = llm.with_structured_output(QueryPlan, include_raw=True)
     except NotImplementedError:  # a model without structured output: ask for JSON and parse it
         return parse_plan((await llm.ainvoke(messages)).text)
-    out = await structured.ainvoke(messages)
+    out = cast(dict[str, Any], await structured.ainvoke(messages))  # include_raw: a dict, not the plan
     if out.get("parsing_error") or out.get("parsed") is None:
         raise ValueError(f"the plan did not validate: {out.get('parsing_error')}")
     parsed = out["parsed"]
@@ -236,6 +236,7 @@ def heuristic_plan(request: str) -> QueryPlan:
     filters, text = _operators(request)
     parts = [p for p in (part.strip(" ,.") for part in _SPLIT.split(text)) if len(p.split()) >= 2] or [text]
     queries: list[PlannedQuery] = []
+    strategy: SearchStrategy
     if len(parts) > 1:
         strategy = "decomposed"
         queries = [
@@ -325,7 +326,7 @@ async def run_plan(
     nothing is run again without its filters (planner-chosen filters can be wrong), and says so.
     """
     context = retrieval.context
-    waiting, resolved = list(plan.queries), {}
+    waiting, resolved = list(plan.queries), dict[str, str]()
     declared = {q.resolves for q in plan.queries}
     ran: list[tuple[PlannedQuery, Search, list[Hit]]] = []
     for hop in range(context.max_hops):

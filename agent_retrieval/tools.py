@@ -14,7 +14,7 @@ import asyncio
 import re
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, cast
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document as LCDocument
@@ -58,7 +58,7 @@ class _StoreTool(BaseTool):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     retrieval: Retrieval = Field(default_factory=Retrieval, exclude=True)
-    response_format: str = "content_and_artifact"
+    response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     handle_tool_error: bool = True
     handle_validation_error: Any = _explain_validation
 
@@ -119,7 +119,8 @@ class _RetrieverTool(_StoreTool):
         return format_result(result), result.to_dict()
 
     def _request(self, arguments: dict[str, Any]) -> SearchRequest:
-        return self._parse(self.args_schema, arguments)
+        # Each tool class below sets args_schema to its request model; BaseTool types it more loosely.
+        return self._parse(cast(type[SearchRequest], self.args_schema), arguments)
 
 
 def _shown_ids_read_back(arguments: dict[str, Any]) -> dict[str, Any]:
