@@ -1,12 +1,36 @@
-"""Process-wide settings touched once or under one lock: torch's thread count."""
+"""Process-wide settings touched once or under one lock: the log redaction hook and torch's thread count."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
+from agent_retrieval import redaction
+from agent_retrieval.context import Context
+
+
+def test_the_log_hook_is_installed_once_and_a_context_only_records_new_keys():
+    Context(openai_api_key="sk-first-key-0000")
+    hook = logging.getLogRecordFactory()
+    for n in range(3):
+        Context(openai_api_key=f"sk-later-key-{n}{n}{n}{n}")
+    assert logging.getLogRecordFactory() is hook
+    assert isinstance(hook, redaction._RedactingFactory)
+    assert not isinstance(hook.previous, redaction._RedactingFactory)  # never wrapped a second time
+    record = logging.getLogger("test").makeRecord(
+        "test",
+        logging.ERROR,
+        __file__,
+        1,
+        "refused %s and %s",
+        ("sk-first-key-0000", "sk-later-key-2222"),
+        None,
+    )
+    assert record.getMessage() == f"refused {redaction.MASK} and {redaction.MASK}"
 
 
 def test_torch_threads_are_switched_by_one_encode_at_a_time_and_always_restored():
