@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Context": "agent_retrieval.context",
     "Retrieval": "agent_retrieval.retrieval",
+    "SearchResources": "agent_retrieval.resources",
     "make_retrieval_tools": "agent_retrieval.tools",
     "DocumentRetrieverTool": "agent_retrieval.tools",
     "ChunkRetrieverTool": "agent_retrieval.tools",

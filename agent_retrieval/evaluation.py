@@ -250,7 +250,13 @@ def evaluate(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     deep = replace(retrieval.context, candidates=max(retrieval.context.candidates, DEPTH))
-    searcher = Retrieval(deep, store=retrieval.store, embedder=retrieval.embedder, llm=retrieval.llm)
+    searcher = Retrieval(
+        deep,
+        store=retrieval.store,
+        embedder=retrieval.embedder,
+        llm=retrieval.llm,
+        resources=retrieval.resources,
+    )
     files = {mode: out / f"run.{mode}.trec" for mode in modes}
     done = {mode: _run_queries(path) for mode, path in files.items()}
     todo = [q for q in dataset.queries if any(q not in done[mode] for mode in modes)]

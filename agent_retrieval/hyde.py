@@ -2,25 +2,26 @@
 
 HyDE: an LLM writes short hypothetical passages answering the question; their document-side
 embeddings, averaged, replace the raw query's for vector search (keyword search always keeps the
-user's words). A TTL cache keyed by the query and every setting that changes the vector lets
-document_retriever and then chunk_retriever share one LLM call, and concurrent identical queries
-share one in-flight computation. HyDE text never leaves this module and is never logged.
+user's words). A TTL cache keyed by the query and every setting that changes the vector (held by
+SearchResources) lets document_retriever and then chunk_retriever share one LLM call, and concurrent
+identical queries share one in-flight computation. Each step is written once and driven sync or async
+(steps.py), so a bound like hyde_timeout_seconds holds on both faces. HyDE text never leaves this
+module and is never logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
 import re
-import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
-from cachetools import TLRUCache
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
@@ -31,6 +32,8 @@ from agent_retrieval.llm import make_chat_model
 from agent_retrieval.models import HydeMode, HydeStatus
 from agent_retrieval.prompts import load_prompt, prompt_version
 from agent_retrieval.redaction import endpoint_id, fingerprint
+from agent_retrieval.resources import SearchResources, SharedValues, clear_shared_caches, shared_resources
+from agent_retrieval.steps import Steps, arun, blocking, bounded, call, run
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +56,9 @@ class _Plan:
     reason: str
 
 
-_lock = threading.Lock()
-_cache: TLRUCache = TLRUCache(maxsize=2048, ttu=lambda _key, value, now: now + value[1])
-_inflight: dict[tuple[Any, ...], Future] = {}
-_warned_no_llm = False
-
-
 def clear_cache() -> None:
-    """Forget every cached query vector (tests, or after re-embedding a store)."""
-    with _lock:
-        _cache.clear()
+    """Forget every query vector cached by the shared resources (tests, or after re-embedding a store)."""
+    clear_shared_caches()
 
 
 def word_count(query: str) -> int:
@@ -102,39 +98,16 @@ def parse_passages(text: str, num: int) -> list[str]:
 def generate_hypothetical_documents(
     query: str, num: int = 2, *, llm: BaseChatModel | None = None, context: Context | None = None
 ) -> list[str]:
-    """ONE LLM call writing `num` short passages that answer the question; [] on any failure."""
-    llm = llm or hyde_chat_model(context or Context())
-    if llm is None:
-        return []
-    try:
-        reply = llm.invoke(_passages_messages(query, num))
-    except Exception as error:
-        log.warning("HyDE generation failed (%s); using the raw query", type(error).__name__)
-        return []
-    return _log_passages(parse_passages(reply.text, num))
+    """ONE LLM call writing `num` short passages that answer the question, bounded by the HyDE timeout;
+    [] on any failure."""
+    return run(_passages(query, num, llm, context or Context()))
 
 
 async def agenerate_hypothetical_documents(
     query: str, num: int = 2, *, llm: BaseChatModel | None = None, context: Context | None = None
 ) -> list[str]:
-    """Async `generate_hypothetical_documents`, bounded by the HyDE timeout."""
-    context = context or Context()
-    llm = llm or hyde_chat_model(context)
-    if llm is None:
-        return []
-    try:
-        reply = await asyncio.wait_for(
-            llm.ainvoke(_passages_messages(query, num)), context.hyde_timeout_seconds
-        )
-    except Exception as error:
-        log.warning("HyDE generation failed (%s); using the raw query", type(error).__name__)
-        return []
-    return _log_passages(parse_passages(reply.text, num))
-
-
-def _log_passages(passages: list[str]) -> list[str]:
-    log.debug("HyDE generated %d passages", len(passages))  # counts only: the text is never logged
-    return passages
+    """Async `generate_hypothetical_documents`."""
+    return await arun(_passages(query, num, llm, context or Context()))
 
 
 def format_query_for_embedding(
@@ -145,16 +118,9 @@ def format_query_for_embedding(
     llm: BaseChatModel | None = None,
     context: Context | None = None,
 ) -> str | None:
-    """Rewrite a request into the stored-item template (Inputs / Outputs / Purpose); None on failure."""
-    llm = llm or hyde_chat_model(context or Context())
-    if llm is None:
-        return None
-    try:
-        text = llm.invoke(_schema_messages(query, input_schema, output_schema)).text.strip()
-    except Exception as error:
-        log.warning("schema query formatting failed (%s); using the raw query", type(error).__name__)
-        return None
-    return text or None
+    """Rewrite a request into the stored-item template (Inputs / Outputs / Purpose), bounded by the HyDE
+    timeout; None on failure."""
+    return run(_schema_text(query, input_schema, output_schema, llm, context or Context()))
 
 
 async def aformat_query_for_embedding(
@@ -165,19 +131,45 @@ async def aformat_query_for_embedding(
     llm: BaseChatModel | None = None,
     context: Context | None = None,
 ) -> str | None:
-    """Async `format_query_for_embedding`, bounded by the HyDE timeout."""
-    context = context or Context()
-    llm = llm or hyde_chat_model(context)
+    """Async `format_query_for_embedding`."""
+    return await arun(_schema_text(query, input_schema, output_schema, llm, context or Context()))
+
+
+def _passages(query: str, num: int, llm: BaseChatModel | None, context: Context) -> Steps[list[str]]:
+    reply = yield from _ask(llm, _passages_messages(query, num), context, "HyDE generation")
+    if reply is None:
+        return []
+    passages = parse_passages(reply, num)
+    log.debug("HyDE generated %d passages", len(passages))  # counts only: the text is never logged
+    return passages
+
+
+def _schema_text(
+    query: str, input_schema: Any, output_schema: Any, llm: BaseChatModel | None, context: Context
+) -> Steps[str | None]:
+    reply = yield from _ask(
+        llm, _schema_messages(query, input_schema, output_schema), context, "schema query formatting"
+    )
+    if reply is None:
+        return None
+    return reply.strip() or None
+
+
+def _ask(llm: BaseChatModel | None, messages: list[Any], context: Context, what: str) -> Steps[str | None]:
+    """The chat model's reply, or None when no model is configured, the call fails, or it takes longer than
+    hyde_timeout_seconds (HyDE is best-effort: the raw query serves instead)."""
     if llm is None:
-        return None
+        if not context.has_chat_model:
+            return None
+        llm = yield blocking(hyde_chat_model, context)  # building a client reads files: off the event loop
+        if llm is None:
+            return None
     try:
-        reply = await asyncio.wait_for(
-            llm.ainvoke(_schema_messages(query, input_schema, output_schema)), context.hyde_timeout_seconds
-        )
+        reply = yield bounded(call(llm.invoke, llm.ainvoke, messages), context.hyde_timeout_seconds)
     except Exception as error:
-        log.warning("schema query formatting failed (%s); using the raw query", type(error).__name__)
+        log.warning("%s failed (%s); using the raw query", what, type(error).__name__)
         return None
-    return reply.text.strip() or None
+    return reply.text  # type: ignore[no-any-return]
 
 
 def hyde_chat_model(context: Context) -> BaseChatModel | None:
@@ -203,15 +195,11 @@ def _plan(
     mode: HydeMode,
     input_schema: Any,
     output_schema: Any,
+    resources: SearchResources,
 ) -> _Plan:
     """Decide how the vector is made, and the cache key naming everything that changes it."""
-    global _warned_no_llm
     text = " ".join(query.split())
-    if mode == "auto":
-        if input_schema or output_schema:
-            mode = "schema"
-        else:
-            mode = context.hyde_mode if context.use_hyde else "off"
+    mode = _chosen_mode(context, mode, input_schema, output_schema)
     scope = _cache_scope(context, embedder)
     raw = _Plan(("raw", scope, text), "raw", "off", "HyDE is off")
     if mode == "off":
@@ -223,9 +211,8 @@ def _plan(
             reason=f"query has at most {context.hyde_skip_max_words} words: raw query used",
         )
     if llm is None:
-        if not _warned_no_llm:
+        if resources.first_notice("no chat model"):
             log.info("HyDE skipped: no chat model configured (set OPENAI_API_KEY or OPENAI_BASE_URL)")
-            _warned_no_llm = True
         return replace(raw, status="skipped", reason="no chat model configured: raw query used")
     llm_id = getattr(llm, "model_name", None) or getattr(llm, "model", None) or type(llm).__name__
     prompt = "hyde" if mode == "passages" else "schema_query"
@@ -246,6 +233,23 @@ def _plan(
     return _Plan(key, mode, "used", "")
 
 
+def may_call_llm(context: Context, mode: HydeMode, input_schema: Any, output_schema: Any) -> bool:
+    """Whether a request may need HyDE's chat model (a short query or a cached vector may still spare the
+    call); when not, no client is built."""
+    return _chosen_mode(context, mode, input_schema, output_schema) != "off"
+
+
+def _chosen_mode(
+    context: Context, mode: HydeMode, input_schema: Any, output_schema: Any
+) -> Literal["passages", "schema", "off"]:
+    """What "auto" means for this request: the schema template when it has schemas, else the settings."""
+    if mode != "auto":
+        return mode
+    if input_schema or output_schema:
+        return "schema"
+    return context.hyde_mode if context.use_hyde else "off"
+
+
 def _cache_scope(context: Context, embedder: Embedder) -> tuple[str, ...]:
     """Who may share a cached vector: callers of one tenant (a cache hit must not tell one tenant what another
     asked), embedding through the same endpoint with the same key (another endpoint could plant vectors)."""
@@ -255,10 +259,44 @@ def _cache_scope(context: Context, embedder: Embedder) -> tuple[str, ...]:
 def _chat_endpoint(llm: BaseChatModel) -> str:
     """Where HyDE's chat model is served and with which key, when the model says (ChatOpenAI does)."""
     key = getattr(llm, "openai_api_key", None)
-    return endpoint_id(
-        getattr(llm, "openai_api_base", None),
-        key.get_secret_value() if hasattr(key, "get_secret_value") else key,
-    )
+    secret = key.get_secret_value() if key is not None and hasattr(key, "get_secret_value") else key
+    return endpoint_id(getattr(llm, "openai_api_base", None), secret)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One request for a query vector, with everything the caller left out filled in from the Context."""
+
+    query: str
+    context: Context
+    embedder: Embedder
+    llm: BaseChatModel | None
+    input_schema: Any
+    output_schema: Any
+    cache: SharedValues
+    plan: _Plan
+
+    def reused(self, result: QueryEmbedding) -> QueryEmbedding:
+        """A cached or shared result, saying why this call used it ("off" and "skipped" share the raw
+        vector)."""
+        if self.plan.action == "raw" and result.vector is not None:
+            return replace(result, cached=True, hyde=self.plan.status, reason=self.plan.reason)
+        return replace(result, cached=True)
+
+    def fulfil(self, future: Future[Any], result: QueryEmbedding) -> QueryEmbedding:
+        # a failed embedding is not kept: the next call tries again
+        ttl = self.context.hyde_cache_ttl_seconds if result.vector is not None else 0
+        self.cache.fulfil(self.plan.key, future, result, ttl)
+        return result
+
+    def complete(self, future: Future[Any], task: asyncio.Task[QueryEmbedding]) -> None:
+        """Hand an async computation's outcome to everyone waiting on this job's key."""
+        if task.cancelled():
+            self.cache.abandon(self.plan.key, future, asyncio.CancelledError())
+        elif task.exception() is not None:
+            self.cache.abandon(self.plan.key, future, task.exception())  # type: ignore[arg-type]
+        else:
+            self.fulfil(future, task.result())
 
 
 def _prepare(
@@ -269,68 +307,53 @@ def _prepare(
     mode: HydeMode,
     input_schema: Any,
     output_schema: Any,
-) -> tuple[Context, Embedder, BaseChatModel | None, _Plan]:
+    resources: SearchResources | None,
+) -> Steps[_Job]:
     """Fill in what the caller left out (from the Context) and plan the computation."""
     context = context or Context()
-    embedder = embedder or make_embedder(context)
-    if llm is None and (context.use_hyde or mode in ("passages", "schema") or input_schema or output_schema):
-        llm = hyde_chat_model(context)
-    return context, embedder, llm, _plan(query, context, embedder, llm, mode, input_schema, output_schema)
+    resources = resources or shared_resources(context)
+    # Building an embedder or a chat client reads files (a model, certificates): off the event loop.
+    if embedder is None:
+        embedder = yield blocking(make_embedder, context)
+    if llm is None and context.has_chat_model and may_call_llm(context, mode, input_schema, output_schema):
+        llm = yield blocking(hyde_chat_model, context)
+    plan = _plan(query, context, embedder, llm, mode, input_schema, output_schema, resources)
+    return _Job(query, context, embedder, llm, input_schema, output_schema, resources.hyde_cache, plan)
 
 
-def _begin(plan: _Plan) -> tuple[QueryEmbedding | None, Future, bool]:
-    """A cached result, or the in-flight future to wait on, or a new future this caller must fulfil."""
-    with _lock:
-        hit = _cache.get(plan.key)
-        if hit is not None:
-            return _reused(hit[0], plan), Future(), False
-        future = _inflight.get(plan.key)
-        if future is not None:
-            return None, future, False
-        future = _inflight[plan.key] = Future()
-        return None, future, True
-
-
-def _reused(result: QueryEmbedding, plan: _Plan) -> QueryEmbedding:
-    """A cached or shared result, saying why this call used it: "off" and "skipped" share the raw vector."""
-    if plan.action == "raw" and result.vector is not None:
-        return replace(result, cached=True, hyde=plan.status, reason=plan.reason)
-    return replace(result, cached=True)
-
-
-def _finish(plan: _Plan, future: Future, result: QueryEmbedding, ttl: float) -> QueryEmbedding:
-    with _lock:
-        if result.vector is not None and ttl > 0:  # a failed embedding is retried by the next call
-            _cache[plan.key] = (result, ttl)
-        _inflight.pop(plan.key, None)
-    future.set_result(result)
-    return result
-
-
-def _abandon(plan: _Plan, future: Future, error: BaseException) -> None:
-    with _lock:
-        _inflight.pop(plan.key, None)
-    future.set_exception(error)
-
-
-def _raw_or_none(embedder: Embedder, query: str, status: HydeStatus, reason: str) -> QueryEmbedding:
+def _raw_or_none(embedder: Embedder, query: str, status: HydeStatus, reason: str) -> Steps[QueryEmbedding]:
     try:
-        return QueryEmbedding(embedder.embed_query(query), status, reason=reason)
+        vector = yield call(embedder.embed_query, embedder.aembed_query, query)
     except EmbeddingError as error:
         return QueryEmbedding(None, status, reason=f"{reason}; query embedding failed: {error}".lstrip("; "))
+    return QueryEmbedding(vector, status, reason=reason)
 
 
-async def _araw_or_none(embedder: Embedder, query: str, status: HydeStatus, reason: str) -> QueryEmbedding:
+def _compute(job: _Job) -> Steps[QueryEmbedding]:
+    """The vector as the plan says: the raw query, or HyDE's texts averaged, falling back to the raw query."""
+    query, embedder, plan = job.query, job.embedder, job.plan
+    if plan.action == "raw":
+        return (yield from _raw_or_none(embedder, query, plan.status, plan.reason))
+    if plan.action == "passages":
+        texts = yield from _passages(query, job.context.hyde_num_docs, job.llm, job.context)
+    else:
+        formatted = yield from _schema_text(query, job.input_schema, job.output_schema, job.llm, job.context)
+        texts = [formatted] if formatted else []
+    if not texts:
+        return (yield from _raw_or_none(embedder, query, "failed", "HyDE returned nothing: raw query used"))
     try:
-        return QueryEmbedding(await embedder.aembed_query(query), status, reason=reason)
+        vectors = yield call(embedder.embed_documents, embedder.aembed_documents, texts)
     except EmbeddingError as error:
-        return QueryEmbedding(None, status, reason=f"{reason}; query embedding failed: {error}".lstrip("; "))
-
-
-def _averaged(vectors: np.ndarray, mode: str) -> QueryEmbedding:
-    count = len(vectors)
-    what = f"{count} hypothetical passages" if mode == "passages" else "the schema template"
+        reason = f"HyDE embedding failed ({error}): raw query used"
+        return (yield from _raw_or_none(embedder, query, "failed", reason))
+    what = f"{len(vectors)} hypothetical passages" if plan.action == "passages" else "the schema template"
     return QueryEmbedding(average(vectors), "used", reason=f"vector from {what}")
+
+
+# The two faces below differ only in how a caller waits, which is why they are two: a sync caller cannot be
+# cancelled mid-call, so the first caller of a question computes in its own thread; an async caller can be
+# (a tool's deadline), so its computation runs as a task of its own that the caller only awaits, and giving up
+# cancels neither that task nor the other callers waiting on it.
 
 
 def get_query_embedding_for_retrieval(
@@ -342,51 +365,30 @@ def get_query_embedding_for_retrieval(
     mode: HydeMode = "auto",
     input_schema: Any = None,
     output_schema: Any = None,
+    resources: SearchResources | None = None,
 ) -> QueryEmbedding:
     """The vector for vector search, made as the settings say, never raising for provider failures.
 
     HyDE off -> the raw query on the query side. A query of at most `hyde_skip_max_words` words ->
     the raw query, no LLM call. Otherwise the hypothetical passages (or the schema template) on the
-    document side, averaged and re-normalised. HyDE empty or failed -> the raw query. Embedding
-    failure -> `vector=None`, and the caller returns no vector results.
+    document side, averaged and re-normalised. HyDE empty, failed or past `hyde_timeout_seconds` -> the
+    raw query. Embedding failure -> `vector=None`, and the caller returns no vector results. Concurrent
+    and repeated calls of one question share one computation through `resources` (by default the
+    process's shared instance).
     """
-    context, embedder, llm, plan = _prepare(query, context, embedder, llm, mode, input_schema, output_schema)
-    cached, future, owner = _begin(plan)
-    if cached is not None:
-        return cached
-    if not owner:
-        return _reused(future.result(), plan)
+    job = run(_prepare(query, context, embedder, llm, mode, input_schema, output_schema, resources))
+    claim = job.cache.claim(job.plan.key)
+    if claim.value is not None:
+        return job.reused(claim.value)
+    assert claim.future is not None
+    if not claim.owner:
+        return job.reused(claim.future.result())
     try:
-        result = _compute(query, context, embedder, llm, plan, input_schema, output_schema)
+        result = run(_compute(job))
     except BaseException as error:
-        _abandon(plan, future, error)
+        job.cache.abandon(job.plan.key, claim.future, error)
         raise
-    return _finish(plan, future, result, context.hyde_cache_ttl_seconds)
-
-
-def _compute(
-    query: str,
-    context: Context,
-    embedder: Embedder,
-    llm: BaseChatModel | None,
-    plan: _Plan,
-    input_schema: Any,
-    output_schema: Any,
-) -> QueryEmbedding:
-    if plan.action == "raw":
-        return _raw_or_none(embedder, query, plan.status, plan.reason)
-    if plan.action == "passages":
-        texts = generate_hypothetical_documents(query, context.hyde_num_docs, llm=llm, context=context)
-    else:
-        formatted = format_query_for_embedding(query, input_schema, output_schema, llm=llm, context=context)
-        texts = [formatted] if formatted else []
-    if not texts:
-        return _raw_or_none(embedder, query, "failed", "HyDE returned nothing: raw query used")
-    try:
-        vectors = embedder.embed_documents(texts)
-    except EmbeddingError as error:
-        return _raw_or_none(embedder, query, "failed", f"HyDE embedding failed ({error}): raw query used")
-    return _averaged(vectors, plan.action)
+    return job.fulfil(claim.future, result)
 
 
 async def aget_query_embedding_for_retrieval(
@@ -398,55 +400,16 @@ async def aget_query_embedding_for_retrieval(
     mode: HydeMode = "auto",
     input_schema: Any = None,
     output_schema: Any = None,
+    resources: SearchResources | None = None,
 ) -> QueryEmbedding:
     """Async `get_query_embedding_for_retrieval`, sharing its cache and in-flight calls."""
-    context, embedder, llm, plan = _prepare(query, context, embedder, llm, mode, input_schema, output_schema)
-    cached, future, owner = _begin(plan)
-    if cached is not None:
-        return cached
-    # Shielded both ways: a caller giving up (a tool's deadline) must not cancel the computation other
-    # callers of the same question wait on, and the vector still lands in the cache for them.
-    if not owner:
-        return _reused(await asyncio.shield(asyncio.wrap_future(future)), plan)
-    task = asyncio.ensure_future(_acompute(query, context, embedder, llm, plan, input_schema, output_schema))
-    task.add_done_callback(lambda done: _complete(plan, future, done, context.hyde_cache_ttl_seconds))
+    job = await arun(_prepare(query, context, embedder, llm, mode, input_schema, output_schema, resources))
+    claim = job.cache.claim(job.plan.key)
+    if claim.value is not None:
+        return job.reused(claim.value)
+    assert claim.future is not None
+    if not claim.owner:
+        return job.reused(await asyncio.shield(asyncio.wrap_future(claim.future)))
+    task = asyncio.ensure_future(arun(_compute(job)))
+    task.add_done_callback(functools.partial(job.complete, claim.future))
     return await asyncio.shield(task)
-
-
-def _complete(plan: _Plan, future: Future, task: asyncio.Task, ttl: float) -> None:
-    """Hand an async computation's outcome to everyone waiting on `plan`."""
-    if task.cancelled():
-        _abandon(plan, future, asyncio.CancelledError())
-    elif task.exception() is not None:
-        _abandon(plan, future, task.exception())
-    else:
-        _finish(plan, future, task.result(), ttl)
-
-
-async def _acompute(
-    query: str,
-    context: Context,
-    embedder: Embedder,
-    llm: BaseChatModel | None,
-    plan: _Plan,
-    input_schema: Any,
-    output_schema: Any,
-) -> QueryEmbedding:
-    if plan.action == "raw":
-        return await _araw_or_none(embedder, query, plan.status, plan.reason)
-    if plan.action == "passages":
-        texts = await agenerate_hypothetical_documents(query, context.hyde_num_docs, llm=llm, context=context)
-    else:
-        formatted = await aformat_query_for_embedding(
-            query, input_schema, output_schema, llm=llm, context=context
-        )
-        texts = [formatted] if formatted else []
-    if not texts:
-        return await _araw_or_none(embedder, query, "failed", "HyDE returned nothing: raw query used")
-    try:
-        vectors = await embedder.aembed_documents(texts)
-    except EmbeddingError as error:
-        return await _araw_or_none(
-            embedder, query, "failed", f"HyDE embedding failed ({error}): raw query used"
-        )
-    return _averaged(vectors, plan.action)

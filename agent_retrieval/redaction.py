@@ -1,7 +1,9 @@
 """Keeps configured keys out of every log record in the process, the provider SDKs' included.
 
 Some SDKs log a provider's error message verbatim, and a refused key is often named in it; so once a
-Context holds a key, each new log record's message is checked for it and the key replaced.
+Context holds a key, each new log record's message is checked for it and the key replaced. The check is one
+log record factory, put in front of logging's when the first key is protected and never again; a Context
+then only records the keys not protected yet.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import hashlib
 import logging
 import threading
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from agent_retrieval.errors import ConfigError
@@ -19,20 +22,18 @@ MIN_SECRET_CHARS = 8  # shorter values ("k", "test") would mask ordinary words
 
 _secrets: frozenset[str] = frozenset()
 _lock = threading.Lock()
-_installed = False
+_factory: _RedactingFactory | None = None  # the log record factory this module installed
 
 
 def protect(*values: str) -> None:
     """Redact these values from every log record created from now on (the empty or short are ignored)."""
-    global _secrets, _installed
+    global _secrets
     new = {v for v in values if v and len(v) >= MIN_SECRET_CHARS} - _secrets
     if not new:
         return
     with _lock:
         _secrets = _secrets | new
-        if not _installed:
-            _wrap_record_factory()
-            _installed = True
+        _install()
 
 
 def check_secret(name: str, value: str, *, header: bool = True) -> str:
@@ -76,11 +77,14 @@ def dsn_password(dsn: str) -> str:
         return ""
 
 
-def _wrap_record_factory() -> None:
-    previous = logging.getLogRecordFactory()
+class _RedactingFactory:
+    """The log record factory that masks protected values in what `previous` (logging's factory) makes."""
 
-    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = previous(*args, **kwargs)
+    def __init__(self, previous: Callable[..., logging.LogRecord]):
+        self.previous = previous
+
+    def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = self.previous(*args, **kwargs)
         try:
             message = record.getMessage()
         except Exception:  # a malformed record is logging's to report, not ours
@@ -90,4 +94,10 @@ def _wrap_record_factory() -> None:
             record.msg, record.args = cleaned, None
         return record
 
-    logging.setLogRecordFactory(factory)
+
+def _install() -> None:
+    """Put the redacting factory in front of logging's, once per process (a factory set later may wrap it)."""
+    global _factory
+    if _factory is None:
+        _factory = _RedactingFactory(logging.getLogRecordFactory())
+        logging.setLogRecordFactory(_factory)

@@ -1,4 +1,4 @@
-"""The search path both tools share: validate -> query vector (hyde.py) beside keyword search -> fuse -> result.
+"""The search path both tools share: validate -> query vector (hyde.py) beside keyword search -> fuse.
 
 Keyword search always runs on the user's original words, concurrently with the query vector (which
 may wait on a HyDE call). A path that cannot run degrades the result instead of failing it, and
@@ -7,14 +7,11 @@ may wait on a HyDE call). A path that cannot run degrades the result instead of 
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import threading
-from concurrent import futures
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from langchain_core.language_models import BaseChatModel
 
 from agent_retrieval import hyde
@@ -23,11 +20,11 @@ from agent_retrieval.embeddings import Embedder, make_embedder
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.fusion import PROFILES, fuse
 from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
+from agent_retrieval.resources import SearchResources, shared_resources
+from agent_retrieval.steps import Outcome, Steps, Together, arun, blocking, call, run, single
 from agent_retrieval.stores import Store, open_store
 from agent_retrieval.text import entity_terms
 
-# Both paths of a sync search run here, so the caller can stop waiting at the tool's deadline.
-_search_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="agent-retrieval-search")
 _VectorSide = tuple[hyde.QueryEmbedding | None, list[Hit], list[str]]  # query vector, hits, notes
 
 
@@ -45,8 +42,10 @@ class Retrieval:
     """Hybrid retrieval over one store, configured by a Context.
 
     The store, embedder and chat model are made on first use (never at construction) and may be
-    passed in instead, which is how tests and notebooks share them. Thread-safe; use `close()` or
-    a `with` block to release the store.
+    passed in instead, which is how tests and notebooks share them. `resources` (the sync search
+    threads and the HyDE cache) default to the process's shared instance for the Context's sizes;
+    whoever makes SearchResources closes them. Thread-safe; use `close()` or a `with` block to release
+    the store.
     """
 
     def __init__(
@@ -56,8 +55,10 @@ class Retrieval:
         store: Store | None = None,
         embedder: Embedder | None = None,
         llm: BaseChatModel | None = None,
+        resources: SearchResources | None = None,
     ):
         self.context = context or Context()
+        self.resources = resources or shared_resources(self.context)
         self._store, self._embedder, self._llm = store, embedder, llm
         self._owns_store = store is None
         self._lock = threading.Lock()
@@ -100,114 +101,101 @@ class Retrieval:
     # --- searching --------------------------------------------------------------------------------
     def search(self, request: SearchRequest, level: Level) -> RetrievalResult:
         """Run one validated request at `level` ("documents" or "chunks")."""
-        store, scope = self.store, _scope(request)
-        _check_scope(store.unknown_documents(scope) if scope else [])
-        if request.query_type == "summarize":
-            return _summary(
-                request,
-                store.document_chunks(scope, self.context.summarize_max_chunks + 1),
-                self.context.summarize_max_chunks,
-            )
-        return self.rank(request, level, self.candidates(request, level))
+        return run(self._search(request, level))
+
+    async def asearch(self, request: SearchRequest, level: Level) -> RetrievalResult:
+        """Async `search`: the event loop is never blocked (SQLite runs in worker threads)."""
+        return await arun(self._search(request, level))
 
     def candidates(self, request: SearchRequest, level: Level) -> Candidates:
         """Each path's ranked list before fusion (`context.candidates` deep): what `search` fuses.
 
         Evaluation fetches them once per query and ranks them under several fusion settings.
         """
-        keyword = _submit(
-            self.store.keyword_search,
+        return run(self._candidates(request, level, self.store))
+
+    # --- the pieces, each written once for both faces (steps.py) -----------------------------------
+    def _search(self, request: SearchRequest, level: Level) -> Steps[RetrievalResult]:
+        store = yield blocking(lambda: self.store)  # opening the store reads files: off the event loop
+        scope = _scope(request)
+        if scope:
+            _check_scope((yield call(store.unknown_documents, store.aunknown_documents, scope)))
+        if request.query_type == "summarize":
+            limit = self.context.summarize_max_chunks
+            hits = yield call(store.document_chunks, store.adocument_chunks, scope, limit + 1)
+            return _summary(request, hits, limit)
+        return self.rank(request, level, (yield from self._candidates(request, level, store)))
+
+    def _candidates(self, request: SearchRequest, level: Level, store: Store) -> Steps[Candidates]:
+        """Keyword search and the vector side at once, settled at the tool's deadline."""
+        keyword = call(
+            store.keyword_search,
+            store.akeyword_search,
             level,
             request.query,
             self.context.candidates,
             filters=request.filters,
             document_ids=_scope(request),
         )
-        vector = _submit(self._vector_side, request, level)
-        futures.wait([keyword, vector], timeout=self.context.tool_timeout_seconds)
-        return self._settle(keyword, vector)
-
-    async def asearch(self, request: SearchRequest, level: Level) -> RetrievalResult:
-        """Async `search`: the event loop is never blocked (SQLite runs in worker threads)."""
-        store = await asyncio.to_thread(lambda: self.store)  # opening the store reads files: off the loop
-        scope = _scope(request)
-        _check_scope(await store.aunknown_documents(scope) if scope else [])
-        if request.query_type == "summarize":
-            hits = await store.adocument_chunks(scope, self.context.summarize_max_chunks + 1)
-            return _summary(request, hits, self.context.summarize_max_chunks)
-        keyword = asyncio.ensure_future(
-            store.akeyword_search(
-                level, request.query, self.context.candidates, filters=request.filters, document_ids=scope
-            )
+        keyword_outcome, vector_outcome = yield Together(
+            [single(keyword), self._vector_side(request, level)],
+            self.context.tool_timeout_seconds,
+            self.resources.search_pool,
         )
-        vector = asyncio.ensure_future(self._avector_side(request, level))
-        try:
-            await asyncio.wait([keyword, vector], timeout=self.context.tool_timeout_seconds)
-            candidates = self._settle(keyword, vector)
-        finally:
-            keyword.cancel()
-            vector.cancel()
-        return self.rank(request, level, candidates)
+        return self._settle(keyword_outcome, vector_outcome)
 
-    # --- the pieces -------------------------------------------------------------------------------
-    def _vector_side(self, request: SearchRequest, level: Level) -> _VectorSide:
+    def _vector_side(self, request: SearchRequest, level: Level) -> Steps[_VectorSide]:
         """The query vector (hyde.py) and vector search; a failure degrades to no vector hits."""
-        degraded = self._model_mismatch()
-        query_embedding = (
-            None
-            if degraded
-            else hyde.get_query_embedding_for_retrieval(
-                request.query, self.context, **self._hyde_arguments(request)
-            )
-        )
-        hits: list[Hit] = []
-        if self._vector_ready(query_embedding, degraded):
-            try:
-                hits = self.store.vector_search(
-                    level, query_embedding.vector, **self._vector_arguments(request)
-                )
-            except EmbeddingModelMismatch as error:
-                degraded.append(f"vector search skipped: {error}")
-        return query_embedding, hits, degraded
-
-    async def _avector_side(self, request: SearchRequest, level: Level) -> _VectorSide:
         # Building the embedder or chat model reads files: off the event loop.
-        degraded, hyde_arguments = await asyncio.to_thread(
+        degraded, hyde_arguments = yield blocking(
             lambda: (self._model_mismatch(), self._hyde_arguments(request))
         )
-        query_embedding = (
-            None
-            if degraded
-            else await hyde.aget_query_embedding_for_retrieval(request.query, self.context, **hyde_arguments)
-        )
+        query_embedding = None
+        if not degraded:
+            query_embedding = yield call(
+                hyde.get_query_embedding_for_retrieval,
+                hyde.aget_query_embedding_for_retrieval,
+                request.query,
+                self.context,
+                resources=self.resources,
+                **hyde_arguments,
+            )
         hits: list[Hit] = []
-        if self._vector_ready(query_embedding, degraded):
+        vector = self._usable_vector(query_embedding, degraded)
+        if vector is not None:
+            store = self.store
             try:
-                hits = await self.store.avector_search(
-                    level, query_embedding.vector, **self._vector_arguments(request)
+                hits = yield call(
+                    store.vector_search,
+                    store.avector_search,
+                    level,
+                    vector,
+                    **self._vector_arguments(request),
                 )
             except EmbeddingModelMismatch as error:
                 degraded.append(f"vector search skipped: {error}")
         return query_embedding, hits, degraded
 
-    def _settle(self, keyword: Any, vector: Any) -> Candidates:
-        """Candidates from the two paths (futures or tasks) at the deadline: a path still running is
-        dropped and the result says so; the call fails only when neither path finished."""
+    def _settle(self, keyword: Outcome[list[Hit]], vector: Outcome[_VectorSide]) -> Candidates:
+        """Candidates from the two paths at the deadline: a path still running is dropped and the result
+        says so; the call fails only when neither path finished."""
         deadline = f"tool_timeout_seconds={self.context.tool_timeout_seconds:g}"
-        if not keyword.done() and not vector.done():
+        if not keyword.finished and not vector.finished:
             raise StoreError(
                 f"neither keyword nor vector search finished within {deadline}; check that the "
                 "store and the embedding provider are reachable, or raise tool_timeout_seconds"
             )
-        query_embedding, vector_hits, degraded = None, [], []
-        if vector.done():
+        query_embedding: hyde.QueryEmbedding | None = None
+        vector_hits: list[Hit] = []
+        degraded: list[str] = []
+        if vector.finished:
             query_embedding, vector_hits, degraded = vector.result()
         else:
             degraded.append(
                 f"vector search skipped: the query vector or vector search did not finish within "
                 f"{deadline}; results are keyword-only"
             )
-        if keyword.done():
+        if keyword.finished:
             keyword_hits = keyword.result()
         else:
             keyword_hits = []
@@ -218,12 +206,7 @@ class Retrieval:
 
     def _hyde_arguments(self, request: SearchRequest) -> dict[str, Any]:
         """How hyde.py should make the vector; the chat model is built only when HyDE may run."""
-        schemas = request.input_schema or request.output_schema
-        wants_llm = (
-            request.hyde in ("passages", "schema")
-            or schemas
-            or (request.hyde == "auto" and self.context.use_hyde)
-        )
+        wants_llm = hyde.may_call_llm(self.context, request.hyde, request.input_schema, request.output_schema)
         return {
             "embedder": self.embedder,
             "llm": self.llm if wants_llm else None,
@@ -246,13 +229,16 @@ class Retrieval:
         return [f"vector search skipped: {mismatch}"] if mismatch else []
 
     @staticmethod
-    def _vector_ready(query_embedding: hyde.QueryEmbedding | None, degraded: list[str]) -> bool:
-        if query_embedding is not None and query_embedding.vector is None:
+    def _usable_vector(query_embedding: hyde.QueryEmbedding | None, degraded: list[str]) -> np.ndarray | None:
+        """The vector to search with, or None: no vector made, or (noted in `degraded`) embedding failed."""
+        if query_embedding is None:
+            return None
+        if query_embedding.vector is None:
             degraded.append(
                 "vector search skipped: the query could not be embedded "
                 f"({query_embedding.reason}); results are keyword-only"
             )
-        return query_embedding is not None and query_embedding.vector is not None
+        return query_embedding.vector
 
     def rank(
         self, request: SearchRequest, level: Level, candidates: Candidates, *, context: Context | None = None
@@ -282,11 +268,6 @@ class Retrieval:
             degraded=list(candidates.degraded),
             fusion=context.fusion,
         )
-
-
-def _submit(function: Any, *args: Any, **kwargs: Any) -> futures.Future:
-    """Run in the search pool with the caller's context variables (LangChain callbacks, tracing)."""
-    return _search_pool.submit(contextvars.copy_context().run, function, *args, **kwargs)
 
 
 def _check_scope(unknown: list[str]) -> None:

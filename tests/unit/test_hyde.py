@@ -132,9 +132,8 @@ async def test_concurrent_identical_async_and_sync_queries_share_one_call(embedd
 
 @pytest.mark.parametrize("impatient_first", [True, False])
 async def test_a_caller_giving_up_does_not_cancel_the_hyde_call_others_share(embedder, impatient_first):
-    """One caller of a question stops waiting (its tool's deadline) while another still waits for the
-    same in-flight HyDE call: the patient one gets the vector, and it is cached, whichever of the two
-    started it."""
+    """One caller of a question stops waiting (its tool's deadline) while others still wait for the same
+    in-flight HyDE call: they get the vector, and it is cached, whichever of them started it."""
     slow = CountingChatModel(responses=["First passage here.\n\nSecond passage here."], sleep=0.5)
     context = Context(use_hyde=True)
 
@@ -144,13 +143,14 @@ async def test_a_caller_giving_up_does_not_cancel_the_hyde_call_others_share(emb
                 aget_query_embedding_for_retrieval(LONG, context, embedder=embedder, llm=slow), 0.1
             )
 
-    async def patient() -> hyde.QueryEmbedding:
-        if impatient_first:
-            await asyncio.sleep(0.02)
+    async def patient(delay: float) -> hyde.QueryEmbedding:
+        if delay:  # without a pause, this call claims the question before wait_for's task runs
+            await asyncio.sleep(delay)
         return await aget_query_embedding_for_retrieval(LONG, context, embedder=embedder, llm=slow)
 
-    _, result = await asyncio.gather(impatient(), patient())
-    assert result.hyde == "used" and result.vector is not None
+    # the first patient caller starts the call unless the impatient one did; the second always waits on it
+    _, *results = await asyncio.gather(impatient(), patient(0.02 if impatient_first else 0), patient(0.04))
+    assert all(result.hyde == "used" and result.vector is not None for result in results)
     assert slow.calls == 1
     again = await aget_query_embedding_for_retrieval(LONG, context, embedder=embedder, llm=slow)
     assert again.cached and slow.calls == 1
@@ -214,6 +214,19 @@ async def test_async_generation_is_bounded_by_the_hyde_timeout(embedder, embeddi
     )
     assert result.hyde == "failed"
     assert time.monotonic() - started < 1.5
+
+
+def test_sync_generation_is_bounded_by_the_hyde_timeout(embedder, embeddings):
+    """A chat model that ignores every timeout of its own: the sync call still gives up at the bound."""
+    stuck = CountingChatModel(responses=["too late"], sleep=2.0)
+    started = time.monotonic()
+    result = get_query_embedding_for_retrieval(
+        LONG, Context(use_hyde=True, hyde_timeout_seconds=0.2), embedder=embedder, llm=stuck
+    )
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.5, f"sync HyDE took {elapsed:.2f}s with hyde_timeout_seconds=0.2"
+    assert (result.hyde, stuck.calls) == ("failed", 1)
+    np.testing.assert_allclose(result.vector, unit(embeddings.vector(LONG)), rtol=1e-5)
 
 
 def test_embedding_failure_gives_no_vector_and_is_not_cached(chat):

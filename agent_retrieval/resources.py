@@ -1,0 +1,146 @@
+"""What searches share between calls, owned by an object a caller can make and close: the threads sync
+searches run their paths in, and the query-vector cache that lets document_retriever and then
+chunk_retriever share one HyDE call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from cachetools import TLRUCache
+
+from agent_retrieval.context import Context
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a caller of a key found: a stored value, or a computation in flight to wait on, or (`owner`) the
+    duty to compute the value and settle `future` for everyone waiting on it."""
+
+    value: Any = None
+    future: Future[Any] | None = None
+    owner: bool = False
+
+
+class SharedValues:
+    """Values kept by key for a time-to-live each, and the computations of values in flight: the first caller
+    of a key computes, callers meanwhile wait for it, and later callers reuse the value until it expires.
+
+    Safe across threads and event loops (waiters hold a `concurrent.futures.Future`).
+    """
+
+    def __init__(self, maxsize: int):
+        self._lock = threading.Lock()
+        self._values: TLRUCache = TLRUCache(maxsize=maxsize, ttu=lambda _key, kept, now: now + kept[1])
+        self._inflight: dict[Hashable, Future[Any]] = {}
+
+    def claim(self, key: Hashable) -> Claim:
+        """The stored value, or the in-flight computation, or a new one this caller owns."""
+        with self._lock:
+            kept = self._values.get(key)
+            if kept is not None:
+                return Claim(value=kept[0])
+            future = self._inflight.get(key)
+            if future is not None:
+                return Claim(future=future)
+            future = self._inflight[key] = Future()
+            return Claim(future=future, owner=True)
+
+    def fulfil(self, key: Hashable, future: Future[Any], value: Any, ttl: float) -> None:
+        """Hand an owner's value to its waiters, and keep it for `ttl` seconds (0: not at all)."""
+        with self._lock:
+            if ttl > 0:
+                self._values[key] = (value, ttl)
+            self._inflight.pop(key, None)
+        future.set_result(value)
+
+    def abandon(self, key: Hashable, future: Future[Any], error: BaseException) -> None:
+        """Raise an owner's failure in its waiters; the next caller of the key computes afresh."""
+        with self._lock:
+            self._inflight.pop(key, None)
+        future.set_exception(error)
+
+    def clear(self) -> None:
+        """Forget every stored value (computations in flight still reach their waiters)."""
+        with self._lock:
+            self._values.clear()
+
+
+class SearchResources:
+    """The pool sync searches run their keyword and vector paths in, and the HyDE query-vector cache.
+
+    Sized by a Context's deployment settings (`search_threads`, `hyde_cache_size`). A Retrieval made without
+    resources uses `shared_resources(context)`, the process's instance for those sizes, so that Retrievals
+    made per run (the graphs) still share HyDE calls; make one to size or close it apart, and pass it to
+    each Retrieval that should share it. `close()` lets running searches finish, stops the threads and
+    empties the cache; the resources start again if used afterwards, as a closed Retrieval's store does.
+    """
+
+    def __init__(self, context: Context | None = None):
+        context = context or Context()
+        self.search_threads = context.search_threads
+        self.hyde_cache = SharedValues(context.hyde_cache_size)
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._noticed: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"SearchResources(search_threads={self.search_threads})"
+
+    @property
+    def search_pool(self) -> ThreadPoolExecutor:
+        """The search threads, started on first use (async searches never need them)."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.search_threads, thread_name_prefix="agent-retrieval-search"
+                )
+            return self._pool
+
+    def first_notice(self, what: str) -> bool:
+        """True the first time `what` is noticed here: for a log line said once, not on every call."""
+        with self._lock:
+            if what in self._noticed:
+                return False
+            self._noticed.add(what)
+            return True
+
+    def close(self) -> None:
+        """Stop the search threads once their searches finish (without waiting here) and empty the cache."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        self.hyde_cache.clear()
+
+    def __enter__(self) -> SearchResources:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_shared_lock = threading.Lock()
+_shared: dict[tuple[int, int], SearchResources] = {}
+
+
+def shared_resources(context: Context) -> SearchResources:
+    """The process's resources for this context's sizes, made on first use (one, unless sizes differ)."""
+    sizes = (context.search_threads, context.hyde_cache_size)
+    with _shared_lock:
+        resources = _shared.get(sizes)
+        if resources is None:
+            resources = _shared[sizes] = SearchResources(context)
+        return resources
+
+
+def clear_shared_caches() -> None:
+    """Empty the HyDE cache of every shared instance (tests, or after re-embedding a store)."""
+    with _shared_lock:
+        instances = list(_shared.values())
+    for resources in instances:
+        resources.hyde_cache.clear()

@@ -1,0 +1,58 @@
+"""Process-wide settings touched once or under one lock: the log redaction hook and torch's thread count."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from agent_retrieval import redaction
+from agent_retrieval.context import Context
+
+
+def test_the_log_hook_is_installed_once_and_a_context_only_records_new_keys():
+    Context(openai_api_key="sk-first-key-0000")
+    hook = logging.getLogRecordFactory()
+    for n in range(3):
+        Context(openai_api_key=f"sk-later-key-{n}{n}{n}{n}")
+    assert logging.getLogRecordFactory() is hook
+    assert isinstance(hook, redaction._RedactingFactory)
+    assert not isinstance(hook.previous, redaction._RedactingFactory)  # never wrapped a second time
+    record = logging.getLogger("test").makeRecord(
+        "test",
+        logging.ERROR,
+        __file__,
+        1,
+        "refused %s and %s",
+        ("sk-first-key-0000", "sk-later-key-2222"),
+        None,
+    )
+    assert record.getMessage() == f"refused {redaction.MASK} and {redaction.MASK}"
+
+
+def test_torch_threads_are_switched_by_one_encode_at_a_time_and_always_restored():
+    torch = pytest.importorskip("torch")
+    from agent_retrieval.embeddings import _torch_threads
+
+    configured = torch.get_num_threads()
+    inside = 0
+    seen: list[tuple[int, bool]] = []
+    lock = threading.Lock()
+
+    def encode(count: int | None) -> None:
+        nonlocal inside
+        with _torch_threads(count):
+            with lock:
+                inside += 1
+            time.sleep(0.005)
+            seen.append((inside, torch.get_num_threads() == (count or configured)))
+            with lock:
+                inside -= 1
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(encode, [1, None] * 20))
+    assert set(seen) == {(1, True)}  # no encode overlapped another, and each ran on the threads it asked for
+    assert torch.get_num_threads() == configured
