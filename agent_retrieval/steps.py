@@ -94,7 +94,7 @@ def run(steps: Steps[T]) -> T:
         step = _resume(steps, Outcome(True))
         while not isinstance(step, _Returned):
             step = _resume(steps, _made(step))
-        return step.value  # type: ignore[no-any-return]
+        return step.value
 
 
 async def arun(steps: Steps[T]) -> T:
@@ -103,7 +103,7 @@ async def arun(steps: Steps[T]) -> T:
         step = _resume(steps, Outcome(True))
         while not isinstance(step, _Returned):
             step = _resume(steps, await _amade(step))
-        return step.value  # type: ignore[no-any-return]
+        return step.value
 
 
 @dataclass(frozen=True)
