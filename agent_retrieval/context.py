@@ -296,10 +296,13 @@ class Context(RunSettings):
         if bool(self.supabase_url) != bool(self.supabase_key) and not self.postgres_dsn:
             missing = "SUPABASE_KEY" if self.supabase_url else "SUPABASE_URL"
             raise ConfigError(f"Supabase needs both SUPABASE_URL and SUPABASE_KEY; {missing} is not set")
-        protect(
-            *(getattr(self, f.name) for f in fields(self) if f.metadata.get("secret")),
-            dsn_password(self.postgres_dsn),
+        secrets = (
+            getattr(self, f.name)
+            for f in fields(self)
+            if f.metadata.get("secret") and f.name != "supabase_user_token"
         )
+        protect(*secrets, dsn_password(self.postgres_dsn))
+        protect(self.supabase_user_token, user_token=True)
         if self.chunk_overlap >= self.chunk_size:
             raise ConfigError(
                 f"chunk_overlap must be smaller than chunk_size "

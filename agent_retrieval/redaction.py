@@ -19,20 +19,29 @@ from agent_retrieval.errors import ConfigError
 
 MASK = "[redacted]"
 MIN_SECRET_CHARS = 8  # shorter values ("k", "test") would mask ordinary words
+RECENT_USER_TOKENS = 1024  # a server sees a new user token per sign-in: keep the latest, not every one
 
-_secrets: frozenset[str] = frozenset()
+_secrets: frozenset[str] = frozenset()  # the operator's keys: few, kept for the life of the process
+_recent: dict[str, None] = {}  # users' tokens, oldest first (a dict keeps insertion order)
 _lock = threading.Lock()
 _factory: _RedactingFactory | None = None  # the log record factory this module installed
 
 
-def protect(*values: str) -> None:
-    """Redact these values from every log record created from now on (the empty or short are ignored)."""
-    global _secrets
+def protect(*values: str, user_token: bool = False) -> None:
+    """Redact these values from every log record created from now on (the empty or short are ignored).
+
+    Users' tokens (`user_token=True`) are many and short-lived on a server, so only the most recent
+    RECENT_USER_TOKENS are kept: the set, and the work each log record costs, stay bounded."""
+    global _secrets, _recent
     new = {v for v in values if v and len(v) >= MIN_SECRET_CHARS} - _secrets
-    if not new:
+    if not new or (user_token and new <= _recent.keys()):
         return
     with _lock:
-        _secrets = _secrets | new
+        if user_token:
+            recent = {**_recent, **dict.fromkeys(new)}
+            _recent = dict(list(recent.items())[-RECENT_USER_TOKENS:])
+        else:
+            _secrets = _secrets | new
         _install()
 
 
@@ -63,7 +72,7 @@ def endpoint_id(base_url: str | None, key: str | None) -> str:
 
 def redact(text: str) -> str:
     """The text with every protected value masked."""
-    for secret in _secrets:
+    for secret in (*_secrets, *_recent):
         if secret in text:
             text = text.replace(secret, MASK)
     return text

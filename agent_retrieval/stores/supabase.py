@@ -121,7 +121,8 @@ class SupabaseStore(RPCStore):
                 "the Supabase key is empty: set SUPABASE_KEY to the project's anon or service role key"
             )
         self.url, self._key, self._user_token = url.rstrip("/"), key, user_token
-        protect(key, user_token or "")  # keys never reach a log, the SDKs' included
+        protect(key)  # keys never reach a log, the SDKs' included
+        protect(user_token or "", user_token=True)
         self._client: Any = None
         self._async_clients: dict[asyncio.AbstractEventLoop, Any] = {}
         self._lock = threading.Lock()

@@ -56,3 +56,16 @@ def test_torch_threads_are_switched_by_one_encode_at_a_time_and_always_restored(
         list(pool.map(encode, [1, None] * 20))
     assert set(seen) == {(1, True)}  # no encode overlapped another, and each ran on the threads it asked for
     assert torch.get_num_threads() == configured
+
+
+def test_users_tokens_are_masked_but_only_the_latest_are_kept(monkeypatch):
+    """A server protects each signed-in user's token; the set it checks every log record against stays bounded,
+    and the operator's own keys are never pushed out by it."""
+    monkeypatch.setattr(redaction, "_recent", {})
+    redaction.protect("sk-operator-key-kept-for-good")
+    tokens = [f"eyJ.user-token-{n:05d}.sig" for n in range(redaction.RECENT_USER_TOKENS + 500)]
+    for token in tokens:
+        redaction.protect(token, user_token=True)
+    assert len(redaction._recent) == redaction.RECENT_USER_TOKENS
+    text = redaction.redact(f"{tokens[-1]} {tokens[0]} sk-operator-key-kept-for-good")
+    assert text == f"{redaction.MASK} {tokens[0]} {redaction.MASK}"
