@@ -59,8 +59,8 @@ def test_torch_threads_are_switched_by_one_encode_at_a_time_and_always_restored(
 
 
 def test_users_tokens_are_masked_but_only_the_latest_are_kept(monkeypatch):
-    """A server protects each signed-in user's token; the set it checks every log record against stays bounded,
-    and the operator's own keys are never pushed out by it."""
+    """A server protects each signed-in user's token; the set every log record is checked against stays
+    bounded, and the operator's own keys are never pushed out by it."""
     monkeypatch.setattr(redaction, "_recent", {})
     redaction.protect("sk-operator-key-kept-for-good")
     tokens = [f"eyJ.user-token-{n:05d}.sig" for n in range(redaction.RECENT_USER_TOKENS + 500)]
