@@ -29,6 +29,8 @@ _EXPORTS = {
     "SQLiteStore": "agent_retrieval.stores",
     "load_documents": "agent_retrieval.loaders",
     "reembed": "agent_retrieval.ingest",
+    "ingest_paths": "agent_retrieval.ingest",
+    "IngestReport": "agent_retrieval.ingest",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, get_args
 
+from agent_retrieval import __version__
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.models import ChunkSearchRequest, HydeMode, SearchRequest, parse_request
@@ -26,6 +27,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    from agent_retrieval.progress import show_notices
+
+    # "loading the embedding model ..." and the like, on stderr; `db init` has no --no-progress
+    show_notices(not getattr(args, "no_progress", False))
     try:
         overrides = {"db_path": args.db} if getattr(args, "db", None) else {}
         return args.run(args, Context(**overrides))
@@ -43,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Hybrid (vector + keyword) retrieval with HyDE for LangGraph agents. Settings come from "
         "environment variables (see `agent-retrieval config`).",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log what happens (never HyDE text or keys)"
     )
@@ -55,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
             metavar="PATH",
             help="SQLite store file (default: $AGENT_RETRIEVAL_DB or agent_retrieval.db)",
         )
+        sub.add_argument("--no-progress", action="store_true", help="no progress bars or notices on stderr")
         sub.set_defaults(run=run)
         return sub
 
@@ -65,7 +72,6 @@ def _parser() -> argparse.ArgumentParser:
         "embedding only what changed.",
     )
     ingest.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
-    ingest.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     ingest.add_argument(
         "--public",
         action="store_true",
@@ -119,12 +125,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--json", action="store_true", help="print as JSON")
 
-    reembed = command(
+    command(
         "reembed",
         _reembed,
         "Embed rows that lack a vector of the configured model (after a failed ingest or a model change).",
     )
-    reembed.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     command("config", _config, "Show every setting, its environment variable and current value.")
 
@@ -166,7 +171,6 @@ def _parser() -> argparse.ArgumentParser:
         help="a smaller corpus: the kept queries' judged documents, then others up to N",
     )
     evaluate.add_argument("--json", action="store_true", help="print the report as JSON")
-    evaluate.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
     db = commands.add_parser(
         "db",
@@ -205,31 +209,51 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _retrieval(context: Context) -> Any:
+def _retrieval(context: Context, *, store_must_exist: bool = False) -> Any:
+    """The search machinery for a command. Reading a store that does not exist is an error (a misspelt --db
+    would otherwise create an empty store and answer "No matches"); a write creates the store file, never
+    its missing folders."""
+    _check_store_path(context, must_exist=store_must_exist)
     from agent_retrieval.retrieval import Retrieval  # the heavy imports wait until a command needs them
 
     return Retrieval(context)
 
 
-def _ingest(args: argparse.Namespace, context: Context) -> int:
-    from agent_retrieval.ingest import ingest
-    from agent_retrieval.loaders import load_documents
+def _check_store_path(context: Context, *, must_exist: bool) -> None:
+    if context.store_backend != "sqlite":
+        return
+    from agent_retrieval.stores import sqlite_path
 
-    skipped: list[str] = []  # files that could not be loaded: each named with its reason, the rest ingested
-    with _retrieval(context) as retrieval:
-        documents = load_documents(args.paths, skipped=skipped)
-        report = ingest(
-            documents,
-            retrieval.store,
-            retrieval.embedder,
-            context,
-            progress=not args.no_progress,
-            public=args.public,
+    path = sqlite_path(context)
+    if must_exist and not path.is_file():
+        raise _bad(
+            f"no store at {path}: ingest into it first (`agent-retrieval ingest PATH --db {path}`), "
+            "or name an existing store with --db or $AGENT_RETRIEVAL_DB"
         )
-    for problem in skipped:
+    if not context.tenant_id and not path.parent.is_dir():  # a tenant's folder is the store's to make
+        raise _bad(f"{path}: the folder {path.parent} does not exist; create it, or choose another --db")
+
+
+def _ingest(args: argparse.Namespace, context: Context) -> int:
+    from pathlib import Path
+
+    from agent_retrieval.ingest import ingest_paths
+    from agent_retrieval.loaders import SUPPORTED_SUFFIXES, describe_unsupported
+
+    _check_store_path(context, must_exist=False)
+    report = ingest_paths(args.paths, context, progress=not args.no_progress, public=args.public)
+    for problem in report.skipped_files:
         print(f"skipped: {problem}", file=sys.stderr)
-    print(report.summary() + (f"; {len(skipped)} files skipped" if skipped else ""))
-    return 1 if report.unembedded or skipped else 0
+    for line in describe_unsupported(Path(file) for file in report.unsupported_files):
+        print(f"not a supported type, passed over: {line}", file=sys.stderr)
+    if not report.documents and not report.skipped_files:
+        raise _bad(
+            f"nothing to ingest in {', '.join(args.paths)}: no files of a supported type "
+            f"({', '.join(SUPPORTED_SUFFIXES)})"
+        )
+    passed_over = len(report.skipped_files) + len(report.unsupported_files)
+    print(report.summary() + (f"; {passed_over} files not ingested (listed above)" if passed_over else ""))
+    return 1 if report.unembedded or passed_over else 0
 
 
 def _query(args: argparse.Namespace, context: Context) -> int:
@@ -249,7 +273,7 @@ def _query(args: argparse.Namespace, context: Context) -> int:
         raise _bad("--document-id works with --level chunks only")
     else:
         request = parse_request(SearchRequest, data)
-    with _retrieval(context) as retrieval:
+    with _retrieval(context, store_must_exist=True) as retrieval:
         result = retrieval.search(request, args.level)
     print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) if args.json else format_result(result))
     return 0
@@ -271,6 +295,7 @@ def _stats(args: argparse.Namespace, context: Context) -> int:
 
     from agent_retrieval.stores import open_store
 
+    _check_store_path(context, must_exist=True)
     with open_store(context) as store:
         stats = asdict(store.stats())
     if args.json:
@@ -288,7 +313,7 @@ def _stats(args: argparse.Namespace, context: Context) -> int:
 def _reembed(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval.ingest import reembed
 
-    with _retrieval(context) as retrieval:
+    with _retrieval(context, store_must_exist=True) as retrieval:
         report = reembed(retrieval.store, retrieval.embedder, progress=not args.no_progress)
         model = retrieval.embedder.model_id
     print(f"{report.embedded} texts embedded, {report.reused} vectors reused; the store now uses {model}")

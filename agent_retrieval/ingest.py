@@ -15,15 +15,16 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from langchain_text_splitters import MarkdownHeaderTextSplitter, RecursiveCharacterTextSplitter
-from tqdm import tqdm  # text bars: tqdm.auto warns in notebooks without ipywidgets
 
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import EmbeddingError, InvalidRequest, StoreError
 from agent_retrieval.models import Chunk, Document, Level
+from agent_retrieval.progress import bar as progress_bar
 from agent_retrieval.stores.base import Store, check_rows
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,8 @@ class IngestReport:
     reused: int = 0
     unembedded: int = 0
     errors: list[str] = field(default_factory=list)
+    skipped_files: list[str] = field(default_factory=list)  # could not be loaded, each with its reason
+    unsupported_files: list[str] = field(default_factory=list)  # of other types, in the folders given
 
     def summary(self) -> str:
         text = (
@@ -142,33 +145,62 @@ def ingest(
         or (state.content_hash, state.embedded, state.public) != (d.content_hash, True, d.public)
     ]
     report.unchanged = len(docs) - len(todo)
-    bar = tqdm(total=len(todo), unit="doc", desc="ingest", disable=not progress or len(todo) < 2)
-    for start in range(0, len(todo), DOCUMENTS_PER_BATCH):
-        batch: list[Document] = []
-        chunks: list[Chunk] = []
-        for doc in todo[start : start + DOCUMENTS_PER_BATCH]:
-            doc_chunks = chunk_document(doc, context.chunk_size, context.chunk_overlap)
-            if _storable(doc, doc_chunks, report):  # its chunk ids are longer than its own
-                batch.append(doc)
-                chunks += doc_chunks
-        _embed_or_leave_unembedded([*batch, *chunks], store, embedder, report)
-        try:
-            store.upsert(batch, chunks, embedder.model_id)
-        except StoreError as error:
-            bar.close()
-            # Each batch commits whole, so what was stored is complete and a re-run only adds the rest.
-            # The error keeps its class: StoreUnavailable tells a caller that retrying may work.
-            raise type(error)(
-                f"{error}. Stopped after storing {report.written} of the {len(todo)} documents this "
-                "ingest had to write: once that is fixed, run the same ingest again to finish "
-                "(stored documents are skipped and their vectors kept)"
-            ) from error
-        report.written += len(batch)
-        report.chunks += len(chunks)
-        bar.update(len(todo[start : start + DOCUMENTS_PER_BATCH]))
-        if on_batch:
-            on_batch(report)
-    bar.close()
+    # Chunked up front, so the bar counts texts (a document and each of its chunks): it moves while one large
+    # file is embedded, not only when a batch of documents is stored.
+    planned: list[tuple[Document, list[Chunk]]] = []
+    for doc in todo:
+        doc_chunks = chunk_document(doc, context.chunk_size, context.chunk_overlap)
+        if _storable(doc, doc_chunks, report):  # its chunk ids are longer than its own
+            planned.append((doc, doc_chunks))
+    bar = progress_bar(sum(1 + len(c) for _, c in planned), unit="text", desc="ingest", enabled=progress)
+    with bar:
+        for start in range(0, len(planned), DOCUMENTS_PER_BATCH):
+            batch = [doc for doc, _ in planned[start : start + DOCUMENTS_PER_BATCH]]
+            chunks = [chunk for _, c in planned[start : start + DOCUMENTS_PER_BATCH] for chunk in c]
+            _embed_or_leave_unembedded([*batch, *chunks], store, embedder, report, on_texts=bar.update)
+            try:
+                store.upsert(batch, chunks, embedder.model_id)
+            except StoreError as error:
+                # Each batch commits whole, so what was stored is complete and a re-run only adds the rest.
+                # The error keeps its class: StoreUnavailable tells a caller that retrying may work.
+                raise type(error)(
+                    f"{error}. Stopped after storing {report.written} of the {len(todo)} documents this "
+                    "ingest had to write: once that is fixed, run the same ingest again to finish "
+                    "(stored documents are skipped and their vectors kept)"
+                ) from error
+            report.written += len(batch)
+            report.chunks += len(chunks)
+            if on_batch:
+                on_batch(report)
+    return report
+
+
+def ingest_paths(
+    paths: Iterable[str | Path],
+    context: Context | None = None,
+    *,
+    progress: bool = False,
+    public: bool = False,
+) -> IngestReport:
+    """Load files and folders (as `agent-retrieval ingest` does) into the store `context` configures.
+
+    A file that cannot be loaded is listed in `skipped_files` with its reason, and files of other types met
+    in a folder in `unsupported_files`: the rest are ingested all the same. A path that names nothing
+    raises InvalidRequest. See `ingest` for `public` and for what is embedded.
+    """
+    from agent_retrieval.loaders import load_documents
+    from agent_retrieval.retrieval import Retrieval
+
+    context = context or Context()
+    skipped: list[str] = []
+    unsupported: list[Path] = []
+    with Retrieval(context) as retrieval:  # the store and embedder the tools would use
+        documents = load_documents(paths, skipped=skipped, unsupported=unsupported)
+        report = ingest(
+            documents, retrieval.store, retrieval.embedder, context, progress=progress, public=public
+        )
+    report.skipped_files = skipped
+    report.unsupported_files = [str(path) for path in unsupported]
     return report
 
 
@@ -203,11 +235,17 @@ def _storable(document: Document, chunks: Sequence[Chunk], report: IngestReport)
 
 
 def embed_rows(
-    rows: Sequence[Document | Chunk], store: Store, embedder: Embedder, report: IngestReport
+    rows: Sequence[Document | Chunk],
+    store: Store,
+    embedder: Embedder,
+    report: IngestReport,
+    on_texts: Callable[[int], None] | None = None,
 ) -> None:
     """Give each row its `text_hash` and `embedding`: a vector stored for the same text and model is reused,
-    and each other text is embedded once. Counts both in `report`. Raises EmbeddingError when the provider
-    fails, leaving the embedding of every row it did not reach None."""
+    and each other text is embedded once. Counts both in `report`; `on_texts` hears how many rows are done as
+    they are (reused at once, embedded batch by batch). Raises EmbeddingError when the provider fails,
+    leaving the embedding of every row it did not reach None."""
+    done = on_texts or (lambda count: None)
     texts = [document_text(r) if isinstance(r, Document) else chunk_text(r) for r in rows]
     for row, text in zip(rows, texts, strict=True):
         row.text_hash = _hash(text)
@@ -217,23 +255,30 @@ def embed_rows(
         row.embedding = known.get(row.text_hash)
         if row.embedding is None:
             missing.setdefault(row.text_hash, text)
-    report.reused += len(rows) - sum(1 for r in rows if r.embedding is None)
+    reused = len(rows) - sum(1 for r in rows if r.embedding is None)
+    report.reused += reused
+    done(reused)
     if not missing:
         return
-    vectors = dict(zip(missing, embedder.embed_documents(list(missing.values())), strict=True))
+    vectors = dict(zip(missing, embedder.embed_documents(list(missing.values()), on_batch=done), strict=True))
     report.embedded += len(missing)
+    done(len(rows) - reused - len(missing))  # rows repeating a text embedded once in this call
     for row in rows:
         if row.embedding is None:
             row.embedding = vectors[row.text_hash]
 
 
 def _embed_or_leave_unembedded(
-    rows: Sequence[Document | Chunk], store: Store, embedder: Embedder, report: IngestReport
+    rows: Sequence[Document | Chunk],
+    store: Store,
+    embedder: Embedder,
+    report: IngestReport,
+    on_texts: Callable[[int], None] | None = None,
 ) -> None:
     """`embed_rows`, but a provider failure leaves the rows it did not reach unembedded, for keyword search
     now and `reembed` later: nothing is lost."""
     try:
-        embed_rows(rows, store, embedder, report)
+        embed_rows(rows, store, embedder, report, on_texts)
     except EmbeddingError as error:
         message = f"embedding failed ({error}); rows stored without vectors"
         log.warning(message)
@@ -251,17 +296,20 @@ def reembed(
     """
     report = IngestReport()
     stats = store.stats()
-    total = stats.documents + stats.chunks
-    bar = tqdm(total=total, unit="row", desc="reembed", disable=not progress or total < 2)
     dimension = None
     levels: list[Level] = ["documents", "chunks"]
-    for level in levels:
-        while rows := store.pending_embeddings(level, embedder.model_id, batch_size):
-            embed_rows(rows, store, embedder, report)
-            dimension = len(rows[-1].embedding)
-            store.set_embeddings(level, rows, embedder.model_id)
-            bar.update(len(rows))
-    bar.close()
+    declared = store.embedding_model()
+    pending = (
+        stats.documents + stats.chunks
+        if declared and declared[0] != embedder.model_id  # a new model: every row gets a new vector
+        else stats.documents_missing_embeddings + stats.chunks_missing_embeddings
+    )
+    with progress_bar(pending, unit="text", desc="reembed", enabled=progress) as bar:
+        for level in levels:
+            while rows := store.pending_embeddings(level, embedder.model_id, batch_size):
+                embed_rows(rows, store, embedder, report, bar.update)
+                dimension = len(rows[-1].embedding)
+                store.set_embeddings(level, rows, embedder.model_id)
     current = store.embedding_model()
     if dimension is not None and current != (embedder.model_id, dimension):
         store.set_embedding_model(embedder.model_id, dimension)

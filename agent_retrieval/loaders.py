@@ -29,7 +29,11 @@ _LONE_SURROGATE = (
 
 
 def load_documents(
-    paths: Iterable[str | Path], *, root: str | Path | None = None, skipped: list[str] | None = None
+    paths: Iterable[str | Path],
+    *,
+    root: str | Path | None = None,
+    skipped: list[str] | None = None,
+    unsupported: list[Path] | None = None,
 ) -> Iterator[Document]:
     """Documents from files and folders (searched recursively for the supported suffixes).
 
@@ -41,7 +45,8 @@ def load_documents(
     one line there instead and the other files still load. With `root`, every file read must lie inside
     that folder once symlinks are resolved (those met inside a folder too): a path or symlink leading out
     is refused, naming it. A path given that names nothing, an unsupported file or a place outside `root`
-    is always raised: the caller named it.
+    is always raised: the caller named it. Files of other types met in a folder are passed over and, given
+    `unsupported`, listed there; hidden files and folders (".git", ".DS_Store") are not looked at.
     """
     inside = Path(os.path.realpath(Path(root).expanduser())) if root is not None else None
 
@@ -55,7 +60,7 @@ def load_documents(
         if inside is not None:
             _inside(path, inside)  # first, so nothing tells whether a path outside exists
         if path.is_dir():
-            for file in _folder_files(path, inside, refuse):
+            for file in _folder_files(path, inside, refuse, unsupported):
                 doc_id = file.relative_to(path).with_suffix("").as_posix()
                 yield from _load_or_refuse(file, doc_id, inside, refuse)
         elif path.is_file():
@@ -69,8 +74,14 @@ def load_documents(
             raise InvalidRequest(f"{path}: no such file or folder")
 
 
-def _folder_files(folder: Path, root: Path | None, refuse: Callable[[InvalidRequest], None]) -> list[Path]:
-    """The files under `folder` with a supported suffix, sorted; a subfolder that cannot be listed is refused.
+def _folder_files(
+    folder: Path,
+    root: Path | None,
+    refuse: Callable[[InvalidRequest], None],
+    unsupported: list[Path] | None = None,
+) -> list[Path]:
+    """The files under `folder` with a supported suffix, sorted, the others added to `unsupported`; hidden
+    ones are skipped. A subfolder that cannot be listed is refused.
 
     Symlinked folders are not followed (a link to a parent would never end); with `root`, one leading out
     of it is refused by name rather than passed over in silence."""
@@ -86,14 +97,34 @@ def _folder_files(folder: Path, root: Path | None, refuse: Callable[[InvalidRequ
     files: list[Path] = []
     for where, folders, names in os.walk(folder, onerror=unlistable):
         here = Path(where)
+        folders[:] = [name for name in folders if not name.startswith(".")]  # .git, .venv: not documents
         for name in folders:
             if root is not None and (here / name).is_symlink():
                 try:
                     _inside(here / name, root)
                 except InvalidRequest as problem:
                     refuse(problem)
-        files += [here / name for name in names if Path(name).suffix.lower() in SUPPORTED_SUFFIXES]
+        for name in names:
+            if name.startswith("."):
+                continue
+            if Path(name).suffix.lower() in SUPPORTED_SUFFIXES:
+                files.append(here / name)
+            elif unsupported is not None:
+                unsupported.append(here / name)
     return sorted(files)
+
+
+def describe_unsupported(files: Iterable[Path], *, shown: int = 3) -> list[str]:
+    """One line per file type passed over, naming a few of its files: a thousand images stay a line."""
+    by_type: dict[str, list[Path]] = {}
+    for file in files:
+        by_type.setdefault(file.suffix.lower() or "(no suffix)", []).append(file)
+    lines = []
+    for suffix, group in sorted(by_type.items(), key=lambda item: (-len(item[1]), item[0])):
+        names = ", ".join(str(f) for f in sorted(group)[:shown])
+        more = f" and {len(group) - shown} more" if len(group) > shown else ""
+        lines.append(f"{len(group)} {suffix} file{'s' if len(group) > 1 else ''} ({names}{more})")
+    return lines
 
 
 def _load_or_refuse(

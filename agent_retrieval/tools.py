@@ -55,7 +55,8 @@ def _explain_validation(error: ValidationError) -> str:
 class _StoreTool(BaseTool):
     """What every tool here shares: one Retrieval, text plus artifact, errors as messages for the model."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    # An unknown argument (a misspelt `contxt=`) is refused: ignoring it meant searching the default store.
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     retrieval: Retrieval = Field(default_factory=Retrieval, exclude=True)
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
@@ -282,13 +283,17 @@ class AgentRetriever(BaseRetriever):
     stored metadata.
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     retrieval: Retrieval = Field(default_factory=Retrieval, exclude=True)
     level: Level = "chunks"
     k: TopK = 5
     query_type: str = "general"
     filters: dict[str, Any] | None = None
+
+    def __init__(self, context: Context | None = None, *, retrieval: Retrieval | None = None, **kwargs: Any):
+        # The plugin types BaseRetriever's own fields only; `retrieval` is this subclass's.
+        super().__init__(retrieval=retrieval or Retrieval(context), **kwargs)  # type: ignore[call-arg]
 
     def _request(self, query: str, overrides: dict[str, Any]) -> SearchRequest:
         data = {"query": query, "top_k": self.k, "query_type": self.query_type, "filters": self.filters}

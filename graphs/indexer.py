@@ -170,7 +170,7 @@ def _ingest(documents: list[Document], retrieval: Retrieval) -> tuple[IngestRepo
 
 
 def _counts(report: IngestReport) -> dict[str, Any]:
-    return {key: value for key, value in asdict(report).items() if key != "errors"}
+    return {key: value for key, value in asdict(report).items() if isinstance(value, int)}  # lists apart
 
 
 def build(

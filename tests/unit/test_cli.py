@@ -11,6 +11,7 @@ import pytest
 
 from agent_retrieval import cli
 from agent_retrieval.embeddings import Embedder
+from agent_retrieval.stores import SQLiteStore
 from tests.conftest import WordHashEmbeddings
 
 
@@ -90,7 +91,9 @@ def test_ingest_skips_files_it_cannot_load_names_each_and_exits_1(capsys, tmp_pa
     (corpus / "gone.md").symlink_to(corpus / "nowhere.md")
     code, out, err = run(capsys, "ingest", "--db", str(tmp_path / "cli.db"), "--no-progress", str(corpus))
     assert code == 1
-    assert out.startswith("2 documents: 2 written") and out.endswith("; 2 files skipped\n")
+    assert out.startswith("2 documents: 2 written") and out.endswith(
+        "; 2 files not ingested (listed above)\n"
+    )
     assert err.splitlines() == [
         (
             f"skipped: {corpus / 'gone.md'}: does not exist (deleted or moved while loading, or a symlink to "
@@ -119,7 +122,9 @@ def test_ingest_skips_files_it_cannot_load_names_each_and_exits_1(capsys, tmp_pa
     ],
 )
 def test_bad_input_exits_2_with_one_readable_line(capsys, tmp_path, args, message):
-    code, _out, err = run(capsys, *args[:1], "--db", str(tmp_path / "e.db"), *args[1:])
+    db = tmp_path / "e.db"
+    SQLiteStore(db).close()  # an empty store: the query is what is wrong
+    code, _out, err = run(capsys, *args[:1], "--db", str(db), *args[1:])
     assert code == 2
     assert message in err
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
@@ -149,3 +154,74 @@ def test_ingest_public_on_the_embedded_store_is_refused_before_anything_is_writt
     assert code == 2 and "Postgres or Supabase" in err and "public" in err and "Traceback" not in err
     code, out, _ = run(capsys, "stats", "--db", db, "--json")
     assert json.loads(out)["documents"] == 0
+
+
+@pytest.mark.parametrize("command", [["query", "deposit"], ["stats"], ["reembed"]])
+def test_reading_a_store_that_does_not_exist_is_an_error_and_creates_nothing(capsys, tmp_path, command):
+    db = tmp_path / "misspelt.db"
+    code, out, err = run(capsys, command[0], "--db", str(db), *command[1:])
+    assert code == 2 and out == ""
+    assert err == (
+        f"error: no store at {db}: ingest into it first (`agent-retrieval ingest PATH --db {db}`), or name "
+        "an existing store with --db or $AGENT_RETRIEVAL_DB\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ingest_into_a_folder_that_does_not_exist_is_refused_and_creates_nothing(capsys, tmp_path, corpus):
+    db = tmp_path / "no" / "such" / "x.db"
+    code, _out, err = run(capsys, "ingest", "--db", str(db), "--no-progress", str(corpus))
+    assert code == 2 and f"the folder {db.parent} does not exist" in err
+    assert not (tmp_path / "no").exists()
+
+
+def test_files_of_other_types_are_named_by_type_and_the_rest_ingested(capsys, tmp_path, corpus):
+    for name in ("guide.rst", *(f"img{i}.png" for i in range(5))):
+        (corpus / name).write_text("x", encoding="utf-8")
+    (corpus / ".git").mkdir()
+    (corpus / ".git" / "HEAD.md").write_text("# not a document\n", encoding="utf-8")
+    code, out, err = run(capsys, "ingest", "--db", str(tmp_path / "t.db"), "--no-progress", str(corpus))
+    assert code == 1
+    assert out.startswith("2 documents: 2 written") and "6 files not ingested" in out
+    assert err.splitlines() == [
+        "not a supported type, passed over: 5 .png files "
+        f"({corpus / 'img0.png'}, {corpus / 'img1.png'}, {corpus / 'img2.png'} and 2 more)",
+        f"not a supported type, passed over: 1 .rst file ({corpus / 'guide.rst'})",
+    ]
+
+
+def test_a_folder_with_nothing_to_ingest_is_an_error_naming_the_supported_types(capsys, tmp_path):
+    (tmp_path / "only").mkdir()
+    (tmp_path / "only" / "notes.rst").write_text("x", encoding="utf-8")
+    code, _out, err = run(capsys, "ingest", "--db", str(tmp_path / "t.db"), str(tmp_path / "only"))
+    assert code == 2
+    assert "error: nothing to ingest in" in err and ".md, .markdown, .txt" in err
+
+
+def test_no_progress_silences_every_bar_and_notice(capsys, tmp_path, corpus):
+    code, _out, err = run(capsys, "ingest", "--db", str(tmp_path / "q.db"), "--no-progress", str(corpus))
+    assert code == 0 and err == ""
+
+
+def test_progress_counts_texts_and_the_model_loading_notice_is_one_line(
+    capsys, tmp_path, corpus, monkeypatch
+):
+    from agent_retrieval.progress import notices
+
+    def loading(context):
+        notices.info("loading the embedding model test ...")
+        return Embedder(WordHashEmbeddings(), "test/word-hash")
+
+    monkeypatch.setattr("agent_retrieval.retrieval.make_embedder", loading)
+    code, _out, err = run(capsys, "ingest", "--db", str(tmp_path / "p.db"), str(corpus))
+    assert code == 0
+    assert "loading the embedding model test ...\n" in err
+    assert "5/5 [" in err and "text/s" in err  # 2 documents and 3 chunks: texts, not batches
+
+
+def test_version_is_the_package_version(capsys):
+    from agent_retrieval import __version__
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out == f"agent-retrieval {__version__}\n"

@@ -9,7 +9,15 @@ import pytest
 
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
-from agent_retrieval.ingest import chunk_document, chunk_text, document_text, ingest, reembed
+from agent_retrieval.ingest import (
+    IngestReport,
+    chunk_document,
+    chunk_text,
+    document_text,
+    embed_rows,
+    ingest,
+    reembed,
+)
 from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import Document
 from agent_retrieval.stores import SQLiteStore
@@ -265,3 +273,41 @@ def test_pdf_text_is_loaded_page_after_page(tmp_path: Path):
     (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
     with pytest.raises(InvalidRequest, match="not a readable PDF"):
         list(load_documents([tmp_path / "broken.pdf"]))
+
+
+def test_ingest_paths_loads_what_it_can_and_lists_the_rest(tmp_path, folder, monkeypatch):
+    from agent_retrieval import Context, ingest_paths
+
+    monkeypatch.setattr(
+        "agent_retrieval.retrieval.make_embedder",
+        lambda context: Embedder(WordHashEmbeddings(), "test/word-hash"),
+    )
+    (folder / "diagram.svg").write_text("<svg/>", encoding="utf-8")
+    (folder / "broken.md").write_text("---\nkey: [unclosed\n---\nBody\n", encoding="utf-8")
+    context = Context(db_path=str(tmp_path / "api.db"))
+    report = ingest_paths([folder], context)
+    assert report.written == report.documents == 5  # commission, notes, page and two JSONL records
+    assert report.unsupported_files == [str(folder / "diagram.svg"), str(folder / "ignored.bin")]
+    assert len(report.skipped_files) == 1 and report.skipped_files[0].startswith(f"{folder / 'broken.md'}:")
+    with SQLiteStore(tmp_path / "api.db") as store:
+        assert store.stats().documents == 5
+
+
+def test_the_bar_counts_texts_as_they_are_embedded_even_inside_one_large_document(tmp_path, embedder):
+    sections = "\n\n".join(f"## Part {i}\n\nClause {i} of the lease." for i in range(150))
+    big = Document(id="lease", title="Lease", content=sections)
+    heard: list[int] = []
+    embedder.batch_size = 64
+    with SQLiteStore(tmp_path / "big.db") as store:
+        report = IngestReport()
+        rows = [big, *chunk_document(big)]
+        embed_rows(rows, store, embedder, report, heard.append)
+    assert len(rows) == 151 and report.embedded == 151
+    assert heard == [0, 64, 64, 23, 0]  # nothing reused; three batches; no repeated text
+
+
+def test_reembed_with_nothing_to_do_draws_no_bar(tmp_path, embedder, capsys):
+    with SQLiteStore(tmp_path / "done.db") as store:
+        ingest([Document(id="a", title="A", content="Alpha.")], store, embedder, progress=False)
+        report = reembed(store, embedder, progress=True)
+    assert report.embedded == 0 and capsys.readouterr().err == ""

@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 from langchain_core.messages import ToolMessage
+from pydantic import ValidationError
 
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
@@ -287,3 +288,16 @@ def test_ids_as_one_tool_shows_them_scope_the_next_call_exactly(tools, retrieval
     assert {h["document_id"] for h in scoped.artifact["hits"]} == set(ODD_IDS)
     plain = [i for i in ODD_IDS if i != "&lt;x"]  # an id as stored works too, unless it reads as a shown one
     assert call(chunk_retriever, query="quokka", document_ids=plain, top_k=10).status == "success"
+
+
+def test_agent_retriever_searches_the_store_its_context_names(tmp_path, retrieval, monkeypatch):
+    monkeypatch.setattr("agent_retrieval.retrieval.make_embedder", lambda context: retrieval.embedder)
+    named = AgentRetriever(context=retrieval.context, k=2)
+    assert named.retrieval.store.path == retrieval.store.path
+    assert [d.metadata["document_id"] for d in named.invoke("referral fee disclosure")]
+
+
+@pytest.mark.parametrize("make", [lambda: AgentRetriever(contxt=1), lambda: DocumentRetrieverTool(bogus=1)])
+def test_an_unknown_constructor_argument_is_refused_by_name(make):
+    with pytest.raises(ValidationError, match=r"(contxt|bogus)\n  Extra inputs are not permitted"):
+        make()
