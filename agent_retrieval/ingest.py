@@ -15,7 +15,6 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from langchain_text_splitters import MarkdownHeaderTextSplitter, RecursiveCharacterTextSplitter
@@ -93,12 +92,18 @@ class IngestReport:
     errors: list[str] = field(default_factory=list)
     skipped_files: list[str] = field(default_factory=list)  # could not be loaded, each with its reason
     unsupported_files: list[str] = field(default_factory=list)  # of other types, in the folders given
+    renamed: list[tuple[str, str]] = field(default_factory=list)  # (old id, new id): same file or content
+    removed: list[str] = field(default_factory=list)  # ids whose files are gone (ingest_paths with prune)
 
     def summary(self) -> str:
         text = (
             f"{self.documents} documents: {self.written} written ({self.chunks} chunks), "
             f"{self.unchanged} unchanged; {self.embedded} texts embedded, {self.reused} vectors reused"
         )
+        if self.renamed:
+            text += f"; {len(self.renamed)} renamed"
+        if self.removed:
+            text += f"; {len(self.removed)} removed"
         if self.unembedded:
             text += f"; {self.unembedded} texts left unembedded (run `agent-retrieval reembed` later)"
         return text
@@ -172,35 +177,6 @@ def ingest(
             report.chunks += len(chunks)
             if on_batch:
                 on_batch(report)
-    return report
-
-
-def ingest_paths(
-    paths: Iterable[str | Path],
-    context: Context | None = None,
-    *,
-    progress: bool = False,
-    public: bool = False,
-) -> IngestReport:
-    """Load files and folders (as `agent-retrieval ingest` does) into the store `context` configures.
-
-    A file that cannot be loaded is listed in `skipped_files` with its reason, and files of other types met
-    in a folder in `unsupported_files`: the rest are ingested all the same. A path that names nothing
-    raises InvalidRequest. See `ingest` for `public` and for what is embedded.
-    """
-    from agent_retrieval.loaders import load_documents
-    from agent_retrieval.retrieval import Retrieval
-
-    context = context or Context()
-    skipped: list[str] = []
-    unsupported: list[Path] = []
-    with Retrieval(context) as retrieval:  # the store and embedder the tools would use
-        documents = load_documents(paths, skipped=skipped, unsupported=unsupported)
-        report = ingest(
-            documents, retrieval.store, retrieval.embedder, context, progress=progress, public=public
-        )
-    report.skipped_files = skipped
-    report.unsupported_files = [str(path) for path in unsupported]
     return report
 
 

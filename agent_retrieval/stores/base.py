@@ -278,6 +278,12 @@ class Store(ABC):
         ids = check_ids(ids, "ids", max_ids=None)
         return self._document_states(ids) if ids else {}
 
+    def documents_from(self, source: str) -> list[str]:
+        """The ids of the documents the writing tenant holds whose source starts with `source` (a file, or a
+        folder ended by its separator): what files under a folder were stored as, for sync and prune."""
+        source = STORED_TEXT.check("source", source)
+        return self._documents_from(source) if source else []
+
     def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
         """Stored vectors of `model_id` for these embedding-text hashes, so unchanged text is not embedded
         again."""
@@ -410,6 +416,9 @@ class Store(ABC):
 
     @abstractmethod
     def _document_states(self, ids: list[str]) -> dict[str, DocumentState]: ...
+
+    @abstractmethod
+    def _documents_from(self, source: str) -> list[str]: ...
 
     @abstractmethod
     def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]: ...

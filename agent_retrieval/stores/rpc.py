@@ -52,7 +52,7 @@ DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
-SCHEMA_VERSION = 2  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+SCHEMA_VERSION = 3  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
 # asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
@@ -352,6 +352,9 @@ class RPCStore(Store):
             for r in self._call("document_states", ids=batch, tenant=self.tenant):
                 states[r["id"]] = DocumentState(r["content_hash"], r["embedded"], r["source"], r["public"])
         return states
+
+    def _documents_from(self, source: str) -> list[str]:
+        return list(self._call("documents_from", prefix=source, tenant=self.tenant))
 
     def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}

@@ -356,6 +356,13 @@ class SQLiteStore(Store):
                 )
         return states
 
+    def _documents_from(self, source: str) -> list[str]:
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT id FROM documents WHERE substr(source, 1, length(?1)) = ?1 ORDER BY id", (source,)
+            )
+            return [doc_id for (doc_id,) in rows]
+
     def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
         with self._read() as conn:

@@ -13,12 +13,18 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agent_retrieval.context import Context
+from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
+from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Chunk, Document
+from agent_retrieval.retrieval import Retrieval
 from agent_retrieval.stores import SQLiteStore, Store
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
+from agent_retrieval.sync import ingest_paths
+from tests.conftest import WordHashEmbeddings
 from tests.unit.test_argument_rules import NOT_WHOLE_NUMBERS
 
 MODEL = "test/axes"
@@ -302,6 +308,20 @@ def test_delete_removes_documents_with_their_chunks(store: Store):
     assert "fees#0" not in ids(store.vector_search("chunks", axis(1), 5))
 
 
+def test_documents_from_a_source_lists_what_a_file_or_folder_was_stored_as(store: Store):
+    docs, _ = corpus()
+    extra = [
+        Document(id="policies/old", title="Old", content="x", content_hash="h9", source="policies/old.md"),
+        Document(id="elsewhere", title="E", content="y", content_hash="h8", source="policies-archive/e.md"),
+    ]
+    store.upsert(extra, [], MODEL)
+    assert store.documents_from("policies/") == ["fees", "policies/old"]
+    assert store.documents_from("policies/fees.md") == ["fees"]
+    assert store.documents_from("policies") == ["elsewhere", "fees", "policies/old"]  # a prefix, not a folder
+    assert store.documents_from("nowhere/") == []
+    assert [d.id for d in docs if d.source is None] == ["banda", "gifts"]  # no source: never listed
+
+
 def test_states_hashes_and_backfill(store: Store):
     states = store.document_states(["fees", "banda", "nope"])
     assert states == {
@@ -512,6 +532,7 @@ TEXT_ARGUMENTS: dict[str, tuple[Callable[[Store, Any], Any], str, int | None]] =
     "aunknown_documents ids": (lambda s, v: s.aunknown_documents([v]), "ids[0]", 512),
     "delete_documents ids": (lambda s, v: s.delete_documents(["fees", v]), "ids[1]", 512),
     "document_states ids": (lambda s, v: s.document_states([v]), "ids[0]", 512),
+    "documents_from source": (lambda s, v: s.documents_from(v), "source", None),
     "vectors_by_hash text_hashes": (lambda s, v: s.vectors_by_hash([v], MODEL), "text_hashes[0]", 512),
     "vectors_by_hash model_id": (lambda s, v: s.vectors_by_hash(["t-fees"], v), "model_id", 512),
     "pending_embeddings model_id": (lambda s, v: s.pending_embeddings("chunks", v, 5), "model_id", 512),
@@ -624,3 +645,51 @@ def test_the_cases_above_cover_every_argument_of_every_public_method():
             continue
         missing = arguments - covered.get(name, set()) - NOT_TEXT_OR_COUNT
         assert not missing, f"{name}: no case checks {sorted(missing)}"
+
+
+def test_sync_keeps_ids_stable_follows_renames_and_prunes_only_what_is_gone(make_store, tmp_path):
+    store = make_store()
+    embeddings = WordHashEmbeddings(size=DIM)
+    retrieval = Retrieval(Context(), store=store, embedder=Embedder(embeddings, MODEL))
+    coll, other = tmp_path / "coll", tmp_path / "other"
+    (coll / "sub").mkdir(parents=True)
+    other.mkdir()
+    files = {
+        "a.md": "# Alpha\n\nAlpha text.\n",
+        "sub/b.md": "# Beta\n\nBeta text.\n",
+        "sub/c.md": "# Gamma\n\nGamma text.\n",
+        "sub/d.md": "# Delta\n\nDelta text.\n",
+    }
+    for name, text in files.items():
+        (coll / name).write_text(text, encoding="utf-8")
+    (other / "x.md").write_text("# Other\n\nOther root.\n", encoding="utf-8")
+
+    def stored() -> list[str]:
+        return sorted(
+            store.document_states(["a", "sub/b", "sub/b2", "sub/c", "sub/d", "b", "c", "d", "x", "agent"])
+        )
+
+    ingest_paths([coll / "sub"], retrieval=retrieval)  # a folder first ...
+    assert stored() == ["b", "c", "d"]
+    around = ingest_paths([coll], retrieval=retrieval)  # ... then the folder around it: one copy, renamed
+    assert stored() == ["a", "sub/b", "sub/c", "sub/d"]
+    assert sorted(around.renamed) == [("b", "sub/b"), ("c", "sub/c"), ("d", "sub/d")]
+    assert around.embedded == 2  # a.md's document and chunk; the renamed files' vectors were reused
+    inside = ingest_paths([coll / "sub"], retrieval=retrieval)  # a folder inside keeps the outer ids
+    assert (inside.written, inside.renamed, stored()) == (0, [], ["a", "sub/b", "sub/c", "sub/d"])
+    ingest_paths([other], retrieval=retrieval)
+    agent = Document(id="agent", title="Agent note", content="Written by a tool.", source="index_document")
+    ingest([agent], store, retrieval.embedder, progress=False)
+
+    (coll / "a.md").write_text("# Alpha\n\nAlpha text, edited.\n", encoding="utf-8")
+    (coll / "sub" / "b.md").rename(coll / "sub" / "b2.md")
+    (coll / "sub" / "c.md").unlink()
+    (coll / "sub" / "d.md").write_text("---\na: &x [1]\nb: *x\n---\nNow unreadable.\n", encoding="utf-8")
+    embedded_before = embeddings.documents_embedded
+    synced = ingest_paths([coll], retrieval=retrieval, prune=True)
+    assert synced.renamed == [("sub/b", "sub/b2")] and synced.removed == ["sub/c"]
+    assert len(synced.skipped_files) == 1 and "sub/d.md" in synced.skipped_files[0]
+    assert embeddings.documents_embedded - embedded_before == 2  # only the edited a.md (document and chunk)
+    # the live files, the file that could not be read, another root's file and the tool's document remain
+    assert stored() == ["a", "agent", "sub/b2", "sub/d", "x"]
+    assert [h.document_id for h in store.keyword_search("chunks", "gamma", 5)] == []

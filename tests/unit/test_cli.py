@@ -225,3 +225,23 @@ def test_version_is_the_package_version(capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(["--version"])
     assert exited.value.code == 0 and capsys.readouterr().out == f"agent-retrieval {__version__}\n"
+
+
+def test_delete_removes_the_named_documents_and_names_the_unknown(capsys, tmp_path, corpus):
+    db = str(tmp_path / "d.db")
+    run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
+    code, out, err = run(capsys, "delete", "--db", db, "fees", "ghost")
+    assert (code, out) == (1, "1 documents deleted\n")
+    assert err == "not in the store (nothing deleted for them): 'ghost'\n"
+    code, out, _ = run(capsys, "query", "--db", db, "commission", "--level", "documents")
+    assert 'id="fees"' not in out and run(capsys, "delete", "--db", db, "banda")[0] == 0
+
+
+def test_ingest_prune_reports_renamed_and_removed_files(capsys, tmp_path, corpus):
+    db = str(tmp_path / "p.db")
+    run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
+    (corpus / "fees.md").rename(corpus / "fee-schedule.md")
+    (corpus / "banda.md").unlink()
+    code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", "--prune", str(corpus))
+    assert code == 0 and out.endswith("; 1 renamed; 1 removed\n")
+    assert err.splitlines() == ["renamed: fees -> fee-schedule", "removed: banda (its file is gone)"]

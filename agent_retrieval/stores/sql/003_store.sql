@@ -130,6 +130,18 @@ as $$
   where d.tenant_id = {{schema}}.writing_tenant(tenant) and d.id = any (ids)
 $$;
 
+-- The ids of the writing tenant's documents whose source starts with prefix (a file, or a folder ended by its
+-- separator), as one jsonb array: what a folder's files were stored as, for sync and prune. The operator's
+-- (sources are the operator's file paths): not granted to anon or authenticated.
+create or replace function {{schema}}.documents_from(prefix text, tenant text default null) returns jsonb
+language sql stable security invoker
+set search_path = ''
+as $$
+  select coalesce(pg_catalog.jsonb_agg(d.id order by d.id), '[]')
+  from {{schema}}.documents d
+  where d.tenant_id = {{schema}}.writing_tenant(tenant) and pg_catalog.starts_with(d.source, prefix)
+$$;
+
 -- Stored vectors of a model for embedding-text hashes, so unchanged text is never embedded twice:
 -- {text_hash: vector in pgvector's text form}, at most one per hash asked for.
 create or replace function {{schema}}.vectors_by_hash(hashes text[], model text, tenant text default null)

@@ -1,0 +1,140 @@
+"""Files and folders into a store, kept in step with them: stable ids, renames, and pruning what is gone.
+
+A file's id is its path without suffix relative to the outermost folder it was ingested from ("policies/fees"
+for policies/fees.md ingested from docs/). The store remembers that folder through the file's source (its
+absolute path) and id, so ingesting a folder inside it later keeps the ids ("docs/policies" still gives
+"policies/fees"), and ingesting a folder around it renames its files to ids relative to the new folder,
+removing the old ids. Renaming embeds nothing: vectors are reused by text. Ids given by the file itself (front
+matter `id:`, JSONL records) are never changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING
+
+from agent_retrieval.context import Context
+from agent_retrieval.ingest import IngestReport, ingest
+from agent_retrieval.models import Document
+from agent_retrieval.stores.base import Store
+
+if TYPE_CHECKING:
+    from agent_retrieval.retrieval import Retrieval
+
+
+def ingest_paths(
+    paths: Iterable[str | Path],
+    context: Context | None = None,
+    *,
+    progress: bool = False,
+    public: bool = False,
+    prune: bool = False,
+    retrieval: Retrieval | None = None,
+) -> IngestReport:
+    """Load files and folders (as `agent-retrieval ingest` does) into the store `context` configures.
+
+    A file that cannot be loaded is listed in `skipped_files` with its reason, and files of other types met
+    in a folder in `unsupported_files`: the rest are ingested all the same. A path that names nothing raises
+    InvalidRequest. With `prune`, documents stored from files under the given paths whose files are gone are
+    deleted (`removed`); one whose content reappears under another id is reported in `renamed`. A file that
+    exists but could not be loaded is never pruned. See `ingest` for `public` and for what is embedded.
+    `retrieval` gives the store and embedder to use (default: the ones `context` configures, as the tools'),
+    and is left open.
+    """
+    from agent_retrieval.loaders import load_documents
+    from agent_retrieval.retrieval import Retrieval
+
+    skipped: list[str] = []
+    unsupported: list[Path] = []
+    with contextlib.nullcontext(retrieval) if retrieval else Retrieval(context) as retrieval:
+        context = retrieval.context
+        store = retrieval.store
+        documents: list[Document] = []
+        stored: dict[str, str | None] = {}  # id -> source, of what the store held under the paths given
+        for raw in paths:
+            given = Path(os.path.abspath(Path(raw).expanduser()))
+            under = store.documents_from(str(given) + os.sep if given.is_dir() else str(given))
+            states = store.document_states(under)
+            stored.update({doc_id: state.source for doc_id, state in states.items()})
+            loaded = list(load_documents([raw], skipped=skipped, unsupported=unsupported))
+            _name_by_root(loaded, given, {doc_id: state.source for doc_id, state in states.items()})
+            documents += loaded
+        report = ingest(documents, store, retrieval.embedder, context, progress=progress, public=public)
+        _settle(store, documents, stored, report, prune=prune)
+    report.skipped_files = skipped
+    report.unsupported_files = [str(path) for path in unsupported]
+    return report
+
+
+def _name_by_root(loaded: list[Document], given: Path, stored: dict[str, str | None]) -> None:
+    """Give each file loaded from `given` an absolute source and, if its id came from its path, the id
+    relative to the outermost folder it was ingested from (see the module's docstring)."""
+    folder = given if given.is_dir() else given.parent
+    roots = [root for doc_id, source in stored.items() if (root := _root_of(doc_id, source))]
+    outer = min((r for r in roots if folder.is_relative_to(r)), key=lambda r: len(r.parts), default=folder)
+    for doc in loaded:
+        if doc.source is None or _is_record(doc.source):
+            continue
+        doc.source = os.path.abspath(doc.source)
+        file = PurePath(doc.source)
+        if doc.id == file.relative_to(folder).with_suffix("").as_posix():  # named by its path, not by itself
+            doc.id = file.relative_to(outer).with_suffix("").as_posix()
+
+
+def _root_of(doc_id: str, source: str | None) -> PurePath | None:
+    """The folder a stored file was named from: its source less its id ("/d/policies/fees.md", "policies/fees"
+    -> /d); None for a document whose id is not its path (front matter id, JSONL record)."""
+    if not source or _is_record(source):
+        return None
+    stem = PurePath(source).with_suffix("")
+    parts = PurePath(doc_id).parts
+    if not parts or stem.parts[-len(parts) :] != parts:
+        return None
+    return PurePath(*stem.parts[: -len(parts)])
+
+
+def _is_record(source: str) -> bool:
+    """A JSONL record's source is its file and line ("/d/records.jsonl:3")."""
+    return PurePath(source.rsplit(":", 1)[0]).suffix.lower() == ".jsonl" and ":" in source
+
+
+def _settle(
+    store: Store,
+    documents: list[Document],
+    stored: dict[str, str | None],
+    report: IngestReport,
+    *,
+    prune: bool,
+) -> None:
+    """Delete the old ids of files now stored under new ones and, with `prune`, the documents whose files
+    are gone; report each as renamed when its file or content lives on under another id."""
+    live = {doc.id for doc in documents}
+    by_source = {doc.source: doc.id for doc in documents if doc.source}
+    by_content = {doc.content_hash: doc.id for doc in documents if doc.content_hash}
+    old_states = store.document_states([doc_id for doc_id in stored if doc_id not in live])
+    gone: list[str] = []
+    for doc_id, state in old_states.items():
+        source = state.source or ""
+        if source in by_source:  # the same file, named anew (a folder around it was ingested)
+            report.renamed.append((doc_id, by_source[source]))
+        elif prune and _file_gone_or_loaded(source, by_source):
+            if state.content_hash in by_content:  # the same text under another file name
+                report.renamed.append((doc_id, by_content[state.content_hash]))
+            else:
+                report.removed.append(doc_id)
+        else:
+            continue
+        gone.append(doc_id)
+    store.delete_documents(gone)
+
+
+def _file_gone_or_loaded(source: str, loaded_sources: dict[str, str]) -> bool:
+    """Whether a stored document's file is gone, or was loaded without it (a JSONL record no longer in its
+    file); a file that exists but failed to load keeps its documents."""
+    file = source.rsplit(":", 1)[0] if _is_record(source) else source
+    if not os.path.exists(file):
+        return True
+    return any(s == file or s.startswith(file + ":") for s in loaded_sources)
