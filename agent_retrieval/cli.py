@@ -130,6 +130,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     query.add_argument("--json", action="store_true", help="print the full result as JSON")
 
+    ask = command(
+        "ask",
+        _ask,
+        "Answer a question with the rag graph (plan, searches, an answer citing its passages) and print "
+        "the answer with its sources. Offline: a heuristic plan and an extractive answer.",
+    )
+    ask.add_argument("question", help="the question, in your own words")
+    ask.add_argument("--json", action="store_true", help="print the whole run: plan, searches, hits, notes")
+
     stats = command(
         "stats", _stats, "Show counts, the embedding model and dimension, and missing embeddings."
     )
@@ -308,6 +317,35 @@ def _query(args: argparse.Namespace, context: Context) -> int:
     with _retrieval(context, store_must_exist=True) as retrieval:
         result = retrieval.search(request, args.level)
     print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) if args.json else format_result(result))
+    return 0
+
+
+def _ask(args: argparse.Namespace, context: Context) -> int:
+    import asyncio
+
+    from agent_retrieval.graph_parts import GraphParts
+    from agent_retrieval.graphs import rag
+
+    with _retrieval(context, store_must_exist=True) as retrieval:
+        graph = rag.build(GraphParts(retrieval=retrieval))
+        question = {"messages": [("user", args.question)]}
+        # A Context built by the operator's code is used as-is (graph_parts.run_context); a server run's
+        # context would be RunSettings.
+        state = asyncio.run(graph.ainvoke(question, context=context))  # type: ignore[call-overload]
+    state.pop("messages", None)
+    if args.json:
+        print(json.dumps(state, indent=2, ensure_ascii=False))
+        return 0
+    if not state.get("plan"):  # the question itself was refused (empty, too long)
+        raise _bad(state["answer"])
+    hits = {hit["id"]: hit for hit in state["hits"]}
+    print(state["answer"])
+    if state["citations"]:
+        print("\nSources:")
+        for cited in state["citations"]:
+            print(f"  [{cited}] {hits[cited]['heading_path'] or hits[cited]['document_id']}")
+    for note in state["notes"]:
+        print(f"note: {note}", file=sys.stderr)
     return 0
 
 

@@ -222,9 +222,18 @@ def _torch_threads(count: int | None) -> Iterator[None]:
             torch.set_num_threads(configured)
 
 
-@functools.lru_cache(maxsize=4)
+_load_lock = threading.Lock()
+
+
 def _load_sentence_transformer(name: str) -> Any:
-    """Load a model once per process (it takes seconds)."""
+    """Load a model once per process (it takes seconds), even when searches running side by side ask for it
+    at once (each used to load its own copy)."""
+    with _load_lock:
+        return _load_once(name)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_once(name: str) -> Any:
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:

@@ -1,5 +1,1 @@
-"""The LangGraph entry points that langgraph.json names (Studio serves them with `langgraph dev`).
-
-Each module builds its graph at import without creating any client, model or connection: those are made
-per run from the run's `Context`. Shared logic lives in `agent_retrieval`, so each file stands alone.
-"""
+"""The entry points langgraph.json names; the graphs ship in the package (agent_retrieval.graphs)."""

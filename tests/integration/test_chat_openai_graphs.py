@@ -56,7 +56,7 @@ def cited(text: str) -> list[str]:
 
 
 async def test_rag_plans_by_structured_output_and_cites_a_hit(api, retrieval, run_context):
-    from graphs import rag
+    from agent_retrieval.graphs import rag
 
     graph = rag.build(GraphParts(retrieval=retrieval))
     out = await graph.ainvoke({"messages": [{"role": "user", "content": QUESTION}]}, context=run_context)
@@ -86,7 +86,7 @@ async def test_rag_plans_by_structured_output_and_cites_a_hit(api, retrieval, ru
 
 
 async def test_agent_calls_document_then_chunk_retriever_and_cites_a_chunk(api, retrieval, run_context):
-    from graphs import agent
+    from agent_retrieval.graphs import agent
 
     graph = agent.build(GraphParts(retrieval=retrieval))
     out = await graph.ainvoke({"messages": [{"role": "user", "content": QUESTION}]}, context=run_context)
@@ -117,7 +117,7 @@ async def test_agent_calls_document_then_chunk_retriever_and_cites_a_chunk(api, 
 async def test_codegen_writes_sql_that_compiles_against_the_retrieved_schemas(
     api, retrieval, embedder, run_context
 ):
-    from graphs import codegen
+    from agent_retrieval.graphs import codegen
 
     ingest(load_documents([demo.schemas_dir()]), retrieval.store, embedder, retrieval.context, progress=False)
     graph = codegen.build(GraphParts(retrieval=retrieval))
@@ -135,7 +135,7 @@ async def test_codegen_writes_sql_that_compiles_against_the_retrieved_schemas(
 
 
 async def test_indexer_stores_a_pasted_document_that_search_then_finds(api, retrieval, run_context):
-    from graphs import indexer
+    from agent_retrieval.graphs import indexer
 
     graph = indexer.build(GraphParts(retrieval=retrieval))
     document = {

@@ -24,6 +24,7 @@ from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder, VoyageEmbeddings
 from agent_retrieval.errors import AgentRetrievalError, ConfigError, StoreUnavailable
 from agent_retrieval.graph_parts import GraphParts
+from agent_retrieval.graphs import rag
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document
 from agent_retrieval.retrieval import Retrieval
@@ -32,7 +33,6 @@ from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.rpc import CallError, RPCStore
 from agent_retrieval.stores.supabase import SupabaseStore
 from agent_retrieval.tools import make_retrieval_tools
-from graphs import rag
 from tests.conftest import WordHashEmbeddings
 from tests.fakeapi import FakeAPI
 from tests.stack import _free_port, mint_jwt, start_gateway

@@ -245,3 +245,25 @@ def test_ingest_prune_reports_renamed_and_removed_files(capsys, tmp_path, corpus
     code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", "--prune", str(corpus))
     assert code == 0 and out.endswith("; 1 renamed; 1 removed\n")
     assert err.splitlines() == ["renamed: fees -> fee-schedule", "removed: banda (its file is gone)"]
+
+
+def test_ask_answers_with_the_rag_graph_and_lists_the_cited_sources(capsys, tmp_path, corpus):
+    db = str(tmp_path / "a.db")
+    run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
+    code, out, err = run(capsys, "ask", "--db", db, "--no-progress", "How much is the tenancy deposit?")
+    assert code == 0
+    answer, sources = out.split("\nSources:\n")
+    assert "[banda#0]" in answer and "  [banda#0] 14 Banda Lane\n" in sources
+    assert "note: no chat model configured: heuristic plan" in err
+
+    code, out, _ = run(capsys, "ask", "--db", db, "--json", "How much is the tenancy deposit?")
+    state = json.loads(out)
+    assert code == 0 and state["citations"] and set(state["citations"]) <= {h["id"] for h in state["hits"]}
+
+
+def test_ask_refuses_an_empty_question_and_a_missing_store(capsys, tmp_path, corpus):
+    db = str(tmp_path / "a.db")
+    run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
+    assert run(capsys, "ask", "--db", db, "   ")[:2] == (2, "")
+    code, _, err = run(capsys, "ask", "--db", str(tmp_path / "none.db"), "deposit?")
+    assert code == 2 and err.startswith("error: no store at")

@@ -15,11 +15,11 @@ from agent_retrieval import demo
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.graph_parts import GraphParts
+from agent_retrieval.graphs import codegen
+from agent_retrieval.graphs.codegen import OFFLINE_NOTE, Passage, State, build, codegen_messages, validate_sql
 from agent_retrieval.ingest import chunk_document, ingest
 from agent_retrieval.loaders import load_documents
 from agent_retrieval.retrieval import Retrieval
-from graphs import codegen
-from graphs.codegen import OFFLINE_NOTE, Passage, State, build, codegen_messages, validate_sql
 from tests.conftest import CountingChatModel, chat_text
 from tests.promptcheck import PAYLOADS, as_read, assert_quoted, hostile_document, outline, passages_outline
 

@@ -13,7 +13,7 @@ from blockbuster import blockbuster_ctx
 
 from agent_retrieval.context import Context
 from agent_retrieval.graph_parts import GraphParts
-from graphs import agent, rag
+from agent_retrieval.graphs import agent, rag
 
 REPO = Path(__file__).resolve().parents[2]
 GRAPHS = json.loads((REPO / "langgraph.json").read_text())["graphs"]

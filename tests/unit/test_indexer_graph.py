@@ -10,9 +10,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.graph_parts import GraphParts
+from agent_retrieval.graphs.indexer import build
 from agent_retrieval.models import ChunkSearchRequest, title_document_id
 from agent_retrieval.retrieval import Retrieval
-from graphs.indexer import build
 from tests.conftest import WordHashEmbeddings
 
 FEES = {

@@ -52,6 +52,8 @@ def test_installed_wheel_loads_its_packaged_prompts(tmp_path: Path):
         "print(p.load_prompt('hyde') == open(p._PACKAGED / 'hyde.md', encoding='utf-8').read().strip())\n"
         "from agent_retrieval import demo; print(len(demo.questions()))\n"
         "from agent_retrieval.stores.rpc import render_sql; print('match_chunks' in render_sql('s', 8))\n"
+        "from agent_retrieval.graphs import agent, codegen, indexer, rag\n"
+        "print(rag.graph.name, agent.graph.name, codegen.graph.name, indexer.graph.name)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run(
@@ -68,3 +70,4 @@ def test_installed_wheel_loads_its_packaged_prompts(tmp_path: Path):
     assert out[2] == "True"
     assert int(out[3]) >= 8
     assert out[4] == "True"  # the SQL renders from the installed files
+    assert out[5] == "rag agent codegen indexer"  # pip users have the graphs too

@@ -13,9 +13,9 @@ from langchain_core.messages import AIMessage
 from agent_retrieval.answer import NOT_FOUND
 from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.graph_parts import GraphParts
+from agent_retrieval.graphs import rag
 from agent_retrieval.ingest import ingest
 from agent_retrieval.retrieval import Retrieval
-from graphs import rag
 from tests.conftest import CountingChatModel, chat_text
 from tests.promptcheck import PAYLOADS, assert_quoted, hostile_document, passages_outline
 

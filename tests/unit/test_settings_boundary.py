@@ -15,8 +15,8 @@ from agent_retrieval.auth import deployment_for, refused_settings
 from agent_retrieval.context import DEPLOYMENT_SETTINGS, RUN_SETTINGS, Context, RunSettings
 from agent_retrieval.errors import ConfigError
 from agent_retrieval.graph_parts import GraphParts
+from agent_retrieval.graphs import rag
 from agent_retrieval.llm import make_chat_model
-from graphs import rag
 from tests.conftest import CountingChatModel
 from tests.fakeapi import FakeAPI
 

@@ -1,0 +1,145 @@
+"""Planner -> retrieval -> answer: the question is planned into searches, they run (HyDE + hybrid, fused
+across queries, multi-hop when the plan needs it), and the answer is written from the passages, citing them.
+
+Offline it still runs end to end: a heuristic plan and an extractive answer, each saying so in `notes`.
+The state shows the plan, each search's hits and HyDE status, never the HyDE text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from langchain_core.messages import AIMessage, AnyMessage
+from langgraph.graph import END, START, StateGraph, add_messages
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import Runtime
+
+from agent_retrieval.answer import write_answer
+from agent_retrieval.context import RunSettings
+from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.graph_parts import GraphParts, last_question, run_context
+from agent_retrieval.models import ChunkSearchRequest, Hit, parse_request
+from agent_retrieval.planning import QueryPlan, check_request, make_plan, run_plan
+
+
+@dataclass(kw_only=True)
+class InputState:
+    """What a run starts from."""
+
+    messages: Annotated[list[AnyMessage], add_messages] = field(default_factory=list)
+    """The conversation; its last human message is the question."""
+
+
+@dataclass(kw_only=True)
+class State(InputState):
+    """Everything the run worked out, shown in Studio."""
+
+    question: str = ""
+    """The question being answered."""
+
+    plan: dict[str, Any] = field(default_factory=dict)
+    """The query plan: intent, queries (text, target, priority, ...), filters and search strategy."""
+
+    planner: str = ""
+    """Who made the plan: llm, heuristic (no chat model), or fallback (the LLM's plan failed)."""
+
+    searches: list[dict[str, Any]] = field(default_factory=list)
+    """Each search as it ran: its text, hop, status, hit ids, HyDE status and degradations."""
+
+    hits: list[dict[str, Any]] = field(default_factory=list)
+    """The passages the answer is written from, fused across searches, best first."""
+
+    answer: str = ""
+    """The answer, citing passages by id in [brackets]."""
+
+    citations: list[str] = field(default_factory=list)
+    """The passage ids the answer cites (each one among `hits`)."""
+
+    notes: list[str] = field(default_factory=list)
+    """Everything that did not run as configured, and why."""
+
+
+def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSettings, InputState, State]:
+    """The graph, using `parts` (shared by tests and notebooks) or parts made from each run's Context."""
+
+    async def plan_searches(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
+        """Check the question and plan its searches (LLM structured output, or heuristics offline)."""
+        question = last_question(state.messages)
+        try:
+            question = check_request(question)
+        except InvalidRequest as error:
+            return {"question": question[:200], "answer": str(error), "notes": [str(error)]}
+        context = run_context(runtime)
+        planned = await make_plan(question, context, await parts.chat(context))
+        return {
+            "question": question,
+            "plan": planned.plan.model_dump(),
+            "planner": planned.planner,
+            "notes": planned.notes,
+            "answer": "",
+        }
+
+    async def retrieve(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
+        """Run the plan; if it found documents but no passages, read passages inside those documents."""
+        context = run_context(runtime)
+        async with parts.open_retrieval(context) as retrieval:
+            run = await run_plan(
+                QueryPlan.model_validate(state.plan),
+                retrieval,
+                top_k=context.answer_chunks,
+                llm=await parts.chat(context),
+            )
+            chunks, notes = run.chunks, list(run.notes)
+            if not chunks and run.documents:
+                request = parse_request(
+                    ChunkSearchRequest,
+                    {
+                        "query": state.question,
+                        "top_k": context.answer_chunks,
+                        "document_ids": [hit.id for hit in run.documents],
+                    },
+                )
+                chunks = (await retrieval.asearch(request, "chunks")).hits
+                notes.append("the plan found documents only: read the best passages inside them")
+        return {
+            "searches": [s.to_dict() for s in run.searches],
+            "hits": [h.to_dict() for h in chunks],
+            "notes": state.notes + notes,
+        }
+
+    async def answer(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
+        """Write the answer from the passages (or extract it offline), citing them."""
+        hits = [Hit.from_dict(h) for h in state.hits]
+        context = run_context(runtime)
+        written = await write_answer(state.question, hits, await parts.chat(context), context)
+        return {
+            "answer": written.text,
+            "citations": written.citations,
+            "notes": state.notes + written.notes,
+            "messages": [AIMessage(written.text)],
+        }
+
+    async def refuse(state: State) -> dict[str, Any]:
+        """Say what is wrong with the question (empty, too long) instead of searching."""
+        return {"messages": [AIMessage(state.answer)]}
+
+    def route_question(state: State) -> Literal["retrieve", "refuse"]:
+        return "retrieve" if state.plan else "refuse"
+
+    builder = StateGraph(State, input_schema=InputState, context_schema=RunSettings)
+    builder.add_node(plan_searches)
+    builder.add_node(retrieve)
+    builder.add_node(answer)
+    builder.add_node(refuse)
+    builder.add_edge(START, "plan_searches")
+    builder.add_conditional_edges("plan_searches", route_question)
+    builder.add_edge("retrieve", "answer")
+    builder.add_edge("answer", END)
+    builder.add_edge("refuse", END)
+    compiled = builder.compile()
+    compiled.name = "rag"
+    return compiled
+
+
+graph = build()
