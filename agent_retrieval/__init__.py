@@ -20,6 +20,7 @@ _EXPORTS = {
     "SimilaritySearchTool": "agent_retrieval.tools",
     "IndexDocumentTool": "agent_retrieval.tools",
     "AgentRetriever": "agent_retrieval.tools",
+    "AgentRetrievalVectorStore": "agent_retrieval.vectorstore",
     "get_query_embedding_for_retrieval": "agent_retrieval.hyde",
     "aget_query_embedding_for_retrieval": "agent_retrieval.hyde",
     "generate_hypothetical_documents": "agent_retrieval.hyde",

@@ -45,7 +45,7 @@ def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: in
         headings = [section.metadata[key] for _, key in _HEADINGS if section.metadata.get(key)]
         if headings and headings[0] == document.title:
             headings = headings[1:]
-        heading_path = " > ".join([document.title, *headings])
+        heading_path = " > ".join(part for part in [document.title, *headings] if part)
         for piece in splitter.split_text(section.page_content):
             if piece.strip():
                 chunks.append(
@@ -62,13 +62,15 @@ def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: in
 
 
 def document_text(document: Document) -> str:
-    """What a document is embedded as: its title and lead."""
-    return f"{document.title}\n\n{document.content[:DOCUMENT_LEAD_CHARS]}"
+    """What a document is embedded as: its title and lead (the lead alone for an untitled text, as LangChain
+    vector stores add them)."""
+    lead = document.content[:DOCUMENT_LEAD_CHARS]
+    return f"{document.title}\n\n{lead}" if document.title else lead
 
 
 def chunk_text(chunk: Chunk) -> str:
     """What a chunk is embedded as: its heading path (title first) and content."""
-    return f"{chunk.heading_path}\n\n{chunk.content}"
+    return f"{chunk.heading_path}\n\n{chunk.content}" if chunk.heading_path else chunk.content
 
 
 def _hash(*parts: Any) -> str:

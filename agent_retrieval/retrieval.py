@@ -56,8 +56,12 @@ class Retrieval:
         embedder: Embedder | None = None,
         llm: BaseChatModel | None = None,
         resources: SearchResources | None = None,
+        min_similarity: float | None = None,
     ):
         self.context = context or Context()
+        # The vector side's similarity floor; None: by query type (fusion.PROFILES). A LangChain vector store
+        # promises the k nearest whatever their similarity, so it sets -1.
+        self.min_similarity = min_similarity
         self.resources = resources or shared_resources(self.context)
         self._store, self._embedder, self._llm = store, embedder, llm
         self._owns_store = store is None
@@ -220,7 +224,11 @@ class Retrieval:
             "k": self.context.candidates,
             "filters": request.filters,
             "document_ids": _scope(request),
-            "min_similarity": PROFILES[request.query_type].min_similarity,
+            "min_similarity": (
+                PROFILES[request.query_type].min_similarity
+                if self.min_similarity is None
+                else self.min_similarity
+            ),
         }
 
     def _model_mismatch(self) -> list[str]:

@@ -30,7 +30,15 @@ from tests.stack import Postgres, SupabaseStack, start_postgres, start_stack
 # in front of the stack: tests/integration/test_langgraph_auth.py), `stack_test`
 # (tests/integration/test_stack.py), and `public`. They need not
 # exist when PostgREST starts: the store's SQL creates them and reloads its schema cache.
-SUPABASE_SCHEMAS = ["agent_retrieval", "ar_contract", "ar_load", "ar_server", "public", "stack_test"]
+SUPABASE_SCHEMAS = [
+    "agent_retrieval",
+    "ar_contract",
+    "ar_load",
+    "ar_server",
+    "ar_vectorstore",
+    "public",
+    "stack_test",
+]
 
 _lock = threading.Lock()
 

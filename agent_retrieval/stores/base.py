@@ -284,6 +284,15 @@ class Store(ABC):
         source = STORED_TEXT.check("source", source)
         return self._documents_from(source) if source else []
 
+    def get_documents(self, ids: Sequence[str]) -> list[Document]:
+        """The whole documents (title, content, metadata, source) of these ids that a search could return,
+        in the order asked, each once (the tenant's own before a public one of the same id)."""
+        ids = check_ids(ids, "ids", max_ids=None)
+        found: dict[str, Document] = {}
+        for doc in self._get_documents(ids) if ids else []:
+            found.setdefault(doc.id, doc)
+        return [found[doc_id] for doc_id in dict.fromkeys(ids) if doc_id in found]
+
     def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
         """Stored vectors of `model_id` for these embedding-text hashes, so unchanged text is not embedded
         again."""
@@ -419,6 +428,10 @@ class Store(ABC):
 
     @abstractmethod
     def _documents_from(self, source: str) -> list[str]: ...
+
+    @abstractmethod
+    def _get_documents(self, ids: list[str]) -> list[Document]:
+        """The documents of these ids, the tenant's own first where a public one shares an id."""
 
     @abstractmethod
     def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]: ...

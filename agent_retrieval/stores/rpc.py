@@ -356,6 +356,13 @@ class RPCStore(Store):
     def _documents_from(self, source: str) -> list[str]:
         return list(self._call("documents_from", prefix=source, tenant=self.tenant))
 
+    def _get_documents(self, ids: list[str]) -> list[Document]:
+        found: list[Document] = []
+        for batch in _batches(ids, IDS_PER_CALL):
+            rows = self._call("get_documents", ids=batch, tenant=self.tenant)
+            found += [Document(r["id"], r["title"], r["content"], r["metadata"], r["source"]) for r in rows]
+        return found
+
     def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
         for batch in _batches(text_hashes, HASHES_PER_CALL):

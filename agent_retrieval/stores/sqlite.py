@@ -363,6 +363,18 @@ class SQLiteStore(Store):
             )
             return [doc_id for (doc_id,) in rows]
 
+    def _get_documents(self, ids: list[str]) -> list[Document]:
+        with self._read() as conn:
+            rows: list[Any] = []
+            for batch in _batches(ids, 500):
+                marks = ",".join("?" * len(batch))
+                rows += conn.execute(
+                    f"SELECT id, title, content, metadata, source FROM documents WHERE id IN ({marks})", batch
+                )
+        return [
+            Document(i, title, content, json.loads(meta), source) for i, title, content, meta, source in rows
+        ]
+
     def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
         with self._read() as conn:

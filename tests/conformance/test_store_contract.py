@@ -322,6 +322,15 @@ def test_documents_from_a_source_lists_what_a_file_or_folder_was_stored_as(store
     assert [d.id for d in docs if d.source is None] == ["banda", "gifts"]  # no source: never listed
 
 
+def test_get_documents_returns_whole_documents_in_the_order_asked(store: Store):
+    docs, _ = corpus()
+    got = store.get_documents(["gifts", "nope", "fees", "gifts"])
+    assert [(d.id, d.title, d.content, d.metadata, d.source) for d in got] == [
+        (d.id, d.title, d.content, d.metadata, d.source) for d in (docs[2], docs[0])
+    ]
+    assert store.get_documents([]) == []
+
+
 def test_states_hashes_and_backfill(store: Store):
     states = store.document_states(["fees", "banda", "nope"])
     assert states == {
@@ -533,6 +542,7 @@ TEXT_ARGUMENTS: dict[str, tuple[Callable[[Store, Any], Any], str, int | None]] =
     "delete_documents ids": (lambda s, v: s.delete_documents(["fees", v]), "ids[1]", 512),
     "document_states ids": (lambda s, v: s.document_states([v]), "ids[0]", 512),
     "documents_from source": (lambda s, v: s.documents_from(v), "source", None),
+    "get_documents ids": (lambda s, v: s.get_documents(["fees", v]), "ids[1]", 512),
     "vectors_by_hash text_hashes": (lambda s, v: s.vectors_by_hash([v], MODEL), "text_hashes[0]", 512),
     "vectors_by_hash model_id": (lambda s, v: s.vectors_by_hash(["t-fees"], v), "model_id", 512),
     "pending_embeddings model_id": (lambda s, v: s.pending_embeddings("chunks", v, 5), "model_id", 512),

@@ -142,6 +142,19 @@ as $$
   where d.tenant_id = {{schema}}.writing_tenant(tenant) and pg_catalog.starts_with(d.source, prefix)
 $$;
 
+-- Whole documents by id, as a search would see them (the tenant's own and public ones; RLS decides for API
+-- callers), the tenant's own first: [{id, title, content, metadata, source}], as one jsonb value.
+create or replace function {{schema}}.get_documents(ids text[], tenant text default null) returns jsonb
+language sql stable security invoker
+set search_path = ''
+as $$
+  select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+           'id', d.id, 'title', d.title, 'content', d.content, 'metadata', d.metadata, 'source', d.source)
+           order by d.id, d.tenant_id is distinct from tenant), '[]')
+  from {{schema}}.documents d
+  where d.id = any (ids) and (tenant is null or d.tenant_id = tenant or d.is_public)
+$$;
+
 -- Stored vectors of a model for embedding-text hashes, so unchanged text is never embedded twice:
 -- {text_hash: vector in pgvector's text form}, at most one per hash asked for.
 create or replace function {{schema}}.vectors_by_hash(hashes text[], model text, tenant text default null)

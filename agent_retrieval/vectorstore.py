@@ -1,0 +1,206 @@
+"""A LangChain `VectorStore` over the same stores and the same hybrid search as the tools.
+
+Each LangChain Document is stored as one document: its `page_content` is the content, its `metadata` is kept
+as given (and returned as given), a string `metadata["title"]` is also its title, and its id is the one
+given (or a new UUID). It is chunked and embedded like any ingested document, embedding only what changed, so
+LangChain's indexing API (`index()` with a record manager) and plain `add_documents` both stay cheap.
+
+`similarity_search` is the tools' hybrid search (vector and keyword, fused) at the document level by default
+(`level="chunks"` returns passages, with their `document_id` in the metadata), returning the k best whatever
+their similarity, as a vector store promises. The class is an operator's API: code that constructs it
+decides what is written, as with `ingest()`; documents are written for the context's tenant (private unless
+`public=True`, which only the Postgres and Supabase stores can honour).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from langchain_core.documents import Document as LCDocument
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import VectorStore
+
+from agent_retrieval.context import Context
+from agent_retrieval.embeddings import Embedder
+from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.ingest import ingest
+from agent_retrieval.models import ChunkSearchRequest, Document, Hit, Level, SearchRequest, parse_request
+from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.stores.base import check_rows
+
+
+class AgentRetrievalVectorStore(VectorStore):
+    """Hybrid retrieval as a LangChain vector store (see the module's docstring)."""
+
+    def __init__(
+        self,
+        context: Context | None = None,
+        *,
+        embedding: Embeddings | None = None,
+        model_id: str | None = None,
+        retrieval: Retrieval | None = None,
+        level: Level = "documents",
+        public: bool = False,
+    ):
+        """`embedding`: any LangChain Embeddings (default: the embedder `context` configures), recorded in the
+        store as `model_id` (default: its class name, and its `model` when it has one). `retrieval` gives the
+        store, embedder and search settings instead (it is then the caller's to close)."""
+        if level not in ("documents", "chunks"):
+            raise InvalidRequest(f"level: must be 'documents' or 'chunks' (got {level!r})")
+        if retrieval is not None and (context is not None or embedding is not None):
+            raise InvalidRequest("give either retrieval, or context and embedding: not both")
+        if retrieval is None:
+            embedder = Embedder(embedding, model_id or _model_id(embedding)) if embedding else None
+            retrieval = Retrieval(context, embedder=embedder, min_similarity=-1.0)
+            self._owns_retrieval = True
+        else:
+            self._owns_retrieval = False
+        self.retrieval = retrieval
+        self.level: Level = level
+        self.public = public
+
+    @property
+    def embeddings(self) -> Embeddings:
+        return self.retrieval.embedder.embeddings
+
+    def close(self) -> None:
+        """Release the store's connections (when this vector store made its own)."""
+        if self._owns_retrieval:
+            self.retrieval.close()
+
+    # --- writing -------------------------------------------------------------------------------------
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        texts = list(texts)
+        metadatas = metadatas or [{} for _ in texts]
+        if len(metadatas) != len(texts):
+            raise InvalidRequest(f"metadatas: {len(metadatas)} given for {len(texts)} texts")
+        documents = [LCDocument(page_content=t, metadata=m) for t, m in zip(texts, metadatas, strict=True)]
+        return self.add_documents(documents, ids=ids)
+
+    def add_documents(self, documents: list[LCDocument], **kwargs: Any) -> list[str]:
+        """Store the documents (replacing any of the same ids) and return their ids."""
+        ids: list[str | None] = list(kwargs.get("ids") or [doc.id for doc in documents])
+        if len(ids) != len(documents):
+            raise InvalidRequest(f"ids: {len(ids)} given for {len(documents)} documents")
+        ours = [_ours(doc, doc_id or str(uuid.uuid4())) for doc, doc_id in zip(documents, ids, strict=True)]
+        check_rows(ours, [])  # all or nothing: a bad document is an error, not a silent skip
+        retrieval = self.retrieval
+        ingest(
+            ours, retrieval.store, retrieval.embedder, retrieval.context, progress=False, public=self.public
+        )
+        return [doc.id for doc in ours]
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        """Delete these documents (unknown ids are passed over)."""
+        if ids is None:
+            raise InvalidRequest("ids: name the documents to delete (deleting everything is not offered)")
+        self.retrieval.store.delete_documents(ids)
+        return True
+
+    async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        return await asyncio.to_thread(self.delete, ids, **kwargs)
+
+    # --- reading -------------------------------------------------------------------------------------
+    def get_by_ids(self, ids: Sequence[str], /) -> list[LCDocument]:
+        return [_theirs(doc) for doc in self.retrieval.store.get_documents(list(ids))]
+
+    async def aget_by_ids(self, ids: Sequence[str], /) -> list[LCDocument]:
+        return await asyncio.to_thread(self.get_by_ids, ids)
+
+    def similarity_search(
+        self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[LCDocument]:
+        return [doc for doc, _ in self.similarity_search_with_score(query, k, filter, **kwargs)]
+
+    async def asimilarity_search(
+        self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[LCDocument]:
+        return [doc for doc, _ in await self.asimilarity_search_with_score(query, k, filter, **kwargs)]
+
+    def similarity_search_with_score(
+        self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[tuple[LCDocument, float]]:
+        """The k best (document, fused score) pairs; `filter` is the tools' metadata filter, and keyword
+        arguments (`query_type`, `hyde`, ...) are the tools' search arguments."""
+        result = self.retrieval.search(self._request(query, k, filter, kwargs), self.level)
+        return self._scored(result.hits)
+
+    async def asimilarity_search_with_score(
+        self, query: str, k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[tuple[LCDocument, float]]:
+        result = await self.retrieval.asearch(self._request(query, k, filter, kwargs), self.level)
+        return await asyncio.to_thread(self._scored, result.hits)
+
+    def similarity_search_by_vector(
+        self, embedding: list[float], k: int = 4, filter: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[LCDocument]:
+        """Vector search alone (there are no words to match), the k nearest."""
+        vector = np.asarray(embedding, dtype=np.float32)
+        hits = self.retrieval.store.vector_search(self.level, vector, k, filters=filter, min_similarity=-1.0)
+        return [doc for doc, _ in self._scored(hits)]
+
+    def _request(self, query: str, k: int, filters: dict[str, Any] | None, more: dict[str, Any]) -> Any:
+        model = ChunkSearchRequest if self.level == "chunks" else SearchRequest
+        return parse_request(model, {**more, "query": query, "top_k": k, "filters": filters})
+
+    def _scored(self, hits: list[Hit]) -> list[tuple[LCDocument, float]]:
+        """Hits as LangChain Documents; documents are read whole (a hit carries only their opening)."""
+        if self.level == "chunks":
+            return [
+                (
+                    LCDocument(
+                        hit.content, metadata={**hit.metadata, "document_id": hit.document_id}, id=hit.id
+                    ),
+                    hit.score,
+                )
+                for hit in hits
+            ]
+        whole = {doc.id: doc for doc in self.retrieval.store.get_documents([hit.id for hit in hits])}
+        return [(_theirs(whole[hit.id]), hit.score) for hit in hits if hit.id in whole]
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AgentRetrievalVectorStore:
+        """A store over `kwargs["context"]` (default: the configured one), with these texts added."""
+        store = cls(kwargs.pop("context", None), embedding=embedding, **kwargs)
+        store.add_texts(texts, metadatas, ids=ids)
+        return store
+
+
+def _model_id(embedding: Embeddings) -> str:
+    """What the store records for this LangChain Embeddings' vectors: its class, and its model if named."""
+    name = getattr(embedding, "model", None) or getattr(embedding, "model_name", None)
+    return f"langchain/{type(embedding).__name__}" + (f"/{name}" if isinstance(name, str) and name else "")
+
+
+def _ours(doc: LCDocument, doc_id: str) -> Document:
+    title = doc.metadata.get("title")
+    return Document(
+        id=doc_id,
+        title=title if isinstance(title, str) else "",
+        content=doc.page_content,
+        metadata=dict(doc.metadata),
+        source="vectorstore",
+    )
+
+
+def _theirs(doc: Document) -> LCDocument:
+    return LCDocument(page_content=doc.content, metadata=doc.metadata, id=doc.id)
