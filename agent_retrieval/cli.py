@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     ingest = command(
         "ingest",
         _ingest,
-        "Load .md, .txt, .html, .jsonl and .pdf files (or folders) into the store, "
+        "Load .md, .rst, .txt, .html, .jsonl and .pdf files (or folders) into the store, "
         "embedding only what changed.",
     )
     ingest.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
@@ -81,6 +81,15 @@ def _parser() -> argparse.ArgumentParser:
         "too",
     )
 
+    for flag, meaning in (("--include", "only files matching"), ("--exclude", "no files matching")):
+        ingest.add_argument(
+            flag,
+            action="append",
+            default=[],
+            metavar="GLOB",
+            help=f"in folders, {meaning} this pattern, matched against the path relative to the folder "
+            "given (e.g. 'guides/*.md'; * crosses folders too); repeatable",
+        )
     ingest.add_argument(
         "--prune",
         action="store_true",
@@ -261,7 +270,13 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
 
     _check_store_path(context, must_exist=False)
     report = ingest_paths(
-        args.paths, context, progress=not args.no_progress, public=args.public, prune=args.prune
+        args.paths,
+        context,
+        progress=not args.no_progress,
+        public=args.public,
+        prune=args.prune,
+        include=args.include,
+        exclude=args.exclude,
     )
     for old, new in report.renamed:
         print(f"renamed: {old} -> {new}", file=sys.stderr)

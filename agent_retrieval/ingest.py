@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 DOCUMENT_LEAD_CHARS = 1000  # a document is embedded by its title and opening; chunks carry the rest
 DOCUMENTS_PER_BATCH = 32
 _HEADINGS = [("#", "h1"), ("##", "h2"), ("###", "h3")]
+_ANCHOR = re.compile(r"\s*\{#[^}]*\}\s*$")  # "## Setup {#setup}": an anchor id, not part of the heading
 
 
 # --- chunking and embedding text ------------------------------------------------------------------
@@ -42,7 +44,9 @@ def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: in
     splitter = RecursiveCharacterTextSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     chunks: list[Chunk] = []
     for section in sections:
-        headings = [section.metadata[key] for _, key in _HEADINGS if section.metadata.get(key)]
+        headings = [
+            _ANCHOR.sub("", section.metadata[key]) for _, key in _HEADINGS if section.metadata.get(key)
+        ]
         if headings and headings[0] == document.title:
             headings = headings[1:]
         heading_path = " > ".join(part for part in [document.title, *headings] if part)

@@ -4,23 +4,23 @@ untrusted input: bounded in size and nesting, confined to a root folder when one
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import json
 import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Iterable, Iterator
-from html.parser import HTMLParser
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, Any
 
 import yaml
 
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_depth
 
-SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".jsonl", ".pdf")
+SUPPORTED_SUFFIXES = (".md", ".markdown", ".rst", ".txt", ".html", ".htm", ".jsonl", ".pdf")
 MAX_METADATA_CHARS = 20_000  # of a document's metadata as JSON: every one of its chunks stores a copy
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # in JSON text; usually half of a valid pair
 _LONE_SURROGATE = (
@@ -34,6 +34,8 @@ def load_documents(
     root: str | Path | None = None,
     skipped: list[str] | None = None,
     unsupported: list[Path] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
 ) -> Iterator[Document]:
     """Documents from files and folders (searched recursively for the supported suffixes).
 
@@ -47,6 +49,9 @@ def load_documents(
     is refused, naming it. A path given that names nothing, an unsupported file or a place outside `root`
     is always raised: the caller named it. Files of other types met in a folder are passed over and, given
     `unsupported`, listed there; hidden files and folders (".git", ".DS_Store") are not looked at.
+    `include` and `exclude` are shell-style patterns (fnmatch: `*` crosses folders too) matched against a
+    folder's files' paths relative to it ("guides/*.md", "*/drafts/*"): with `include`, only files matching
+    one are read; a file matching an `exclude` pattern is not. A file named directly is always read.
     """
     inside = Path(os.path.realpath(Path(root).expanduser())) if root is not None else None
 
@@ -61,6 +66,9 @@ def load_documents(
             _inside(path, inside)  # first, so nothing tells whether a path outside exists
         if path.is_dir():
             for file in _folder_files(path, inside, refuse, unsupported):
+                relative = file.relative_to(path).as_posix()
+                if not _selected(relative, include, exclude):
+                    continue
                 doc_id = file.relative_to(path).with_suffix("").as_posix()
                 yield from _load_or_refuse(file, doc_id, inside, refuse)
         elif path.is_file():
@@ -112,6 +120,13 @@ def _folder_files(
             elif unsupported is not None:
                 unsupported.append(here / name)
     return sorted(files)
+
+
+def _selected(relative: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
+    """Whether a folder's file (its path relative to the folder) passes the include and exclude patterns."""
+    if include and not any(fnmatch.fnmatchcase(relative, pattern) for pattern in include):
+        return False
+    return not any(fnmatch.fnmatchcase(relative, pattern) for pattern in exclude)
 
 
 def describe_unsupported(files: Iterable[Path], *, shown: int = 3) -> list[str]:
@@ -211,6 +226,8 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
     elif suffix in (".html", ".htm"):
         title, text = _html_to_markdown(path, text)
         metadata = {"title": title} if title else {}
+    elif suffix == ".rst":
+        text = _rst_to_markdown(path, text)
     title = str(metadata.pop("title", "") or _first_heading(text) or _name_as_title(path))
     doc_id = str(metadata.pop("id", doc_id))
     return [Document(id=doc_id, title=title, content=text.strip(), metadata=metadata, source=str(path))]
@@ -405,66 +422,70 @@ def _load_pdf(path: Path, doc_id: str, data: bytes) -> Document:
     )
 
 
-class _HTMLText(HTMLParser):
-    """Visible text of an HTML page, with h1-h3 turned into markdown headings for the chunker."""
-
-    _SKIP: ClassVar[set[str]] = {"script", "style", "noscript", "template", "head"}
-    _BLOCK: ClassVar[set[str]] = {
-        "p",
-        "div",
-        "section",
-        "article",
-        "li",
-        "tr",
-        "br",
-        "table",
-        "ul",
-        "ol",
-        "pre",
-        "blockquote",
-        "h4",
-        "h5",
-        "h6",
-    }
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.title = ""
-        self._skipping = 0
-        self._in_title = False
-
-    def handle_starttag(self, tag: str, attrs: Any) -> None:
-        if tag in self._SKIP:
-            self._skipping += 1
-        if tag == "title":
-            self._in_title = True
-        elif tag in ("h1", "h2", "h3"):
-            self.parts.append("\n\n" + "#" * int(tag[1]) + " ")
-        elif tag in self._BLOCK:
-            self.parts.append("\n\n" if tag != "br" else "\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self._SKIP:
-            self._skipping = max(0, self._skipping - 1)
-        if tag == "title":
-            self._in_title = False
-        elif tag in ("h1", "h2", "h3") or tag in self._BLOCK:
-            self.parts.append("\n\n")
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title += data
-        elif not self._skipping:
-            self.parts.append(re.sub(r"\s+", " ", data))
+# What a permalink inside a heading shows (Sphinx "¶", MkDocs "#"): anchors, not words of the heading.
+_PERMALINK_TEXT = frozenset({"", "¶", "#", "§", "🔗", "link"})
 
 
 def _html_to_markdown(path: Path, html: str) -> tuple[str, str]:
-    parser = _HTMLText()
+    """A page's title and main content as markdown: navigation, tables of contents, sidebars and footers are
+    dropped (trafilatura), headings stay markdown headings for the chunker, permalink anchors go."""
+    import trafilatura
+    from lxml import etree
+    from lxml import html as lxml_html
+
+    html = re.sub(r"^\s*<\?xml[^>]*>", "", html)  # lxml refuses text that declares its own encoding
     try:
-        parser.feed(html)
-        parser.close()
-    except AssertionError as error:  # html.parser's answer to a marked section it does not know, "<![x["
+        tree = lxml_html.document_fromstring(html)
+    except (etree.ParserError, ValueError) as error:
         raise InvalidRequest(f"{path}: not readable HTML ({error})") from None
-    text = re.sub(r"[ \t]*\n[ \t]*", "\n", "".join(parser.parts))
-    return " ".join(parser.title.split()), re.sub(r"\n{3,}", "\n\n", text).strip()
+    for anchor in tree.xpath("//*[self::h1 or self::h2 or self::h3 or self::h4 or self::h5 or self::h6]//a"):
+        if (anchor.get("href") or "").startswith("#") and anchor.text_content().strip() in _PERMALINK_TEXT:
+            anchor.drop_tree()
+    title = " ".join((tree.findtext(".//title") or "").split())
+    text = trafilatura.extract(
+        tree,
+        output_format="markdown",
+        include_formatting=True,
+        include_links=False,
+        include_images=False,
+        include_comments=False,
+        include_tables=True,
+        favor_recall=True,
+    )
+    return title, (text or "").strip()
+
+
+def _rst_to_markdown(path: Path, text: str) -> str:
+    """reStructuredText as markdown: section titles become headings by nesting (# for the outermost), the
+    rest its plain text. Directives that would read other files or pass raw markup through are off: a
+    document is untrusted, and `.. include:: /etc/passwd` must not read anything."""
+    from docutils import nodes
+    from docutils.core import publish_doctree
+
+    settings = {
+        "file_insertion_enabled": False,
+        "raw_enabled": False,
+        "doctitle_xform": False,  # the first title stays a heading, like the others
+        "report_level": 5,
+        "halt_level": 5,
+        "warning_stream": io.StringIO(),
+        "input_encoding": "unicode",
+    }
+    try:
+        tree = publish_doctree(text, source_path=str(path), settings_overrides=settings)
+    except Exception as error:  # docutils raises many kinds; any of them means the file cannot be read
+        raise InvalidRequest(f"{path}: not readable reStructuredText ({type(error).__name__})") from None
+
+    parts: list[str] = []
+
+    def walk(node: Any, depth: int) -> None:
+        for child in node.children:
+            if isinstance(child, nodes.section):
+                title = child.next_node(nodes.title)
+                parts.append("#" * min(depth, 6) + " " + (title.astext() if title else ""))
+                walk(child, depth + 1)
+            elif not isinstance(child, nodes.title | nodes.system_message | nodes.comment):
+                parts.append(child.astext())
+
+    walk(tree, 1)
+    return "\n\n".join(part.strip() for part in parts if part.strip())

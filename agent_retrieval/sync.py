@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
@@ -32,6 +32,8 @@ def ingest_paths(
     progress: bool = False,
     public: bool = False,
     prune: bool = False,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
     retrieval: Retrieval | None = None,
 ) -> IngestReport:
     """Load files and folders (as `agent-retrieval ingest` does) into the store `context` configures.
@@ -41,8 +43,9 @@ def ingest_paths(
     InvalidRequest. With `prune`, documents stored from files under the given paths whose files are gone are
     deleted (`removed`); one whose content reappears under another id is reported in `renamed`. A file that
     exists but could not be loaded is never pruned. See `ingest` for `public` and for what is embedded.
-    `retrieval` gives the store and embedder to use (default: the ones `context` configures, as the tools'),
-    and is left open.
+    `include` and `exclude` select a folder's files by pattern (see `load_documents`); a file they leave out
+    is never pruned. `retrieval` gives the store and embedder to use (default: the ones `context`
+    configures, as the tools'), and is left open.
     """
     from agent_retrieval.loaders import load_documents
     from agent_retrieval.retrieval import Retrieval
@@ -59,7 +62,11 @@ def ingest_paths(
             under = store.documents_from(str(given) + os.sep if given.is_dir() else str(given))
             states = store.document_states(under)
             stored.update({doc_id: state.source for doc_id, state in states.items()})
-            loaded = list(load_documents([raw], skipped=skipped, unsupported=unsupported))
+            loaded = list(
+                load_documents(
+                    [raw], skipped=skipped, unsupported=unsupported, include=include, exclude=exclude
+                )
+            )
             _name_by_root(loaded, given, {doc_id: state.source for doc_id, state in states.items()})
             documents += loaded
         report = ingest(documents, store, retrieval.embedder, context, progress=progress, public=public)

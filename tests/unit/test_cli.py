@@ -176,7 +176,7 @@ def test_ingest_into_a_folder_that_does_not_exist_is_refused_and_creates_nothing
 
 
 def test_files_of_other_types_are_named_by_type_and_the_rest_ingested(capsys, tmp_path, corpus):
-    for name in ("guide.rst", *(f"img{i}.png" for i in range(5))):
+    for name in ("guide.rtf", *(f"img{i}.png" for i in range(5))):
         (corpus / name).write_text("x", encoding="utf-8")
     (corpus / ".git").mkdir()
     (corpus / ".git" / "HEAD.md").write_text("# not a document\n", encoding="utf-8")
@@ -186,16 +186,16 @@ def test_files_of_other_types_are_named_by_type_and_the_rest_ingested(capsys, tm
     assert err.splitlines() == [
         "not a supported type, passed over: 5 .png files "
         f"({corpus / 'img0.png'}, {corpus / 'img1.png'}, {corpus / 'img2.png'} and 2 more)",
-        f"not a supported type, passed over: 1 .rst file ({corpus / 'guide.rst'})",
+        f"not a supported type, passed over: 1 .rtf file ({corpus / 'guide.rtf'})",
     ]
 
 
 def test_a_folder_with_nothing_to_ingest_is_an_error_naming_the_supported_types(capsys, tmp_path):
     (tmp_path / "only").mkdir()
-    (tmp_path / "only" / "notes.rst").write_text("x", encoding="utf-8")
+    (tmp_path / "only" / "notes.rtf").write_text("x", encoding="utf-8")
     code, _out, err = run(capsys, "ingest", "--db", str(tmp_path / "t.db"), str(tmp_path / "only"))
     assert code == 2
-    assert "error: nothing to ingest in" in err and ".md, .markdown, .txt" in err
+    assert "error: nothing to ingest in" in err and ".md, .markdown, .rst, .txt" in err
 
 
 def test_no_progress_silences_every_bar_and_notice(capsys, tmp_path, corpus):

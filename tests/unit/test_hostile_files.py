@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.loaders import MAX_METADATA_CHARS, load_documents
+from agent_retrieval.loaders import MAX_METADATA_CHARS, load_documents, load_file
 from agent_retrieval.models import MAX_NESTING
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,11 +153,31 @@ def test_paired_surrogate_escapes_are_ordinary_text(tmp_path):
     assert doc.content == "a smile \U0001f600 and a backslash-u \\ud800"
 
 
-def test_html_that_the_parser_rejects_names_the_file(tmp_path):
-    path = tmp_path / "page.html"
-    path.write_text("<html><body><![foo[ a marked section ]]><p>Text</p></body></html>", encoding="utf-8")
-    with pytest.raises(InvalidRequest, match=r"page\.html: not readable HTML \(unknown status keyword 'foo'"):
-        load(path)
+def test_html_without_a_document_names_the_file_and_deep_nesting_loads(tmp_path):
+    empty = tmp_path / "empty.html"
+    empty.write_text("  \n", encoding="utf-8")
+    with pytest.raises(InvalidRequest, match=r"empty\.html: not readable HTML \(Document is empty\)"):
+        load_file(empty, "empty")
+    deep = tmp_path / "deep.html"
+    deep.write_text("<p>top</p>" + "<div>" * 100_000 + "deep" + "</div>" * 100_000, encoding="utf-8")
+    assert load_file(deep, "deep")[0].id == "deep"  # the parser stops at its depth limit, no crash
+
+
+def test_rst_cannot_read_other_files_or_pass_raw_markup_and_deep_nesting_is_refused(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-LINE", encoding="utf-8")
+    page = tmp_path / "page.rst"
+    page.write_text(
+        f"Page\n====\n\nVisible.\n\n.. include:: {secret}\n\n.. raw:: html\n\n   <script>steal()</script>\n\n"
+        f".. literalinclude:: {secret}\n\n.. csv-table::\n   :file: {secret}\n",
+        encoding="utf-8",
+    )
+    content = load_file(page, "page")[0].content
+    assert "Visible." in content and "TOP-SECRET" not in content and "steal" not in content
+    deep = tmp_path / "deep.rst"
+    deep.write_text("".join("  " * i + "- x\n\n" for i in range(3000)), encoding="utf-8")
+    with pytest.raises(InvalidRequest, match=r"deep\.rst: not readable reStructuredText \(RecursionError\)"):
+        load_file(deep, "deep")
 
 
 def test_windows_line_ends_read_as_before(tmp_path):

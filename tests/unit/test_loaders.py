@@ -1,0 +1,101 @@
+"""The loaders users expect: an HTML page's main content (not its navigation, table of contents or footer,
+nor the permalinks in its headings), reStructuredText with its sections as headings, and folders filtered by
+include and exclude patterns."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agent_retrieval.context import Context
+from agent_retrieval.ingest import chunk_document, ingest
+from agent_retrieval.loaders import load_documents, load_file
+from agent_retrieval.models import ChunkSearchRequest, Document
+from agent_retrieval.retrieval import Retrieval
+
+HTML = Path(__file__).resolve().parents[1] / "data" / "html"
+
+
+@pytest.mark.parametrize(
+    ("page", "kept", "dropped"),
+    [
+        (
+            "sphinx.html",
+            ["# Configuring DNS\n", "## Records to create\n", "192.0.2.10", "## Choosing a TTL\n"],
+            ["Navigation", "Table of Contents", "Quick search", "Created using Sphinx", "¶", "next: Mail"],
+        ),
+        (
+            "mkdocs.html",
+            ["# Backups\n", "## Backup schedule\n", "02:00 UTC", "## Backup retention\n", "35 days"],
+            ["Monitoring", "Table of contents", "Made with Material", "Search", "schedule#", "Backups#"],
+        ),
+    ],
+)
+def test_html_keeps_the_main_content_with_its_headings(page, kept, dropped):
+    doc = load_file(HTML / page, page.removesuffix(".html"))[0]
+    for text in kept:
+        assert text in doc.content + "\n", text
+    for text in dropped:
+        assert text not in doc.content, text
+    assert all("¶" not in c.heading_path and not c.heading_path.endswith("#") for c in chunk_document(doc))
+
+
+def test_a_dns_question_finds_the_section_not_the_table_of_contents(tmp_path, embedder):
+    context = Context(db_path=str(tmp_path / "html.db"))
+    with Retrieval(context, embedder=embedder) as retrieval:
+        ingest(load_documents([HTML]), retrieval.store, embedder, context, progress=False)
+        request = ChunkSearchRequest(query="which DNS records should I create for the domain?", top_k=1)
+        top = retrieval.search(request, "chunks").hits[0]
+    assert top.heading_path.endswith("Records to create") and "CNAME record for www" in top.content
+
+
+def test_rst_sections_become_headings_by_nesting(tmp_path):
+    page = tmp_path / "deploy.rst"
+    page.write_text(
+        "Deploying\n=========\n\nHow releases ship.\n\nStaging\n-------\n\nPush to *staging* first.\n\n"
+        "Smoke tests\n~~~~~~~~~~~\n\nRun ``make smoke``.\n\nProduction\n----------\n\nTag the release.\n",
+        encoding="utf-8",
+    )
+    doc = load_documents([page]).__next__()
+    assert doc.title == "Deploying" and doc.id == "deploy"
+    paths = [c.heading_path for c in chunk_document(doc)]
+    assert paths == [
+        "Deploying",
+        "Deploying > Staging",
+        "Deploying > Staging > Smoke tests",
+        "Deploying > Production",
+    ]
+    assert "Run make smoke." in doc.content
+
+
+def test_markdown_heading_anchors_are_not_part_of_the_heading_path():
+    doc = Document(id="d", title="Guide", content="# Guide\n\n## Setup {#setup}\n\nInstall it.\n")
+    assert [c.heading_path for c in chunk_document(doc)] == ["Guide > Setup"]
+
+
+def test_include_and_exclude_select_a_folders_files(tmp_path):
+    for name in ("guides/start.md", "guides/drafts/next.md", "api/ref.rst", "notes.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("# T\n\nText.\n", encoding="utf-8")
+    ids = lambda **patterns: sorted(d.id for d in load_documents([tmp_path], **patterns))  # noqa: E731
+    assert ids() == ["api/ref", "guides/drafts/next", "guides/start", "notes"]
+    assert ids(include=["guides/*"]) == ["guides/drafts/next", "guides/start"]
+    assert ids(include=["guides/*"], exclude=["*/drafts/*"]) == ["guides/start"]
+    assert ids(exclude=["*.rst", "*.txt"]) == ["guides/drafts/next", "guides/start"]
+    assert [d.id for d in load_documents([tmp_path / "notes.txt"], include=["*.md"])] == ["notes"]
+
+
+def test_the_cli_takes_include_and_exclude(tmp_path, capsys, monkeypatch):
+    from agent_retrieval import cli
+    from agent_retrieval.embeddings import Embedder
+    from tests.conftest import WordHashEmbeddings
+
+    monkeypatch.setattr(
+        "agent_retrieval.retrieval.make_embedder", lambda context: Embedder(WordHashEmbeddings(), "test/w")
+    )
+    shutil.copytree(HTML, tmp_path / "site")
+    db = str(tmp_path / "s.db")
+    code = cli.main(["ingest", "--db", db, "--no-progress", "--exclude", "mk*", str(tmp_path / "site")])
+    assert code == 0 and capsys.readouterr().out.startswith("1 documents: 1 written")
