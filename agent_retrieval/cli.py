@@ -383,6 +383,7 @@ def _stats(args: argparse.Namespace, context: Context) -> int:
     _check_store_path(context, must_exist=True)
     with open_store(context) as store:
         stats = asdict(store.stats())
+    stats["embedder"] = _embedder_status(context)
     if args.json:
         print(json.dumps(stats, indent=2))
     else:
@@ -393,6 +394,20 @@ def _stats(args: argparse.Namespace, context: Context) -> int:
             )
         )
     return 0
+
+
+def _embedder_status(context: Context) -> str:
+    """Which embedder this configuration uses and how it runs (nothing is loaded to say so)."""
+    if context.embedding_provider != "local":
+        return context.embedding_provider
+    from agent_retrieval import onnx_model
+    from agent_retrieval.embeddings import BUNDLED_LOCAL_MODEL, _bundled_model_path
+
+    name = f"local {context.local_embedding_model}"
+    if context.local_runtime == "torch" or context.local_embedding_model != BUNDLED_LOCAL_MODEL:
+        return f"{name} on sentence-transformers (torch)"
+    cache = onnx_model.cache_folder(context.local_model_cache)
+    return f"{name} on {onnx_model.status(_bundled_model_path(), cache)}"
 
 
 def _reembed(args: argparse.Namespace, context: Context) -> int:

