@@ -133,7 +133,7 @@ async def test_bad_items_are_reported_one_line_each_and_good_ones_still_ingested
         f"paths[0]: {files / 'missing.md'}: no such file or folder",
         (
             f"paths[1]: {files / 'docs' / 'ignored.csv'}: unsupported file type .csv; "
-            "supported: .md, .markdown, .txt, .html, .htm, .jsonl, .pdf"
+            "supported: .md, .markdown, .rst, .txt, .html, .htm, .jsonl, .pdf"
         ),
         "paths[2]: must be a file or folder path (got '')",
     ]
@@ -196,7 +196,7 @@ async def test_a_folder_without_supported_files_is_an_error_not_silence(graph, c
     out = await graph.ainvoke({"paths": [str(tmp_path)]}, context=context)
     assert out["errors"] == [
         (
-            f"paths[0]: {tmp_path}: no documents found (supported: .md, .markdown, .txt, "
+            f"paths[0]: {tmp_path}: no documents found (supported: .md, .markdown, .rst, .txt, "
             ".html, .htm, .jsonl, .pdf)"
         )
     ]
