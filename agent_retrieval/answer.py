@@ -32,7 +32,13 @@ PASSAGE_CHARS = 4000  # per passage: enough for a chunk, bounded for a pasted gi
 _CITATION = re.compile(r"\[([^\[\]\n]{1,6000})\]")
 _SEPARATOR = re.compile(r"\s*[,;]\s*")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
-_MARKUP = re.compile(r"(?m)^#{1,6}\s+|\*\*|__|`")
+# Markup an extracted sentence should not carry: heading marks, emphasis and code marks, list bullets and task
+# boxes, HTML tags, and wiki macros such as {tab} or {caution:title=Note}.
+_MARKUP = re.compile(
+    r"(?m)^#{1,6}\s+|\*\*|__|`|^\s*(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?|\[[ xX]\]\s+|</?[A-Za-z][^>]*>"
+    r"|\{[a-z][\w-]*(?::[^{}]*)?\}"
+)
+_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")  # [text](url): the text
 
 
 @dataclass
@@ -128,7 +134,8 @@ def extractive_answer(question: str, hits: list[Hit], note: str, passages: int =
 
 
 def _best_sentences(content: str, terms: set[str], count: int = 2, limit: int = 400) -> str:
-    sentences = [s.strip() for s in _SENTENCE.split(" ".join(_MARKUP.sub(" ", content).split())) if s.strip()]
+    plain = " ".join(_MARKUP.sub(" ", _LINK.sub(r"\1", content)).split())
+    sentences = [s.strip() for s in _SENTENCE.split(plain) if s.strip()]
     if not sentences:
         return ""
     scored = sorted(range(len(sentences)), key=lambda i: -len(terms & set(keyword_terms(sentences[i]))))[

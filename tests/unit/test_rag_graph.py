@@ -204,3 +204,20 @@ async def test_a_run_without_a_context_reads_the_environment(retrieval, monkeypa
     monkeypatch.setenv("ANSWER_CHUNKS", "2")
     out = await rag.build(GraphParts(retrieval=retrieval)).ainvoke({"messages": [("user", QUESTION)]})
     assert out["answer"] and len(out["hits"]) == 2
+
+
+def test_an_extractive_answer_carries_no_markup():
+    from agent_retrieval.answer import extractive_answer
+    from agent_retrieval.models import Hit
+
+    content = (
+        "{tab:title=Checklist}\n- [ ] Bank statements for the **last three months** are required.\n"
+        "1. A [mortgage offer](https://example.com/offer) is kept on file.\n"
+        "{caution}Never accept cash.{caution}\n<b>Deposits</b> are held in the `client` account."
+    )
+    hit = Hit(id="aml#2", level="chunks", document_id="aml", title="AML", content=content)
+    text = extractive_answer("bank statements mortgage offer deposits", [hit], "offline", passages=1).text
+    line = text.splitlines()[1]
+    assert line.startswith("- Bank statements for the last three months are required.")
+    for mark in ("[ ]", "{tab", "{caution", "**", "<b>", "`", "](", "1."):
+        assert mark not in line, mark
