@@ -133,6 +133,10 @@ def test_crafted_scopes_and_filters_never_widen_what_a_user_reads(stack):
     assert alice.keyword_search("chunks", "REDFALCON", 10, document_ids=["globex-plan"]) == []
     assert alice.document_chunks(["globex-plan"], 10) == []
     assert alice.unknown_documents(["globex-plan"]) == ["globex-plan"]
+    assert [d.id for d in alice.get_documents(["globex-plan", "acme-plan", "press-plan"])] == [
+        "acme-plan",
+        "press-plan",
+    ]
     # without a tenant claim a user reads their own namespace ("user:mallory"), which holds nothing
     assert visible_ids(user_store(stack, "mallory")) == {"press-plan", "press-plan#0"}
 
@@ -143,6 +147,8 @@ def test_users_cannot_write_and_the_service_role_sees_everything(stack):
         alice.upsert(*tenant_corpus("acme", "OVERWRITE"), "test/word-hash")
     with pytest.raises(StoreError, match="service role"):
         alice.delete_documents(["acme-plan"])
+    with pytest.raises(StoreError, match="service role"):  # sources are the operator's file paths
+        alice.documents_from("/")
     service = SupabaseStore(stack.url, stack.service_key, schema=SCHEMA)
     assert service.stats().documents == 3
     assert {h.id for h in service.keyword_search("documents", "BLUEHERON REDFALCON", 5)} == {
