@@ -5,7 +5,9 @@ Documents come from files through loaders.py, or from code.
 Every chunk is embedded as "heading path + content" (the heading path starts with the title), every
 document as "title + lead". A vector already stored for the same text and model is reused, so
 re-running on unchanged input embeds nothing. Each batch of documents is written, with all its
-chunks, in one transaction: a crash leaves whole documents or none.
+chunks, in one transaction: a crash leaves whole documents or none. A batch with many texts to embed (a
+large file) is written once its first part is embedded, and its other vectors are committed part by part,
+so an interrupted ingest keeps what it embedded.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 DOCUMENT_LEAD_CHARS = 1000  # a document is embedded by its title and opening; chunks carry the rest
 DOCUMENTS_PER_BATCH = 32
+TEXTS_PER_PART = 512  # texts embedded between commits when one batch (a large file) holds more
 _HEADINGS = [("#", "h1"), ("##", "h2"), ("###", "h3")]
 _ANCHOR = re.compile(r"\s*\{#[^}]*\}\s*$")  # "## Setup {#setup}": an anchor id, not part of the heading
 
@@ -168,9 +171,8 @@ def ingest(
         for start in range(0, len(planned), DOCUMENTS_PER_BATCH):
             batch = [doc for doc, _ in planned[start : start + DOCUMENTS_PER_BATCH]]
             chunks = [chunk for _, c in planned[start : start + DOCUMENTS_PER_BATCH] for chunk in c]
-            _embed_or_leave_unembedded([*batch, *chunks], store, embedder, report, on_texts=bar.update)
             try:
-                store.upsert(batch, chunks, embedder.model_id)
+                _write(batch, chunks, store, embedder, report, bar.update)
             except StoreError as error:
                 # Each batch commits whole, so what was stored is complete and a re-run only adds the rest.
                 # The error keeps its class: StoreUnavailable tells a caller that retrying may work.
@@ -227,45 +229,101 @@ def embed_rows(
     and each other text is embedded once. Counts both in `report`; `on_texts` hears how many rows are done as
     they are (reused at once, embedded batch by batch). Raises EmbeddingError when the provider fails,
     leaving the embedding of every row it did not reach None."""
-    done = on_texts or (lambda count: None)
+    missing = _reuse_stored(rows, store, embedder, report, on_texts)
+    _embed_missing(rows, missing, embedder, report, on_texts)
+
+
+def _reuse_stored(
+    rows: Sequence[Document | Chunk],
+    store: Store,
+    embedder: Embedder,
+    report: IngestReport,
+    on_texts: Callable[[int], None] | None = None,
+) -> dict[str, str]:
+    """Give each row its `text_hash`, and the stored vector of the same text and model if there is one;
+    returns the texts still to embed (text hash -> text)."""
     texts = [document_text(r) if isinstance(r, Document) else chunk_text(r) for r in rows]
     for row, text in zip(rows, texts, strict=True):
         row.text_hash = _hash(text)
     known = store.vectors_by_hash([r.text_hash for r in rows], embedder.model_id)
-    missing: dict[str, str] = {}  # text hash -> text, for each text without a stored vector
+    missing: dict[str, str] = {}
     for row, text in zip(rows, texts, strict=True):
         row.embedding = known.get(row.text_hash)
         if row.embedding is None:
             missing.setdefault(row.text_hash, text)
     reused = len(rows) - sum(1 for r in rows if r.embedding is None)
     report.reused += reused
-    done(reused)
-    if not missing:
-        return
-    vectors = dict(zip(missing, embedder.embed_documents(list(missing.values()), on_batch=done), strict=True))
-    report.embedded += len(missing)
-    done(len(rows) - reused - len(missing))  # rows repeating a text embedded once in this call
-    for row in rows:
-        if row.embedding is None:
-            row.embedding = vectors[row.text_hash]
+    if on_texts:
+        on_texts(reused)
+    return missing
 
 
-def _embed_or_leave_unembedded(
+def _embed_missing(
     rows: Sequence[Document | Chunk],
-    store: Store,
+    missing: dict[str, str],
     embedder: Embedder,
     report: IngestReport,
     on_texts: Callable[[int], None] | None = None,
 ) -> None:
-    """`embed_rows`, but a provider failure leaves the rows it did not reach unembedded, for keyword search
-    now and `reembed` later: nothing is lost."""
+    """Embed each missing text once and give it to every row holding it (EmbeddingError: none is given)."""
+    if not missing:
+        return
+    done = on_texts or (lambda count: None)
+    vectors = dict(zip(missing, embedder.embed_documents(list(missing.values()), on_batch=done), strict=True))
+    report.embedded += len(missing)
+    waiting = [r for r in rows if r.embedding is None and r.text_hash in vectors]
+    done(len(waiting) - len(missing))  # rows repeating a text embedded once here
+    for row in waiting:
+        row.embedding = vectors[row.text_hash]
+
+
+def _write(
+    documents: list[Document],
+    chunks: list[Chunk],
+    store: Store,
+    embedder: Embedder,
+    report: IngestReport,
+    on_texts: Callable[[int], None],
+) -> None:
+    """Embed and store a batch, whole. A batch of more than TEXTS_PER_PART texts to embed (a large file) is
+    stored once its first part is embedded, then embedded part by part, each part's vectors committed: an
+    interrupted ingest keeps what it embedded, and running it again embeds only the rest. A provider failure
+    leaves the rows it did not reach unembedded, for keyword search now and `reembed` later."""
+    rows: list[Document | Chunk] = [*documents, *chunks]
+    missing = _reuse_stored(rows, store, embedder, report, on_texts)
+    parts = [
+        dict(list(missing.items())[i : i + TEXTS_PER_PART]) for i in range(0, len(missing), TEXTS_PER_PART)
+    ]
+    failed = not _embed_part(rows, parts[0] if parts else {}, embedder, report, on_texts)
+    store.upsert(documents, chunks, embedder.model_id)  # whole: keyword search finds every row at once
+    for part in parts[1:]:
+        if failed or not _embed_part(rows, part, embedder, report, on_texts):
+            failed = True
+            continue
+        if done_documents := [d for d in documents if d.text_hash in part]:
+            store.set_embeddings("documents", done_documents, embedder.model_id)
+        if done_chunks := [c for c in chunks if c.text_hash in part]:
+            store.set_embeddings("chunks", done_chunks, embedder.model_id)
+    if failed:
+        report.unembedded += len({r.text_hash for r in rows if r.embedding is None})
+
+
+def _embed_part(
+    rows: Sequence[Document | Chunk],
+    part: dict[str, str],
+    embedder: Embedder,
+    report: IngestReport,
+    on_texts: Callable[[int], None],
+) -> bool:
+    """Embed one part's texts; a provider failure is noted in `report` and answered False."""
     try:
-        embed_rows(rows, store, embedder, report, on_texts)
+        _embed_missing(rows, part, embedder, report, on_texts)
     except EmbeddingError as error:
         message = f"embedding failed ({error}); rows stored without vectors"
         log.warning(message)
         report.errors.append(message)
-        report.unembedded += len({r.text_hash for r in rows if r.embedding is None})
+        return False
+    return True
 
 
 def reembed(

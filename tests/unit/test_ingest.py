@@ -311,3 +311,32 @@ def test_reembed_with_nothing_to_do_draws_no_bar(tmp_path, embedder, capsys):
         ingest([Document(id="a", title="A", content="Alpha.")], store, embedder, progress=False)
         report = reembed(store, embedder, progress=True)
     assert report.embedded == 0 and capsys.readouterr().err == ""
+
+
+def test_an_interrupted_ingest_of_a_large_file_keeps_what_it_embedded(tmp_path):
+    class Interrupted(WordHashEmbeddings):
+        def embed_documents(self, texts):
+            if self.documents_embedded + len(texts) > 700:  # inside the second part
+                raise KeyboardInterrupt
+            return super().embed_documents(texts)
+
+    from agent_retrieval.ingest import TEXTS_PER_PART
+
+    sections = "\n\n".join(f"## Clause {i}\n\nTerm {i} of the lease, clause number {i}." for i in range(1200))
+    big = Document(id="lease", title="Lease", content=sections)
+    texts = 1 + len(chunk_document(big))
+    with SQLiteStore(tmp_path / "big.db") as store:
+        with pytest.raises(KeyboardInterrupt):
+            ingest([big], store, Embedder(Interrupted(), "test/word-hash"), progress=False)
+        stats = store.stats()
+        assert (stats.documents, stats.chunks) == (1, texts - 1)  # the document is whole
+        kept = texts - stats.documents_missing_embeddings - stats.chunks_missing_embeddings
+        assert kept == TEXTS_PER_PART  # the first part's vectors, committed before the interruption
+        again = WordHashEmbeddings()
+        report = ingest([big], store, Embedder(again, "test/word-hash"), progress=False)
+        assert (report.reused, report.embedded, again.documents_embedded) == (
+            kept,
+            texts - kept,
+            texts - kept,
+        )
+        assert store.stats().chunks_missing_embeddings == 0
