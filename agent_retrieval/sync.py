@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import IngestReport, ingest
 from agent_retrieval.models import Document
-from agent_retrieval.stores.base import Store
+from agent_retrieval.stores.base import DocumentState, Store
 
 if TYPE_CHECKING:
     from agent_retrieval.retrieval import Retrieval
@@ -56,18 +56,19 @@ def ingest_paths(
         context = retrieval.context
         store = retrieval.store
         documents: list[Document] = []
-        stored: dict[str, str | None] = {}  # id -> source, of what the store held under the paths given
+        stored: dict[str, DocumentState] = {}  # what the store held under the paths given, before this ingest
         for raw in paths:
             given = Path(os.path.abspath(Path(raw).expanduser()))
-            under = store.documents_from(str(given) + os.sep if given.is_dir() else str(given))
-            states = store.document_states(under)
-            stored.update({doc_id: state.source for doc_id, state in states.items()})
+            states = store.document_states(
+                store.documents_from(str(given) + os.sep if given.is_dir() else str(given))
+            )
+            stored.update(states)
             loaded = list(
                 load_documents(
                     [raw], skipped=skipped, unsupported=unsupported, include=include, exclude=exclude
                 )
             )
-            _name_by_root(loaded, given, {doc_id: state.source for doc_id, state in states.items()})
+            _name_by_root(loaded, given, states)
             documents += loaded
         report = ingest(documents, store, retrieval.embedder, context, progress=progress, public=public)
         _settle(store, documents, stored, report, prune=prune)
@@ -76,11 +77,11 @@ def ingest_paths(
     return report
 
 
-def _name_by_root(loaded: list[Document], given: Path, stored: dict[str, str | None]) -> None:
+def _name_by_root(loaded: list[Document], given: Path, stored: dict[str, DocumentState]) -> None:
     """Give each file loaded from `given` an absolute source and, if its id came from its path, the id
     relative to the outermost folder it was ingested from (see the module's docstring)."""
     folder = given if given.is_dir() else given.parent
-    roots = [root for doc_id, source in stored.items() if (root := _root_of(doc_id, source))]
+    roots = [root for doc_id, state in stored.items() if (root := _root_of(doc_id, state.source))]
     outer = min((r for r in roots if folder.is_relative_to(r)), key=lambda r: len(r.parts), default=folder)
     for doc in loaded:
         if doc.source is None or _is_record(doc.source):
@@ -111,23 +112,28 @@ def _is_record(source: str) -> bool:
 def _settle(
     store: Store,
     documents: list[Document],
-    stored: dict[str, str | None],
+    stored: dict[str, DocumentState],
     report: IngestReport,
     *,
     prune: bool,
 ) -> None:
     """Delete the old ids of files now stored under new ones and, with `prune`, the documents whose files
-    are gone; report each as renamed when its file or content lives on under another id."""
+    are gone; report each as renamed when its file or content lives on under another id. `stored` is what the
+    store held before the ingest: the ingest wrote only the live ids, so the others' states are unchanged."""
     live = {doc.id for doc in documents}
     by_source = {doc.source: doc.id for doc in documents if doc.source}
     by_content = {doc.content_hash: doc.id for doc in documents if doc.content_hash}
-    old_states = store.document_states([doc_id for doc_id in stored if doc_id not in live])
+    loaded_files = {_file_of(source) for source in by_source}
     gone: list[str] = []
-    for doc_id, state in old_states.items():
+    for doc_id, state in stored.items():
+        if doc_id in live:
+            continue
         source = state.source or ""
         if source in by_source:  # the same file, named anew (a folder around it was ingested)
             report.renamed.append((doc_id, by_source[source]))
-        elif prune and _file_gone_or_loaded(source, by_source):
+        elif prune and (_file_of(source) in loaded_files or not os.path.exists(_file_of(source))):
+            # its file is gone, or was read without it (a JSONL record no longer in its file); a file that
+            # exists but failed to load keeps its documents
             if state.content_hash in by_content:  # the same text under another file name
                 report.renamed.append((doc_id, by_content[state.content_hash]))
             else:
@@ -138,10 +144,6 @@ def _settle(
     store.delete_documents(gone)
 
 
-def _file_gone_or_loaded(source: str, loaded_sources: dict[str, str]) -> bool:
-    """Whether a stored document's file is gone, or was loaded without it (a JSONL record no longer in its
-    file); a file that exists but failed to load keeps its documents."""
-    file = source.rsplit(":", 1)[0] if _is_record(source) else source
-    if not os.path.exists(file):
-        return True
-    return any(s == file or s.startswith(file + ":") for s in loaded_sources)
+def _file_of(source: str) -> str:
+    """The file a document came from: its source, less the line of a JSONL record."""
+    return source.rsplit(":", 1)[0] if _is_record(source) else source

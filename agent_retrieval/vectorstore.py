@@ -32,6 +32,8 @@ from agent_retrieval.models import ChunkSearchRequest, Document, Hit, Level, Sea
 from agent_retrieval.retrieval import Retrieval
 from agent_retrieval.stores.base import check_rows
 
+ANY_SIMILARITY = -1.0  # a vector store returns the k nearest, however far: no similarity floor
+
 
 class AgentRetrievalVectorStore(VectorStore):
     """Hybrid retrieval as a LangChain vector store (see the module's docstring)."""
@@ -55,7 +57,7 @@ class AgentRetrievalVectorStore(VectorStore):
             raise InvalidRequest("give either retrieval, or context and embedding: not both")
         if retrieval is None:
             embedder = Embedder(embedding, model_id or _model_id(embedding)) if embedding else None
-            retrieval = Retrieval(context, embedder=embedder, min_similarity=-1.0)
+            retrieval = Retrieval(context, embedder=embedder, min_similarity=ANY_SIMILARITY)
             self._owns_retrieval = True
         else:
             self._owns_retrieval = False
@@ -147,7 +149,9 @@ class AgentRetrievalVectorStore(VectorStore):
     ) -> list[LCDocument]:
         """Vector search alone (there are no words to match), the k nearest."""
         vector = np.asarray(embedding, dtype=np.float32)
-        hits = self.retrieval.store.vector_search(self.level, vector, k, filters=filter, min_similarity=-1.0)
+        hits = self.retrieval.store.vector_search(
+            self.level, vector, k, filters=filter, min_similarity=ANY_SIMILARITY
+        )
         return [doc for doc, _ in self._scored(hits)]
 
     def _request(self, query: str, k: int, filters: dict[str, Any] | None, more: dict[str, Any]) -> Any:

@@ -340,3 +340,17 @@ def test_an_interrupted_ingest_of_a_large_file_keeps_what_it_embedded(tmp_path):
             texts - kept,
         )
         assert store.stats().chunks_missing_embeddings == 0
+
+
+def test_prune_removes_a_jsonl_record_no_longer_in_its_file(tmp_path, embedder):
+    from agent_retrieval import Context, Retrieval
+    from agent_retrieval.sync import ingest_paths
+
+    records = tmp_path / "docs" / "records.jsonl"
+    records.parent.mkdir()
+    records.write_text('{"id": "r1", "text": "One."}\n{"id": "r2", "text": "Two."}\n', encoding="utf-8")
+    with Retrieval(Context(db_path=str(tmp_path / "j.db")), embedder=embedder) as retrieval:
+        ingest_paths([records.parent], retrieval=retrieval)
+        records.write_text('{"id": "r1", "text": "One."}\n', encoding="utf-8")
+        report = ingest_paths([records.parent], retrieval=retrieval, prune=True)
+        assert report.removed == ["r2"] and sorted(retrieval.store.document_states(["r1", "r2"])) == ["r1"]

@@ -13,7 +13,7 @@ import pytest
 
 from agent_retrieval import onnx_model
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import LocalEmbeddings, _bundled_model_path, make_embedder
+from agent_retrieval.embeddings import LocalEmbeddings, bundled_model_path, make_embedder
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ TEXTS = [
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("onnx-cache")
     onnx_model.load.cache_clear()
-    assert onnx_model.load(_bundled_model_path(), folder, "onnx") is not None  # exports once
+    assert onnx_model.load(bundled_model_path(), folder, "onnx") is not None  # exports once
     return folder
 
 
@@ -53,7 +53,7 @@ def test_the_runtime_is_a_setting_and_torch_stays_the_fallback(cache):
 
 def test_a_cached_file_that_fails_its_checksum_is_exported_again(cache, tmp_path):
     folder = tmp_path / "cache"
-    model_dir = _bundled_model_path()
+    model_dir = bundled_model_path()
     onnx_model.load.cache_clear()
     onnx_model.load(model_dir, folder, "onnx")
     path = onnx_model.model_file(model_dir, folder)
