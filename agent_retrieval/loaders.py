@@ -227,7 +227,7 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
         title, text = _html_to_markdown(path, text)
         metadata = {"title": title} if title else {}
     elif suffix == ".rst":
-        text = _rst_to_markdown(path, text)
+        metadata, text = _rst_to_markdown(path, text)
     title = str(metadata.pop("title", "") or _first_heading(text) or _name_as_title(path))
     doc_id = str(metadata.pop("id", doc_id))
     return [Document(id=doc_id, title=title, content=text.strip(), metadata=metadata, source=str(path))]
@@ -455,10 +455,12 @@ def _html_to_markdown(path: Path, html: str) -> tuple[str, str]:
     return title, (text or "").strip()
 
 
-def _rst_to_markdown(path: Path, text: str) -> str:
-    """reStructuredText as markdown: section titles become headings by nesting (# for the outermost), the
-    rest its plain text. Directives that would read other files or pass raw markup through are off: a
-    document is untrusted, and `.. include:: /etc/passwd` must not read anything."""
+def _rst_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
+    """reStructuredText as metadata and markdown. The field list that opens a document (`:author:`,
+    `:tags:`) is its metadata, as front matter is a markdown file's; section titles become headings by
+    nesting (# for the outermost), lists stay lists and literal blocks fences, the rest is plain text.
+    Directives that would read other files or pass raw markup through are off: a document is untrusted,
+    and `.. include:: /etc/passwd` must not read anything."""
     from docutils import nodes
     from docutils.core import publish_doctree
 
@@ -476,16 +478,35 @@ def _rst_to_markdown(path: Path, text: str) -> str:
     except Exception as error:  # docutils raises many kinds; any of them means the file cannot be read
         raise InvalidRequest(f"{path}: not readable reStructuredText ({type(error).__name__})") from None
 
+    def block(node: Any) -> str:
+        if isinstance(node, nodes.bullet_list | nodes.enumerated_list):
+            items = []
+            for number, item in enumerate(node.children, start=1):
+                marker = f"{number}. " if isinstance(node, nodes.enumerated_list) else "- "
+                body = "\n".join(block(part) for part in item.children)
+                items.append(marker + body.replace("\n", "\n" + " " * len(marker)))
+            return "\n".join(items)
+        if isinstance(node, nodes.literal_block):
+            language = next((c for c in node.get("classes", []) if c != "code"), "")
+            return f"```{language}\n{node.astext()}\n```"
+        return str(node.astext())
+
+    metadata: dict[str, Any] = {}
     parts: list[str] = []
 
     def walk(node: Any, depth: int) -> None:
         for child in node.children:
-            if isinstance(child, nodes.section):
+            if isinstance(child, nodes.docinfo):  # bibliographic fields (author, date) and any others
+                for field in child.children:
+                    named = isinstance(field, nodes.field)
+                    name = field[0].astext() if named else field.tagname
+                    metadata[name] = (field[1] if named else field).astext().strip()
+            elif isinstance(child, nodes.section):
                 title = child.next_node(nodes.title)
                 parts.append("#" * min(depth, 6) + " " + (title.astext() if title else ""))
                 walk(child, depth + 1)
             elif not isinstance(child, nodes.title | nodes.system_message | nodes.comment):
-                parts.append(child.astext())
+                parts.append(block(child))
 
     walk(tree, 1)
-    return "\n\n".join(part.strip() for part in parts if part.strip())
+    return metadata, "\n\n".join(part.strip() for part in parts if part.strip())

@@ -31,10 +31,16 @@ HTML = Path(__file__).resolve().parents[1] / "data" / "html"
             ["# Backups\n", "## Backup schedule\n", "02:00 UTC", "## Backup retention\n", "35 days"],
             ["Monitoring", "Table of contents", "Made with Material", "Search", "schedule#", "Backups#"],
         ),
+        (  # a hand-made site: a menu, an "On this page" sidebar, related links and a footer
+            "generic-site.html",
+            ["# Refunds and returns\n", "## Return window\n", "14 days", "| Bicycles | 10% of the price |"],
+            ["Servicing", "On this page", "Related pages", "Warranty claims", "Quay Street", "Careers"],
+        ),
     ],
 )
 def test_html_keeps_the_main_content_with_its_headings(page, kept, dropped):
     doc = load_file(HTML / page, page.removesuffix(".html"))[0]
+    assert doc.title
     for text in kept:
         assert text in doc.content + "\n", text
     for text in dropped:
@@ -70,6 +76,22 @@ def test_rst_sections_become_headings_by_nesting(tmp_path):
     assert "Run make smoke." in doc.content
 
 
+def test_rst_field_lists_are_metadata_and_lists_and_code_keep_their_shape(tmp_path):
+    page = tmp_path / "release.rst"
+    page.write_text(
+        ":author: Ann Lee\n:tags: deploy, release\n\nReleasing\n=========\n\n"
+        "- build the wheel\n- tag it\n\n  - sign the tag\n\n1. push\n2. announce\n\n"
+        ".. code-block:: bash\n\n   make release\n",
+        encoding="utf-8",
+    )
+    doc = next(load_documents([page]))
+    assert doc.metadata == {"author": "Ann Lee", "tags": "deploy, release"}
+    assert doc.content == (
+        "# Releasing\n\n- build the wheel\n- tag it\n  - sign the tag\n\n1. push\n2. announce\n\n"
+        "```bash\nmake release\n```"
+    )
+
+
 def test_markdown_heading_anchors_are_not_part_of_the_heading_path():
     doc = Document(id="d", title="Guide", content="# Guide\n\n## Setup {#setup}\n\nInstall it.\n")
     assert [c.heading_path for c in chunk_document(doc)] == ["Guide > Setup"]
@@ -97,5 +119,5 @@ def test_the_cli_takes_include_and_exclude(tmp_path, capsys, monkeypatch):
     )
     shutil.copytree(HTML, tmp_path / "site")
     db = str(tmp_path / "s.db")
-    code = cli.main(["ingest", "--db", db, "--no-progress", "--exclude", "mk*", str(tmp_path / "site")])
+    code = cli.main(["ingest", "--db", db, "--no-progress", "--exclude", "[mg]*", str(tmp_path / "site")])
     assert code == 0 and capsys.readouterr().out.startswith("1 documents: 1 written")
