@@ -7,9 +7,12 @@ LangChain's indexing API (`index()` with a record manager) and plain `add_docume
 
 `similarity_search` is the tools' hybrid search (vector and keyword, fused) at the document level by default
 (`level="chunks"` returns passages, with their `document_id` in the metadata), returning the k best whatever
-their similarity, as a vector store promises. The class is an operator's API: code that constructs it
-decides what is written, as with `ingest()`; documents are written for the context's tenant (private unless
-`public=True`, which only the Postgres and Supabase stores can honour).
+their similarity, as a vector store promises. Relevance scores (for `score_threshold`) are cosine
+similarities to the query vector; maximal marginal relevance picks among the hybrid search's best.
+
+The class is an operator's API: code that constructs it decides what is written, as with `ingest()`;
+documents are written for the context's tenant (private unless `public=True`, which only the Postgres and
+Supabase stores can honour), and their metadata is plain metadata, granting nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 from langchain_core.documents import Document as LCDocument
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
+from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
@@ -30,7 +34,7 @@ from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import ChunkSearchRequest, Document, Hit, Level, SearchRequest, parse_request
 from agent_retrieval.retrieval import Retrieval
-from agent_retrieval.stores.base import check_rows
+from agent_retrieval.stores.base import MAX_SEARCH_K, check_rows
 
 ANY_SIMILARITY = -1.0  # a vector store returns the k nearest, however far: no similarity floor
 
@@ -153,6 +157,73 @@ class AgentRetrievalVectorStore(VectorStore):
             self.level, vector, k, filters=filter, min_similarity=ANY_SIMILARITY
         )
         return [doc for doc, _ in self._scored(hits)]
+
+    def _similarity_search_with_relevance_scores(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[LCDocument, float]]:
+        """The hybrid ranking, each document with LangChain's relevance: its cosine similarity to the query
+        vector, 0 to 1 (what `score_threshold` and `search_type="similarity_score_threshold"` cut on)."""
+        request = self._request(query, k, kwargs.pop("filter", None), kwargs)
+        candidates = self.retrieval.candidates(request, self.level)
+        hits = self.retrieval.rank(request, self.level, candidates).hits
+        query_vector = candidates.query_embedding.vector if candidates.query_embedding else None
+        similarity = self._similarities(hits, query_vector)
+        return [(doc, max(0.0, similarity.get(str(doc.id), 0.0))) for doc, _ in self._scored(hits)]
+
+    def _similarities(self, hits: list[Hit], query_vector: np.ndarray | None) -> dict[str, float]:
+        """Each hit's cosine similarity to the query vector; a hit only keyword search found is looked up by
+        a vector search scoped to its document (0 when there is no query vector)."""
+        known = {h.id: h.vector_similarity for h in hits}
+        missing = {h.id: h.document_id for h in hits if h.vector_similarity is None}
+        if missing and query_vector is not None:
+            found = self.retrieval.store.vector_search(
+                self.level,
+                query_vector,
+                MAX_SEARCH_K,  # every chunk of a few documents
+                document_ids=list(dict.fromkeys(missing.values())),
+                min_similarity=ANY_SIMILARITY,
+            )
+            known |= {h.id: h.vector_similarity for h in found if h.id in missing}
+        return {hit_id: value for hit_id, value in known.items() if value is not None}
+
+    def max_marginal_relevance_search(
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[LCDocument]:
+        """The hybrid search's `fetch_k` best, of which the k that are relevant yet unlike each other
+        (maximal marginal relevance, `lambda_mult` 1 for relevance alone, 0 for diversity alone). Their texts
+        are embedded again to compare them: this costs `fetch_k` embeddings a call."""
+        found = self.similarity_search(query, fetch_k, filter, **kwargs)
+        return self._diverse(self.retrieval.embedder.embed_query(query), found, k, lambda_mult)
+
+    def max_marginal_relevance_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        filter: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> list[LCDocument]:
+        """As `max_marginal_relevance_search`, from the `fetch_k` nearest to a vector."""
+        found = self.similarity_search_by_vector(embedding, fetch_k, filter)
+        return self._diverse(np.asarray(embedding, dtype=np.float32), found, k, lambda_mult)
+
+    def _diverse(
+        self, query_vector: np.ndarray, found: list[LCDocument], k: int, lambda_mult: float
+    ) -> list[LCDocument]:
+        if not 0 <= lambda_mult <= 1:
+            raise InvalidRequest(f"lambda_mult: must be between 0 and 1 (got {lambda_mult})")
+        if not found:
+            return []
+        vectors = self.retrieval.embedder.embed_documents([doc.page_content for doc in found])
+        chosen = maximal_marginal_relevance(query_vector, vectors.tolist(), lambda_mult, k)
+        return [found[i] for i in chosen]
 
     def _request(self, query: str, k: int, filters: dict[str, Any] | None, more: dict[str, Any]) -> Any:
         model = ChunkSearchRequest if self.level == "chunks" else SearchRequest

@@ -132,3 +132,59 @@ def test_search_by_vector_returns_the_nearest_whole_documents(vectorstore):
     vector = vectorstore.embeddings.embed_query("beta")
     assert [d.id for d in vectorstore.similarity_search_by_vector(vector, k=1)] == ["short"]
     assert vectorstore.get_by_ids(ids)[0].page_content == "alpha " * 300  # whole, not the opening
+
+
+def test_relevance_scores_are_cosine_similarities_and_a_threshold_cuts_on_them(vectorstore):
+    # One candidate a side: "gamma delta" is the vector side's (the same text as the query), the repeated
+    # text the keyword side's; the latter's relevance is looked up, not taken as 0.
+    vectorstore.retrieval.context = Context(candidates=1)
+    vectorstore.add_texts(["gamma delta", "gamma delta gamma delta"], ids=["same", "twice"])
+    scored = {
+        doc.id: score
+        for doc, score in vectorstore.similarity_search_with_relevance_scores("gamma delta", k=2)
+    }
+    query = vectorstore.retrieval.embedder.embed_query("gamma delta")
+    nearest = vectorstore.retrieval.store.vector_search("documents", query, 2, min_similarity=-1.0)
+    assert scored == pytest.approx({h.id: max(0.0, h.vector_similarity) for h in nearest})
+    assert scored["same"] == pytest.approx(1.0) and scored["twice"] > 0.1
+    threshold = vectorstore.as_retriever(
+        search_type="similarity_score_threshold", search_kwargs={"score_threshold": 0.99, "k": 2}
+    )
+    assert [d.id for d in threshold.invoke("gamma delta")] == ["same"]
+
+
+def test_maximal_marginal_relevance_trades_relevance_for_diversity(vectorstore):
+    vectorstore.add_texts(["alpha", "alpha", "omega"], ids=["a1", "a2", "o"])
+    relevant = vectorstore.max_marginal_relevance_search("alpha", k=2, lambda_mult=1.0)
+    assert sorted(d.id for d in relevant) == ["a1", "a2"]
+    diverse = vectorstore.max_marginal_relevance_search("alpha", k=2, lambda_mult=0.25)
+    assert sorted(d.page_content for d in diverse) == ["alpha", "omega"]
+    retriever = vectorstore.as_retriever(search_type="mmr", search_kwargs={"k": 2, "lambda_mult": 0.25})
+    assert sorted(d.page_content for d in retriever.invoke("alpha")) == ["alpha", "omega"]
+    vector = vectorstore.embeddings.embed_query("alpha")
+    by_vector = vectorstore.max_marginal_relevance_search_by_vector(vector, k=2, lambda_mult=0.25)
+    assert sorted(d.page_content for d in by_vector) == ["alpha", "omega"]
+    with pytest.raises(InvalidRequest, match="lambda_mult"):
+        vectorstore.max_marginal_relevance_search("alpha", lambda_mult=2)
+
+
+def test_metadata_grants_nothing_across_tenants(postgres, tmp_path):
+    # Metadata naming a visibility, a tenant or a source is stored as plain metadata: only the operator's
+    # `public=True` publishes, and only the writer's tenant reads a private document.
+    schema = "vs_tenants"
+    PostgresStore(postgres.dsn, schema=schema).init(DIM)
+    embedder = Embedder(VectorStoreIntegrationTests.get_embeddings(), "test/fake-6")
+
+    def tenant_store(tenant: str) -> AgentRetrievalVectorStore:
+        store = PostgresStore(postgres.dsn, schema=schema, tenant=tenant)
+        return AgentRetrievalVectorStore(retrieval=Retrieval(Context(), store=store, embedder=embedder))
+
+    claims = {"public": True, "tenant_id": "globex", "source": "/etc/passwd", "is_public": True}
+    acme, globex = tenant_store("acme"), tenant_store("globex")
+    acme.add_texts(["the acme merger plan"], [claims], ids=["plan"])
+    assert [d.id for d in acme.similarity_search("merger plan", k=3)] == ["plan"]
+    assert acme.get_by_ids(["plan"])[0].metadata == claims  # kept as given
+    assert globex.similarity_search("merger plan", k=3) == [] and globex.get_by_ids(["plan"]) == []
+    assert acme.retrieval.store.documents_from("/etc/passwd") == []
+    for opened in (acme, globex):
+        opened.retrieval.store.close()
