@@ -503,18 +503,27 @@ def _demo(args: argparse.Namespace, context: Context) -> int:
             ).summary()
         )
         document_retriever, chunk_retriever = make_retrieval_tools(retrieval=retrieval)
-        questions, found = demo.questions(), 0
+        questions, documents_found, passages_found = demo.questions(), 0, 0
         for item in questions:
             question = item["question"]
             print("\n" + "=" * 100 + f"\nQ: {question}\n")
             documents = _call(document_retriever, {"query": question, "top_k": 3})
             print(documents.content)
             ids = [hit["id"] for hit in documents.artifact["hits"]]
-            print("\n" + _call(chunk_retriever, {"query": question, "document_ids": ids, "top_k": 2}).content)
-            found += item["expected_document"] in ids
-            verdict = "FOUND" if item["expected_document"] in ids else "MISSED"
-            print(f"\n{verdict}: the answer is in {item['expected_document']!r}")
-    print(f"\nThe answering document was among the top 3 for {found} of {len(questions)} questions.")
+            passages = _call(chunk_retriever, {"query": question, "document_ids": ids, "top_k": 2})
+            print("\n" + passages.content)
+            documents_found += item["expected_document"] in ids
+            answering = [n for n, hit in enumerate(passages.artifact["hits"], 1) if demo.answers(item, hit)]
+            passages_found += bool(answering)
+            sections = " or ".join(repr(s) for s in item["answering_sections"])
+            if answering:
+                print(f"\nFOUND: passage {answering[0]} answers it (the answer is in {sections})")
+            else:
+                print(f"\nMISSED: the answer is in {item['expected_document']!r}, under {sections}")
+    print(
+        f"\nThe answering document was among the top 3 for {documents_found} of {len(questions)} questions, "
+        f"and the answering passage among the 2 shown for {passages_found}."
+    )
     return 0
 
 

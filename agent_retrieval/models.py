@@ -96,7 +96,9 @@ class Chunk:
 class Hit:
     """One search result, with what each path said about it.
 
-    `content` is the chunk's text, or the opening of a document. Ids are unique within a tenant only:
+    `content` is the chunk's text, or the opening of a document. `keyword_coverage` is the share of the
+    query's words (each weighted by its idf) that a keyword hit contains; the best keyword hit always
+    carries it, others may. Ids are unique within a tenant only:
     `tenant` is the row's tenant ("" on a single-tenant store), and (tenant, id) names a hit. `queries`
     names the queries that found it when several ran (query plans).
     """
@@ -114,6 +116,7 @@ class Hit:
     vector_rank: int | None = None
     keyword_score: float | None = None
     keyword_rank: int | None = None
+    keyword_coverage: float | None = None
     queries: list[str] = field(default_factory=list)
     tenant: str = ""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 _HERE = Path(__file__).parent
 
@@ -18,6 +19,14 @@ def schemas_dir() -> Path:
     return _HERE / "schemas"
 
 
-def questions() -> list[dict[str, str]]:
-    """The demo questions, each with the document that answers it and why the wording differs."""
+def questions() -> list[dict[str, Any]]:
+    """The demo questions, each with the document and sections that answer it and why the wording differs."""
     return json.loads((_HERE / "questions.json").read_text(encoding="utf-8"))
+
+
+def answers(question: dict[str, Any], hit: dict[str, Any]) -> bool:
+    """Whether a chunk hit (as a tool's artifact holds it) lies in a section that answers the question."""
+    heading_path = hit.get("heading_path") or ""
+    return hit["document_id"] == question["expected_document"] and any(
+        section in heading_path.split(" > ") for section in question["answering_sections"]
+    )

@@ -347,7 +347,8 @@ class Store(ABC):
         document_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
         """The k best BM25 matches of the query's words, best first, with `keyword_score` set (higher is
-        better). The query is plain text: any search-syntax characters in it are treated as ordinary text."""
+        better) and, on the best match at least, `keyword_coverage` (fusion weighs the keyword side by it).
+        The query is plain text: any search-syntax characters in it are treated as ordinary text."""
         search = checked_keyword_search(level, query, k, filters, document_ids)
         return self._keyword_search(search) if search else []
 

@@ -29,6 +29,7 @@ from agent_retrieval.errors import (
     StoreError,
     StoreUnavailable,
 )
+from agent_retrieval.fusion import FULL_KEYWORD_COVERAGE
 from agent_retrieval.models import Chunk, Document, Hit, Level
 from agent_retrieval.redaction import redact
 from agent_retrieval.stores.base import (
@@ -52,7 +53,7 @@ DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
-SCHEMA_VERSION = 3  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+SCHEMA_VERSION = 4  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
 # asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
@@ -97,7 +98,10 @@ def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384) -> str:
     for path in sorted(SQL_DIR.glob("*.sql")):
         text = path.read_text(encoding="utf-8")
         if path.name.endswith(".per-level.sql"):
-            parts += [_fill(text, _LEVEL_SQL[level] | {"level": level}) for level in ("documents", "chunks")]
+            parts += [
+                _fill(text, _LEVEL_SQL[level] | {"level": level, "keyword_trust": _keyword_trust_sql(level)})
+                for level in ("documents", "chunks")
+            ]
         else:
             parts.append(text)
     values = {"schema": schema, "dimension": str(dimension), "schema_version": str(SCHEMA_VERSION)}
@@ -113,6 +117,15 @@ def _fusion_defaults() -> dict[str, str]:
         f"default_{name}": str(defaults[name])
         for name in ("fusion", "rrf_k", "vector_weight", "keyword_weight", "candidates")
     }
+
+
+def _keyword_trust_sql(level: Level) -> str:
+    """fusion.keyword_trust in SQL, over the keyword rows `k` of hybrid_search."""
+    full = FULL_KEYWORD_COVERAGE[level]
+    if full is None:
+        return "1"
+    best = "(select k.keyword_coverage from k where k.rank = 1)"
+    return f"pg_catalog.power(least(1, coalesce({best}, {full}) / {full}), 2)"
 
 
 def _fill(text: str, values: dict[str, str]) -> str:
@@ -497,5 +510,6 @@ def _hit(level: Level, row: dict[str, Any]) -> Hit:
         heading_path=row.get("heading_path"),
         vector_similarity=row.get("vector_similarity"),
         keyword_score=row.get("keyword_score"),
+        keyword_coverage=row.get("keyword_coverage"),
         tenant=row.get("tenant_id") or "",
     )

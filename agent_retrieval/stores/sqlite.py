@@ -15,7 +15,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -494,21 +494,25 @@ class SQLiteStore(Store):
                 )
                 return conn.execute(sql, (match, *params, k)).fetchall()
 
-            if len(terms) < 3:
-                return self._hits(conn, level, dict(ranked(terms)), "keyword_score")
             weights = self._idf(conn, level, terms)
-            by_rarity = sorted((t for t in terms if weights[t] > 0), key=lambda t: -weights[t])
-            if not by_rarity:
-                return []
-            first = by_rarity[: (len(by_rarity) + 1) // 2]
-            rows = ranked(first)
-            threshold = rows[-1][1] if len(rows) == k else 0.0
-            bound, essential = 0.0, list(by_rarity)
-            while essential and bound + _BM25_K1_PLUS_1 * weights[essential[-1]] < threshold:
-                bound += _BM25_K1_PLUS_1 * weights[essential.pop()]
-            if not set(essential) <= set(first):
-                rows = ranked(essential)
-            return self._hits(conn, level, dict(rows), "keyword_score")
+            if len(terms) < 3:
+                rows = ranked(terms)
+            else:
+                by_rarity = sorted((t for t in terms if weights[t] > 0), key=lambda t: -weights[t])
+                if not by_rarity:
+                    return []
+                first = by_rarity[: (len(by_rarity) + 1) // 2]
+                rows = ranked(first)
+                threshold = rows[-1][1] if len(rows) == k else 0.0
+                bound, essential = 0.0, list(by_rarity)
+                while essential and bound + _BM25_K1_PLUS_1 * weights[essential[-1]] < threshold:
+                    bound += _BM25_K1_PLUS_1 * weights[essential.pop()]
+                if not set(essential) <= set(first):
+                    rows = ranked(essential)
+            hits = self._hits(conn, level, dict(rows), "keyword_score")
+            if hits:
+                hits[0] = replace(hits[0], keyword_coverage=_coverage(conn, level, rows[0][0], weights))
+            return hits
 
     def _idf(self, conn: sqlite3.Connection, level: Level, terms: list[str]) -> dict[str, float]:
         """FTS5's bm25 idf of each term (0 for a term in no row); frequencies are cached per write."""
@@ -634,6 +638,15 @@ def _on_read_only_filesystem(path: Path) -> bool:
         return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
     except OSError:
         return False
+
+
+def _coverage(conn: sqlite3.Connection, level: Level, rowid: int, idf: dict[str, float]) -> float:
+    """The share of the query's idf that one row's words hold (a lookup per term in that row alone: cheap,
+    so it is measured for the best keyword hit only)."""
+    total = sum(idf.values())
+    sql = f"SELECT 1 FROM {level}_fts WHERE {level}_fts MATCH ? AND rowid = ?"
+    held = sum(w for t, w in idf.items() if w and conn.execute(sql, (_fts_any([t]), rowid)).fetchone())
+    return held / total if total else 0.0
 
 
 def _fts_any(terms: Sequence[str]) -> str:

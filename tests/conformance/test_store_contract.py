@@ -237,6 +237,15 @@ def test_keyword_search_ranks_by_bm25_on_content_words(store: Store):
     assert len(store.keyword_search("chunks", "the and of", 5)) == 4  # only stopwords: search them after all
 
 
+def test_the_best_keyword_hit_says_how_much_of_the_query_it_holds(store: Store):
+    # fees#0 holds "commission" and "vendor" but not "deposit": a part of the query's idf, not all of it
+    best = store.keyword_search("chunks", "commission vendor deposit", 5)[0]
+    assert best.id == "fees#0" and 0.2 < best.keyword_coverage < 0.9
+    assert store.keyword_search("chunks", "banda lane deposit", 5)[0].keyword_coverage == pytest.approx(1.0)
+    # a word in no row is no evidence either way: it does not lower the coverage
+    assert store.keyword_search("documents", "banda zyzzyva", 5)[0].keyword_coverage == pytest.approx(1.0)
+
+
 SYNTAX = [
     '"unbalanced',
     "NEAR(commission deposit",

@@ -16,7 +16,7 @@ from agent_retrieval import demo
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import StoreError
-from agent_retrieval.fusion import fuse
+from agent_retrieval.fusion import fuse, keyword_trust
 from agent_retrieval.ingest import ingest
 from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import Chunk, ChunkSearchRequest, Document
@@ -214,7 +214,7 @@ def test_async_searches_run_on_the_async_client(stack):
 @pytest.mark.parametrize("mode", ["rrf", "convex"])
 def test_the_sql_hybrid_function_fuses_as_the_tools_do(stack, mode):
     service = SupabaseStore(stack.url, stack.service_key, schema=SCHEMA)
-    query = "acquisition plan codenamed BLUEHERON"
+    query = "acquisition plan codenamed BLUEHERON REDFALCON"  # no row holds both names
     vector = _unit(WordHashEmbeddings().vector("spring closing plan"))
     weights = {"vector_weight": 0.7, "keyword_weight": 1.3}
     rows = service._call(
@@ -227,9 +227,11 @@ def test_the_sql_hybrid_function_fuses_as_the_tools_do(stack, mode):
         candidates=10,
         **weights,
     )
+    keyword = service.keyword_search("chunks", query, 10)
+    assert keyword_trust(keyword) < 1  # the keyword weight is scaled here, as the tools scale it
     expected = fuse(
         service.vector_search("chunks", vector, 10),
-        service.keyword_search("chunks", query, 10),
+        keyword,
         mode=mode,
         k=10,
         **weights,

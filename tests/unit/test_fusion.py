@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_retrieval.fusion import PROFILES, convex, fuse, rrf, zscores
+from agent_retrieval.fusion import FULL_KEYWORD_COVERAGE, PROFILES, convex, fuse, keyword_trust, rrf, zscores
 from agent_retrieval.models import Hit
 from agent_retrieval.text import entity_matches, entity_terms
 
@@ -62,6 +62,29 @@ def test_weights_move_the_order():
     assert fuse(vector, keyword, vector_weight=2, keyword_weight=1)[0].id == "v"
     assert fuse(vector, keyword, vector_weight=1, keyword_weight=2)[0].id == "k"
     assert fuse(vector, keyword, mode="convex", vector_weight=1, keyword_weight=3)[0].id == "k"
+
+
+def test_the_keyword_side_counts_by_how_much_of_the_query_its_best_hit_holds():
+    full = FULL_KEYWORD_COVERAGE["chunks"]
+    assert keyword_trust([]) == keyword_trust([hit("k", keyword_score=3.0)]) == 1.0  # unknown: full weight
+    assert (
+        keyword_trust([hit("k", keyword_coverage=full)]) == keyword_trust([hit("k", keyword_coverage=1)]) == 1
+    )
+    assert keyword_trust([hit("k", keyword_coverage=full / 2)]) == pytest.approx(0.25)
+    whole = Hit(id="d", level="documents", document_id="d", title="", content="", keyword_coverage=0.1)
+    assert keyword_trust([whole]) == 1.0  # documents keep the keyword side's full weight
+    # A paraphrased question: the keyword side's best hit shares one word of five with it and outranks the
+    # vector side's clear best; weighed by its trust, the keyword side no longer decides the order.
+    vector = [hit("answer", vector_similarity=0.47), hit("noise", vector_similarity=0.17)]
+    vector += [hit(f"v{n}", vector_similarity=0.2) for n in range(4)]
+    keyword = [hit("noise", keyword_score=4.9), hit("answer", keyword_score=1.5)]
+    keyword += [hit(f"k{n}", keyword_score=1.0) for n in range(4)]
+    assert fuse(vector, keyword, mode="convex", vector_weight=0.45, keyword_weight=0.55)[0].id == "noise"
+    keyword[0] = hit("noise", keyword_score=4.9, keyword_coverage=0.2)
+    for mode in ("convex", "rrf"):
+        fused = fuse(vector, keyword, mode=mode, vector_weight=0.45, keyword_weight=0.55)
+        assert fused[0].id == "answer"
+    assert next(h for h in fused if h.id == "noise").keyword_coverage == 0.2  # carried into the fused hit
 
 
 def test_unknown_mode_is_rejected():

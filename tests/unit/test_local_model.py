@@ -60,3 +60,8 @@ def test_the_demo_command_runs_offline(capsys, tmp_path):
     out = capsys.readouterr().out
     assert out.count("Q: ") == len(demo.questions())
     assert "found_by=" in out and "HyDE skipped" not in out.split("Q: ")[0]
+    # the passages shown, not only the documents: paraphrased questions once got a section that shares a
+    # word with them (Priority 2 for a boiler in winter) until fusion weighed the keyword side by its trust
+    n = len(demo.questions())
+    assert out.count("FOUND: passage") == n
+    assert f"top 3 for {n} of {n} questions, and the answering passage among the 2 shown for {n}." in out

@@ -83,6 +83,12 @@ begin
       {{schema}}.document_chunks(text[], int, text),
       {{schema}}.unknown_documents(text[], text);
   end if;
+  -- Version 4: keyword search returns each row's keyword_coverage.
+  if (select value::int from {{schema}}.store_info where key = 'schema_version') < 4 then
+    drop function if exists
+      {{schema}}.keyword_search_documents(text, int, jsonb, text[], text),
+      {{schema}}.keyword_search_chunks(text, int, jsonb, text[], text);
+  end if;
 end $$;
 
 -- The caller's tenant, from the JWT PostgREST puts in request.jwt.claims (Supabase's auth.uid() reads the

@@ -112,7 +112,8 @@ end $$;
 
 -- Keyword search: Okapi BM25 (k1 = 1.2, b = 0.75, as SQLite FTS5) over the query's own words, stemmed
 -- in english, stopwords dropped unless nothing else is left. The words are never parsed as query syntax.
--- Term statistics cover the rows the caller may read, so they reveal nothing of other tenants.
+-- Term statistics cover the rows the caller may read, so they reveal nothing of other tenants. Each row's
+-- keyword_coverage is the share of the query's idf its words hold (fusion weighs the keyword side by it).
 create or replace function {{schema}}.keyword_search_{{level}}(
   query_text text,
   match_count int default 10,
@@ -121,7 +122,7 @@ create or replace function {{schema}}.keyword_search_{{level}}(
   tenant text default null
 ) returns table (
   id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text,
-  tenant_id text, keyword_score float8
+  tenant_id text, keyword_score float8, keyword_coverage float8
 )
 language plpgsql stable security invoker
 set search_path = {{schema}}, public, extensions
@@ -159,7 +160,8 @@ begin
     select p.row_id,
            sum(w.idf * p.tf::float8 * 2.2
                / (p.tf::float8 + 1.2 * (0.25 + 0.75 * p.length::float8 / greatest(c.average_length, 1))))
-             as score
+             as score,
+           sum(w.idf) / (select sum(a.idf) from weights a) as coverage
     from {{schema}}.{{level}}_terms p join weights w on w.term = p.term cross join corpus c
     where (tenant is null or p.tenant_id = tenant or p.is_public)
       and (document_ids is null
@@ -168,8 +170,8 @@ begin
   )
   -- Rows are joined best first and only until the limit is filled; without filters only the top
   -- match_count are even sorted.
-  select {{columns}}, s.score
-  from (select sc.row_id, sc.score from scored sc order by sc.score desc, sc.row_id
+  select {{columns}}, s.score, s.coverage
+  from (select sc.row_id, sc.score, sc.coverage from scored sc order by sc.score desc, sc.row_id
         limit case when coalesce(filter, '{}') = '{}' then match_count end) s
   join {{from}} on d.rowid = s.row_id
   where {{schema}}.metadata_matches(d.metadata, filter)
@@ -178,7 +180,8 @@ begin
 end $$;
 
 -- Hybrid search: both searches with the same filters and scope, fused in SQL by weighted reciprocal
--- rank (fusion => 'rrf') or a convex mix of standard scores ('convex'), as the tools fuse. A row of one
+-- rank (fusion => 'rrf') or a convex mix of standard scores ('convex'), as the tools fuse, the keyword
+-- weight scaled by the keyword side's trust (fusion.keyword_trust: its best row's coverage of the query). A row of one
 -- search meets its own row in the other by (tenant_id, id): the same id may be two tenants' rows.
 create or replace function {{schema}}.hybrid_search_{{level}}(
   query_text text,
@@ -221,7 +224,10 @@ begin
   k as (
     select * from {{schema}}.keyword_search_{{level}}(query_text, candidates, filter, document_ids, tenant)
       with ordinality r(id, document_id, title, content, metadata, ordinal, heading_path, tenant_id,
-                        keyword_score, rank)
+                        keyword_score, keyword_coverage, rank)
+  ),
+  trusted as (  -- the keyword weight, scaled for passages by the best keyword row's coverage
+    select keyword_weight * {{keyword_trust}} as weight
   ),
   both_sides as (
     select coalesce(v.id, k.id) as id, coalesce(v.document_id, k.document_id) as document_id,
@@ -242,15 +248,15 @@ begin
     -- (with no spread, present counts 1 and absent 0), exactly as fusion.convex computes it
     select b.*,
       case when fusion = 'rrf' then
-        coalesce(vector_weight / (rrf_k + b.vector_rank), 0) + coalesce(keyword_weight / (rrf_k + b.keyword_rank), 0)
+        coalesce(vector_weight / (rrf_k + b.vector_rank), 0) + coalesce(t.weight / (rrf_k + b.keyword_rank), 0)
       else (
         vector_weight * case when coalesce(s.v_sd, 0) = 0 then (b.vector_similarity is not null)::int
                              else (coalesce(b.vector_similarity, s.v_low) - s.v_mean) / s.v_sd end
-        + keyword_weight * case when coalesce(s.k_sd, 0) = 0 then (b.keyword_score is not null)::int
-                                else (coalesce(b.keyword_score, s.k_low) - s.k_mean) / s.k_sd end
-      ) / coalesce(nullif(vector_weight + keyword_weight, 0), 1)
+        + t.weight * case when coalesce(s.k_sd, 0) = 0 then (b.keyword_score is not null)::int
+                          else (coalesce(b.keyword_score, s.k_low) - s.k_mean) / s.k_sd end
+      ) / coalesce(nullif(vector_weight + t.weight, 0), 1)
       end as score
-    from both_sides b cross join stats s
+    from both_sides b cross join stats s cross join trusted t
   )
   select * from fused order by score desc, id, tenant_id limit match_count;
 end $$;
