@@ -1,0 +1,94 @@
+"""Whether an int8 variant of the local model may be offered: SciFact nDCG@10 with int8 (dynamic
+quantization by ONNX Runtime) against fp32, and the time to embed a query with each, in one run.
+
+The fp32 figures come from the stored SciFact base (`make bench-quality`'s store); the int8 store is made
+here, from the same documents, with the quantized model. The variant is offered only if its nDCG@10 is
+within 0.3 of fp32 at both levels (issue 16).
+
+    python benchmarks/int8.py   # JSON on stdout and in results/int8.json
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+from langchain_core.embeddings import Embeddings
+
+from agent_retrieval import onnx_model
+from agent_retrieval.context import Context
+from agent_retrieval.embeddings import Embedder, bundled_model_path
+from agent_retrieval.evaluation import evaluate, load_beir
+from agent_retrieval.ingest import ingest
+from agent_retrieval.retrieval import Retrieval
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results"
+DATASET = ROOT.parent.parent / "shared" / "datasets" / "scifact"
+QUERIES = 200  # single-query embeddings timed per model
+
+
+class _Onnx(Embeddings):
+    """A LangChain Embeddings over one ONNX file of the bundled model."""
+
+    def __init__(self, model: onnx_model.OnnxModel):
+        self.model = model
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.model.encode(texts).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.model.encode([text])[0].tolist()
+
+
+def _query_ms(model: onnx_model.OnnxModel, queries: list[str]) -> dict[str, float]:
+    times = []
+    for query in queries:
+        started = time.perf_counter()
+        model.encode([query])
+        times.append(1000 * (time.perf_counter() - started))
+    return {"p50_ms": statistics.median(times), "p95_ms": statistics.quantiles(times, n=20)[-1]}
+
+
+def main() -> dict:
+    RESULTS.mkdir(exist_ok=True)
+    model_dir = bundled_model_path()
+    fp32 = onnx_model.load(model_dir, onnx_model.cache_folder(), "onnx")
+    assert fp32 is not None
+    int8_path = RESULTS / "all-MiniLM-L6-v2-int8.onnx"
+    if not int8_path.exists():
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(str(fp32.path), str(int8_path), weight_type=QuantType.QInt8)
+    int8 = onnx_model.OnnxModel(int8_path, model_dir)
+
+    dataset = load_beir(DATASET)
+    queries = list(dataset.queries.values())[:QUERIES]
+    report: dict = {"query_embedding": {"fp32": _query_ms(fp32, queries), "int8": _query_ms(int8, queries)}}
+
+    stores = {"fp32": (RESULTS / "scifact-base.db", fp32), "int8": (RESULTS / "scifact-int8.db", int8)}
+    for name, (db, model) in stores.items():
+        context = Context(db_path=str(db))
+        embedder = Embedder(_Onnx(model), "local/all-MiniLM-L6-v2" + ("" if name == "fp32" else "-int8"))
+        with Retrieval(context, embedder=embedder) as retrieval:
+            if name == "int8":
+                ingest(dataset.documents(), retrieval.store, embedder, context)
+            for level in ("documents", "chunks"):
+                out = RESULTS / f"int8-eval-{name}-{level}"
+                scores = evaluate(dataset, retrieval, out, level=level, modes=["vector", "hybrid-convex"])
+                report[f"{name} {level}"] = {
+                    m: round(100 * s["ndcg@10"], 2) for m, s in scores.scores.items()
+                }
+    report["offered"] = all(
+        abs(report[f"int8 {level}"]["hybrid-convex"] - report[f"fp32 {level}"]["hybrid-convex"]) <= 0.3
+        for level in ("documents", "chunks")
+    )
+    (RESULTS / "int8.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""benchmarks/supabase_peer.py: the guide's hybrid search, made beside a small store of ours, behaves as the
+guide describes it (full text requires every word; vectors always answer; fused by reciprocal rank)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from agent_retrieval.models import Document
+from agent_retrieval.stores.postgres import PostgresStore
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "supabase_peer.py"
+DIM = 4
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("supabase_peer_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def axis(n: int) -> np.ndarray:
+    return np.eye(DIM, dtype=np.float32)[n]
+
+
+def test_the_guides_hybrid_search_runs_beside_our_store(postgres):
+    peer = _load_script()
+    ours = PostgresStore(postgres.dsn, schema="peer_smoke_ours")
+    ours.init(DIM)
+    texts = {
+        "deposit": "The tenancy deposit is protected within thirty days.",
+        "boiler": "Boilers are repaired within four hours in winter.",
+        "gifts": "Gifts worth more than fifty pounds are declined.",
+    }
+    documents = [
+        Document(doc_id, doc_id.title(), text, content_hash=doc_id, text_hash=doc_id, embedding=axis(n))
+        for n, (doc_id, text) in enumerate(texts.items())
+    ]
+    ours.upsert(documents, [], "test/axes")
+    with postgres.connect() as conn:
+        peer.load_peer(conn, "peer_smoke_ours", "peer_smoke_guide", DIM)
+        peer.load_peer(conn, "peer_smoke_ours", "peer_smoke_guide", DIM)  # once: a rerun adds nothing
+
+        def search(text: str, vector: np.ndarray) -> list[str]:
+            sql = "select doc_id from peer_smoke_guide.hybrid_search(%s, %s::vector, %s)"
+            return [r[0] for r in conn.execute(sql, (text, vector.tolist(), 2)).fetchall()]
+
+        assert conn.execute("select count(*) from peer_smoke_guide.documents").fetchone()[0] == 3
+        # both sides agree on "boiler": it comes first
+        assert search("boilers repaired in winter", axis(1))[0] == "boiler"
+        # full text needs every word ("tenancy" is in no boiler text), so the vector side decides
+        assert search("tenancy boilers", axis(2))[0] == "gifts"
+    ours.close()
