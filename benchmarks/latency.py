@@ -1,4 +1,5 @@
-"""Latency of chunk_retriever (hybrid, HyDE off, local embedder) on the embedded store at 10K and 100K chunks.
+"""Latency of chunk_retriever (hybrid, HyDE off, local embedder) on the embedded store at 10K, 100K and 300K
+chunks, and the process's peak memory at each size.
 
 SciFact's corpus is ingested once with the real all-MiniLM-L6-v2 (about 9K chunks; cached in
 benchmarks/results/, so a rerun embeds nothing). Larger stores replicate those chunks, each copy's
@@ -6,7 +7,7 @@ vector jittered and re-normalised, so the vector and keyword indexes hold N dist
 text. Queries are SciFact test queries, each a full tool call: query embedding, keyword and vector
 search, fusion, formatting.
 
-    python benchmarks/latency.py                 # 10K and 100K
+    python benchmarks/latency.py                 # 10K, 100K and 300K
     python benchmarks/latency.py --sizes 10000   # one size
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import resource
 import statistics
 import sys
 import time
@@ -143,19 +145,23 @@ def measure(path: Path, base: Retrieval, texts: list[str]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 300_000])
     parser.add_argument("--queries", type=int, default=300)
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
     base = base_store()
     texts = queries(args.queries)
     results = {}
-    for size in args.sizes:
+    for size in sorted(args.sizes):
         path = replicated_store(base, size)
         with SQLiteStore(path) as store:
             chunks = store.stats().chunks
         row = measure(path, base, texts)
-        row["chunks"] = chunks
+        # peak memory of the process so far: sizes run smallest first, so each row is that size's peak
+        row["chunks"], row["peak_rss_mb"] = (
+            chunks,
+            round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        )
         results[size] = row
         print(
             f"{chunks:>7} chunks: p50 {row['p50_ms']:.1f} ms, p95 {row['p95_ms']:.1f} ms, "
