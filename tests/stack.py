@@ -109,6 +109,16 @@ class Postgres:
             cur.execute(sql, params)
             return cur.fetchall() if cur.description else []
 
+    def empty_store(self, schema: str) -> None:
+        """Every row of an agent-retrieval schema gone (documents, postings, term and corpus statistics) and
+        its embedding model forgotten. TRUNCATE fires no row triggers, so each table is named."""
+        tables = ("documents", "chunks", "documents_terms", "chunks_terms", "documents_term_stats")
+        tables += ("chunks_term_stats", "corpus_stats")
+        self.execute(
+            f"truncate {', '.join(f'{schema}.{t}' for t in tables)}; "
+            f"delete from {schema}.store_info where key = 'embedding_model'"
+        )
+
     def restart(self, down_seconds: float = 0.0) -> None:
         """Stop the server as a failover or crash would (`pg_ctl stop -m fast`: every session is cut, its
         transaction rolled back), stay down `down_seconds`, and start it again on the same socket."""

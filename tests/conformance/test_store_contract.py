@@ -67,11 +67,7 @@ def supabase_contract_schema(supabase_stack):
 @pytest.fixture
 def supabase_contract(supabase_contract_schema):
     """The stack, with the contract schema emptied (rows, statistics and the recorded model)."""
-    supabase_contract_schema.postgres.execute(
-        f"truncate {CONTRACT_SCHEMA}.documents, {CONTRACT_SCHEMA}.chunks, {CONTRACT_SCHEMA}.documents_terms, "
-        f"{CONTRACT_SCHEMA}.chunks_terms, {CONTRACT_SCHEMA}.corpus_stats; "
-        f"delete from {CONTRACT_SCHEMA}.store_info where key = 'embedding_model'"
-    )
+    supabase_contract_schema.postgres.empty_store(CONTRACT_SCHEMA)
     return supabase_contract_schema
 
 

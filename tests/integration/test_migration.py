@@ -93,6 +93,15 @@ def test_db_init_brings_a_version_1_store_up_to_date_and_can_run_again(
         assert code == 0, err
         assert all(count == 1 for _, count in functions(pg)), functions(pg)  # no old overload left
         assert pg.execute(rows) == before
+        for level in ("documents", "chunks"):  # the per-term counts, filled from the postings once
+            assert set(
+                pg.execute(f"select term, tenant_id, is_public, rows from {SCHEMA}.{level}_term_stats")
+            ) == set(
+                pg.execute(
+                    f"select term, tenant_id, is_public, count(*) from {SCHEMA}.{level}_terms "
+                    "group by term, tenant_id, is_public"
+                )
+            )
 
     with PostgresStore(pg.dsn, schema=SCHEMA, tenant="acme") as acme:
         assert acme.stats().schema_version == SCHEMA_VERSION

@@ -223,3 +223,90 @@ def test_ingest_public_is_the_operators_flag_and_metadata_publishes_nothing(
         assert acme.document_states(["hours"]) == {}  # state and writes are the writing tenant's own
     with PostgresStore(postgres.dsn, schema=schema, tenant="press") as press:
         assert press.document_states(["hours"])["hours"].public is True
+
+
+def _bm25_corpus(rng: np.random.Generator) -> list[str]:
+    """Texts over a Zipf-like vocabulary: a few words in most rows, many in a few, as in real text."""
+    vocabulary = [f"w{n}" for n in range(60)]
+    weights = 1 / np.arange(1, len(vocabulary) + 1) ** 1.1
+    weights /= weights.sum()
+    return [" ".join(rng.choice(vocabulary, size=int(rng.integers(3, 25)), p=weights)) for _ in range(400)]
+
+
+def test_pruned_keyword_search_ranks_exactly_as_scoring_every_row(postgres, schema):
+    # The first pass scores only the rows of the rarest words, and the rows holding only common words are
+    # never scored once k rows beat their bound: the result must still be the exact BM25 top k.
+    rng = np.random.default_rng(11)
+    texts = _bm25_corpus(rng)
+    store = PostgresStore(postgres.dsn, schema=schema, tenant="acme")
+    store.init(4)
+    docs = [Document(f"d{n}", "", t, content_hash=str(n), text_hash=str(n)) for n, t in enumerate(texts)]
+    chunks = [Chunk(f"d{n}#0", f"d{n}", 0, t, "", {}, str(n)) for n, t in enumerate(texts)]
+    store.upsert(docs, chunks, "test/none")
+    pruned_queries = 0
+    for _ in range(60):
+        query = " ".join(
+            rng.choice([f"w{n}" for n in range(60)], size=int(rng.integers(3, 9)), replace=False)
+        )
+        k = int(rng.integers(1, 12))
+        found = store.keyword_search("chunks", query, k)
+        terms, idfs = zip(
+            *postgres.execute(
+                f"""select t.term, ln(1 + (s.n - sum(t.rows) + 0.5) / (sum(t.rows) + 0.5))
+                    from {schema}.chunks_term_stats t,
+                         (select sum(rows)::float8 as n from {schema}.corpus_stats where level = 'chunks') s
+                    where t.term = any (%s) group by t.term, s.n order by 2 desc, 1""",
+                (query.split(),),
+            ),
+            strict=True,
+        )
+        average = postgres.execute(
+            f"select total_length::float8 / rows from {schema}.corpus_stats where level = 'chunks'"
+        )[0][0]
+        every_row = postgres.execute(
+            f"""select d.id, b.score from {schema}.bm25_chunks(%s, %s, null, %s, null, null) b
+                join {schema}.chunks d on d.rowid = b.row_id order by b.score desc, b.row_id limit %s""",
+            (list(terms), list(idfs), average, k),
+        )
+        assert [h.id for h in found] == [row[0] for row in every_row], query
+        assert [h.keyword_score for h in found] == pytest.approx([row[1] for row in every_row], rel=1e-9)
+        pruned_queries += len(terms) >= 3
+    assert pruned_queries > 40  # most queries took the pruned path
+    store.close()
+
+
+def test_term_counts_follow_every_write(postgres, schema):
+    # The per-term counts keyword search reads its idf from are kept by the triggers: after inserts, a
+    # replacement, a change of visibility and deletions in two tenants they equal the postings' own counts.
+    rng = np.random.default_rng(5)
+    texts = _bm25_corpus(rng)[:60]
+    stores = {t: PostgresStore(postgres.dsn, schema=schema, tenant=t) for t in ("acme", "globex")}
+    stores["acme"].init(4)
+
+    def write(tenant: str, first: int, last: int, public: bool = False, suffix: str = "") -> None:
+        docs = [
+            Document(f"d{n}", "", texts[n] + suffix, content_hash=f"{n}{suffix}{public}", public=public)
+            for n in range(first, last)
+        ]
+        chunks = [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs]
+        stores[tenant].upsert(docs, chunks, "test/none")
+
+    def counts(table: str) -> set[tuple]:
+        return set(
+            postgres.execute(f"select term, tenant_id, is_public, rows from {schema}.{table} where rows <> 0")
+        )
+
+    write("acme", 0, 40)
+    write("globex", 20, 60, public=True)
+    write("acme", 10, 30, suffix=" w1 extra")  # replaced: the old postings' counts go, the new ones come
+    write("globex", 20, 30, public=False)  # unpublished: its counts move from public to private
+    stores["acme"].delete_documents([f"d{n}" for n in range(15)])
+    for level in ("documents", "chunks"):
+        assert counts(f"{level}_term_stats") == set(
+            postgres.execute(
+                f"select term, tenant_id, is_public, count(*) from {schema}.{level}_terms "
+                "group by term, tenant_id, is_public"
+            )
+        )
+    for store in stores.values():
+        store.close()

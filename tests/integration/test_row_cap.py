@@ -54,10 +54,7 @@ def capped(supabase_stack, tmp_path_factory) -> Iterator[Gateway]:
 @pytest.fixture
 def service(capped, supabase_stack) -> Iterator[SupabaseStore]:
     """The service role writing tenant acme through the capped API, on an emptied schema."""
-    supabase_stack.postgres.execute(
-        f"truncate {SCHEMA}.documents, {SCHEMA}.chunks, {SCHEMA}.documents_terms, {SCHEMA}.chunks_terms, "
-        f"{SCHEMA}.corpus_stats; delete from {SCHEMA}.store_info where key = 'embedding_model'"
-    )
+    supabase_stack.postgres.empty_store(SCHEMA)
     with SupabaseStore(capped.url, supabase_stack.service_key, schema=SCHEMA, tenant="acme") as store:
         yield store
 

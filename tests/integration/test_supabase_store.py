@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import numpy as np
 import pytest
 
@@ -29,7 +30,17 @@ from tests.conftest import WordHashEmbeddings
 
 SCHEMA = "agent_retrieval"
 DIM = 256  # the word-hash test embedder's
-TABLES = ("documents", "chunks", "documents_terms", "chunks_terms", "corpus_stats")
+# Every table holding a tenant's rows, term counts included: a count per tenant tells which words its
+# private documents hold.
+TABLES = (
+    "documents",
+    "chunks",
+    "documents_terms",
+    "chunks_terms",
+    "documents_term_stats",
+    "chunks_term_stats",
+    "corpus_stats",
+)
 
 
 def tenant_corpus(tenant: str, secret: str, public: bool = False) -> tuple[list[Document], list[Chunk]]:
@@ -193,6 +204,30 @@ def test_32_concurrent_searches_through_postgrest(stack):
     with ThreadPoolExecutor(32) as pool:
         results = list(pool.map(search, range(64)))
     assert all(r == {"acme-plan#0", "press-plan#0"} for r in results)
+
+
+def test_no_table_shows_a_user_another_tenants_rows(stack):
+    tables = {
+        name
+        for (name,) in stack.postgres.execute(
+            "select table_name from information_schema.columns "
+            "where table_schema = %s and column_name = 'tenant_id'",
+            (SCHEMA,),
+        )
+    }
+    assert tables == set(TABLES)  # a new table with tenants' rows must be listed (and guarded) here
+    for sub, tenant, token in [
+        ("alice", "acme", stack.user_token("alice", tenant="acme")),
+        (None, None, None),
+    ]:
+        headers = {"apikey": stack.anon_key, "Accept-Profile": SCHEMA}
+        headers["Authorization"] = f"Bearer {token or stack.anon_key}"
+        for table in TABLES:
+            response = httpx.get(f"{stack.url}/rest/v1/{table}?select=tenant_id,is_public", headers=headers)
+            assert response.status_code == 200, response.text
+            seen = {(row["tenant_id"], row["is_public"]) for row in response.json()}
+            assert seen, table  # the public rows, at least
+            assert all(public or owner == tenant for owner, public in seen), (sub, table, seen)
 
 
 def test_async_searches_run_on_the_async_client(stack):

@@ -51,9 +51,7 @@ def supabase_vectorstore_schema(supabase_stack):
 @pytest.fixture
 def supabase_vectorstore(supabase_vectorstore_schema):
     """The stack with the schema emptied: each standard test starts from an empty store."""
-    supabase_vectorstore_schema.postgres.execute(
-        f"truncate {SUPABASE_SCHEMA}.documents, {SUPABASE_SCHEMA}.chunks cascade"
-    )
+    supabase_vectorstore_schema.postgres.empty_store(SUPABASE_SCHEMA)
     return supabase_vectorstore_schema
 
 

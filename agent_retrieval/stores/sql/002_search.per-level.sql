@@ -12,30 +12,67 @@ create table if not exists {{schema}}.{{level}}_terms (
 );
 create index if not exists {{level}}_terms_row_id on {{schema}}.{{level}}_terms (row_id);
 
+-- How many rows of each scope hold each term: keyword search reads a term's idf here instead of counting
+-- its postings, which for a common word are tens of thousands. Kept by the same triggers; a store made
+-- before this table existed has it filled from its postings once.
+create table if not exists {{schema}}.{{level}}_term_stats (
+  term text not null,
+  tenant_id text not null,
+  is_public boolean not null,
+  rows bigint not null,
+  primary key (term, tenant_id, is_public)
+);
+insert into {{schema}}.{{level}}_term_stats (term, tenant_id, is_public, rows)
+  select p.term, p.tenant_id, p.is_public, count(*) from {{schema}}.{{level}}_terms p
+  where not exists (select from {{schema}}.{{level}}_term_stats)
+  group by p.term, p.tenant_id, p.is_public;
+
 create or replace function {{schema}}.index_{{level}}() returns trigger
 language plpgsql
 set search_path = ''
 as $$
 begin
+  -- The corpus totals come first: a second writer of the same scope waits here for the first to commit
+  -- before it touches any term's count, so no two writers lock term counts in different orders.
   if tg_op in ('DELETE', 'UPDATE') then
-    delete from {{schema}}.{{level}}_terms p using old_rows o where p.row_id = o.rowid;
     insert into {{schema}}.corpus_stats as s (level, tenant_id, is_public, rows, total_length)
       select '{{level}}', o.tenant_id, o.is_public, -count(*), -sum({{schema}}.term_count(o.tsv))
-      from old_rows o group by o.tenant_id, o.is_public
+      from old_rows o group by o.tenant_id, o.is_public order by o.tenant_id, o.is_public
       on conflict (level, tenant_id, is_public) do update
         set rows = s.rows + excluded.rows, total_length = s.total_length + excluded.total_length;
   end if;
   if tg_op in ('INSERT', 'UPDATE') then
-    insert into {{schema}}.{{level}}_terms (term, row_id, tf, length, tenant_id, is_public)
-      select p.term, p.row_id, p.tf, sum(p.tf) over (partition by p.row_id), p.tenant_id, p.is_public
-      from (select t.lexeme as term, n.rowid as row_id, coalesce(pg_catalog.array_length(t.positions, 1), 1) as tf,
-                   n.tenant_id, n.is_public
-            from new_rows n cross join lateral pg_catalog.unnest(n.tsv) t) p;
     insert into {{schema}}.corpus_stats as s (level, tenant_id, is_public, rows, total_length)
       select '{{level}}', n.tenant_id, n.is_public, count(*), sum({{schema}}.term_count(n.tsv))
-      from new_rows n group by n.tenant_id, n.is_public
+      from new_rows n group by n.tenant_id, n.is_public order by n.tenant_id, n.is_public
       on conflict (level, tenant_id, is_public) do update
         set rows = s.rows + excluded.rows, total_length = s.total_length + excluded.total_length;
+  end if;
+  -- Postings, and the count of each term they change (sorted, though the wait above already keeps two
+  -- writers of one scope apart).
+  if tg_op in ('DELETE', 'UPDATE') then
+    with gone as (
+      delete from {{schema}}.{{level}}_terms p using old_rows o where p.row_id = o.rowid
+      returning p.term, p.tenant_id, p.is_public
+    )
+    insert into {{schema}}.{{level}}_term_stats as s (term, tenant_id, is_public, rows)
+      select g.term, g.tenant_id, g.is_public, -count(*) from gone g
+      group by g.term, g.tenant_id, g.is_public order by g.term, g.tenant_id, g.is_public
+      on conflict (term, tenant_id, is_public) do update set rows = s.rows + excluded.rows;
+  end if;
+  if tg_op in ('INSERT', 'UPDATE') then
+    with added as (
+      insert into {{schema}}.{{level}}_terms (term, row_id, tf, length, tenant_id, is_public)
+        select p.term, p.row_id, p.tf, sum(p.tf) over (partition by p.row_id), p.tenant_id, p.is_public
+        from (select t.lexeme as term, n.rowid as row_id,
+                     coalesce(pg_catalog.array_length(t.positions, 1), 1) as tf, n.tenant_id, n.is_public
+              from new_rows n cross join lateral pg_catalog.unnest(n.tsv) t) p
+      returning term, tenant_id, is_public
+    )
+    insert into {{schema}}.{{level}}_term_stats as s (term, tenant_id, is_public, rows)
+      select a.term, a.tenant_id, a.is_public, count(*) from added a
+      group by a.term, a.tenant_id, a.is_public order by a.term, a.tenant_id, a.is_public
+      on conflict (term, tenant_id, is_public) do update set rows = s.rows + excluded.rows;
   end if;
   return null;
 end $$;
@@ -110,10 +147,41 @@ begin
   order by b.distance, d.id, d.tenant_id;
 end $$;
 
--- Keyword search: Okapi BM25 (k1 = 1.2, b = 0.75, as SQLite FTS5) over the query's own words, stemmed
--- in english, stopwords dropped unless nothing else is left. The words are never parsed as query syntax.
--- Term statistics cover the rows the caller may read, so they reveal nothing of other tenants. Each row's
--- keyword_coverage is the share of the query's idf its words hold (fusion weighs the keyword side by it).
+-- BM25 scores (k1 = 1.2, b = 0.75, as SQLite FTS5) of the rows holding any of the `essential` terms, each
+-- over all `terms` (with their idf), and each row's coverage: the share of the query's idf it holds. Null
+-- `essential`: every row holding a term.
+create or replace function {{schema}}.bm25_{{level}}(
+  terms text[], idfs float8[], essential text[], average_length float8, tenant text, document_ids text[]
+) returns table (row_id bigint, score float8, coverage float8)
+language sql stable security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+  with weights as (  -- unnest of two arrays is FROM syntax, so it takes no schema
+    select w.term, w.idf from unnest(terms, idfs) w(term, idf)
+  ),
+  candidates as (
+    select p.row_id from {{schema}}.{{level}}_terms p where p.term = any (essential)
+  )
+  select p.row_id,
+         sum(w.idf * p.tf::float8 * 2.2
+             / (p.tf::float8 + 1.2 * (0.25 + 0.75 * p.length::float8 / greatest(average_length, 1)))),
+         sum(w.idf) / (select sum(a.idf) from weights a)
+  from {{schema}}.{{level}}_terms p
+  join weights w on w.term = p.term
+  where (tenant is null or p.tenant_id = tenant or p.is_public)
+    and (essential is null or p.row_id in (select c.row_id from candidates c))
+    and (document_ids is null
+         or p.row_id in (select d.rowid from {{schema}}.{{level}} d where {{document_id}} = any (document_ids)))
+  group by p.row_id
+$$;
+
+-- Keyword search: Okapi BM25 over the query's own words, stemmed in english, stopwords dropped unless
+-- nothing else is left. The words are never parsed as query syntax. Term statistics cover the rows the
+-- caller may read, so they reveal nothing of other tenants. Each row's keyword_coverage is the share of the
+-- query's idf its words hold (fusion weighs the keyword side by it).
+-- Exact top k, pruned as the embedded store prunes (MaxScore): a row holding none of the rarer terms scores
+-- at most the sum of the common terms' bounds (2.2 x idf each), so once k rows beat that sum, the rows
+-- holding only common terms are never scored. Those are most of the postings of a long query.
 create or replace function {{schema}}.keyword_search_{{level}}(
   query_text text,
   match_count int default 10,
@@ -129,9 +197,28 @@ set search_path = {{schema}}, public, extensions
 set plan_cache_mode = force_custom_plan  -- a plan for these arguments: generic ones scan everything
 as $$
 #variable_conflict use_column
+declare
+  corpus_rows float8;
+  average_length float8;
+  terms text[];          -- the query's words found in the caller's rows, rarest first
+  idfs float8[];
+  counts float8[];       -- how many of the caller's rows hold each
+  held float8 := 0;
+  essential text[];
+  first_pass text[];
+  kth float8;
+  bound float8 := 0;
+  last int;
+  first int;
+  ids bigint[];
+  scores float8[];
+  coverages float8[];
 begin
   perform {{schema}}.check_search(match_count, null);
-  return query
+  select sum(s.rows)::float8, sum(s.total_length)::float8 / greatest(sum(s.rows), 1)
+    into corpus_rows, average_length
+  from {{schema}}.corpus_stats s
+  where s.level = '{{level}}' and (tenant is null or s.tenant_id = tenant or s.is_public);
   with stemmed as (
     select pg_catalog.to_tsvector('english'::regconfig, q.text) as content_words,
            pg_catalog.to_tsvector('{{schema}}.english_all'::regconfig, q.text) as all_words
@@ -145,44 +232,76 @@ begin
     order by t.positions[1]
     limit 32
   ),
-  corpus as (
-    select sum(s.rows)::float8 as n, sum(s.total_length)::float8 / greatest(sum(s.rows), 1) as average_length
-    from {{schema}}.corpus_stats s
-    where s.level = '{{level}}' and (tenant is null or s.tenant_id = tenant or s.is_public)
-  ),
   weights as (  -- idf over every row the caller may read, whatever the filters
-    select p.term, ln(1 + (c.n - count(*)::float8 + 0.5) / (count(*)::float8 + 0.5)) as idf
-    from {{schema}}.{{level}}_terms p join words w on w.term = p.term cross join corpus c
-    where tenant is null or p.tenant_id = tenant or p.is_public
-    group by p.term, c.n
-  ),
-  scored as (
-    select p.row_id,
-           sum(w.idf * p.tf::float8 * 2.2
-               / (p.tf::float8 + 1.2 * (0.25 + 0.75 * p.length::float8 / greatest(c.average_length, 1))))
-             as score,
-           sum(w.idf) / (select sum(a.idf) from weights a) as coverage
-    from {{schema}}.{{level}}_terms p join weights w on w.term = p.term cross join corpus c
-    where (tenant is null or p.tenant_id = tenant or p.is_public)
-      and (document_ids is null
-           or p.row_id in (select d.rowid from {{schema}}.{{level}} d where {{document_id}} = any (document_ids)))
-    group by p.row_id
+    select t.term, ln(1 + (corpus_rows - sum(t.rows)::float8 + 0.5) / (sum(t.rows)::float8 + 0.5)) as idf,
+           sum(t.rows)::float8 as count
+    from {{schema}}.{{level}}_term_stats t join words w on w.term = t.term
+    where tenant is null or t.tenant_id = tenant or t.is_public
+    group by t.term
+    having sum(t.rows) > 0
   )
-  -- Rows are joined best first and only until the limit is filled; without filters only the top
-  -- match_count are even sorted.
-  select {{columns}}, s.score, s.coverage
-  from (select sc.row_id, sc.score, sc.coverage from scored sc order by sc.score desc, sc.row_id
-        limit case when coalesce(filter, '{}') = '{}' then match_count end) s
-  join {{from}} on d.rowid = s.row_id
-  where {{schema}}.metadata_matches(d.metadata, filter)
-  order by s.score desc, s.row_id
-  limit match_count;
+  select array_agg(w.term order by w.idf desc, w.term), array_agg(w.idf order by w.idf desc, w.term),
+         array_agg(w.count order by w.idf desc, w.term)
+    into terms, idfs, counts
+  from weights w;
+  if terms is null then
+    return;
+  end if;
+
+  if coalesce(filter, '{}') <> '{}' then  -- the best rows may fail the filter: score every row, then filter
+    return query
+    select {{columns}}, b.score, b.coverage
+    from {{schema}}.bm25_{{level}}(terms, idfs, null, average_length, tenant, document_ids) b
+    join {{from}} on d.rowid = b.row_id
+    where {{schema}}.metadata_matches(d.metadata, filter)
+    order by b.score desc, b.row_id
+    limit match_count;
+    return;
+  end if;
+
+  last := pg_catalog.array_length(terms, 1);
+  if last >= 3 then
+    -- The first pass scores the rows of the rarest terms, as many as FIRST_PASS_ROWS x match_count postings
+    -- allow (one term at least): few rows to score, and among them, most often, the best k.
+    first := 1;
+    held := counts[1];
+    while first < last and held + counts[first + 1] <= {{first_pass_rows}} * match_count loop
+      first := first + 1;
+      held := held + counts[first];
+    end loop;
+    first_pass := terms[1:first];
+    select pg_catalog.array_agg(b.row_id order by b.score desc, b.row_id),
+           pg_catalog.array_agg(b.score order by b.score desc, b.row_id),
+           pg_catalog.array_agg(b.coverage order by b.score desc, b.row_id)
+      into ids, scores, coverages
+    from (select * from {{schema}}.bm25_{{level}}(terms, idfs, first_pass, average_length, tenant, document_ids)
+          order by score desc, row_id limit match_count) b;
+    kth := case when pg_catalog.array_length(ids, 1) = match_count then scores[match_count] else 0 end;
+    while last > 0 and bound + 2.2 * idfs[last] < kth loop
+      bound := bound + 2.2 * idfs[last];
+      last := last - 1;
+    end loop;
+    essential := case when last < pg_catalog.array_length(terms, 1) then terms[1:last] end;  -- null: all
+  end if;
+  if first_pass is null or not coalesce(essential <@ first_pass, false) then
+    select pg_catalog.array_agg(b.row_id order by b.score desc, b.row_id),
+           pg_catalog.array_agg(b.score order by b.score desc, b.row_id),
+           pg_catalog.array_agg(b.coverage order by b.score desc, b.row_id)
+      into ids, scores, coverages
+    from (select * from {{schema}}.bm25_{{level}}(terms, idfs, essential, average_length, tenant, document_ids)
+          order by score desc, row_id limit match_count) b;
+  end if;
+  return query
+  select {{columns}}, r.score, r.coverage
+  from unnest(ids, scores, coverages) with ordinality r(row_id, score, coverage, place)
+  join {{from}} on d.rowid = r.row_id
+  order by r.place;
 end $$;
 
 -- Hybrid search: both searches with the same filters and scope, fused in SQL by weighted reciprocal
 -- rank (fusion => 'rrf') or a convex mix of standard scores ('convex'), as the tools fuse, the keyword
--- weight scaled by the keyword side's trust (fusion.keyword_trust: its best row's coverage of the query). A row of one
--- search meets its own row in the other by (tenant_id, id): the same id may be two tenants' rows.
+-- weight scaled by the keyword side's trust (fusion.keyword_trust: its best row's coverage of the query).
+-- A row of one search meets its own row in the other by (tenant_id, id): the same id may be two tenants'.
 create or replace function {{schema}}.hybrid_search_{{level}}(
   query_text text,
   query_embedding vector,

@@ -8,6 +8,8 @@ alter table {{schema}}.documents enable row level security;
 alter table {{schema}}.chunks enable row level security;
 alter table {{schema}}.documents_terms enable row level security;
 alter table {{schema}}.chunks_terms enable row level security;
+alter table {{schema}}.documents_term_stats enable row level security;
+alter table {{schema}}.chunks_term_stats enable row level security;
 alter table {{schema}}.corpus_stats enable row level security;
 
 do $$
@@ -26,7 +28,8 @@ begin
   drop policy if exists "everyone reads store info" on {{schema}}.store_info;
   create policy "everyone reads store info" on {{schema}}.store_info for select to anon, authenticated using (true);
 
-  foreach rel in array array['documents', 'chunks', 'documents_terms', 'chunks_terms', 'corpus_stats'] loop
+  foreach rel in array array['documents', 'chunks', 'documents_terms', 'chunks_terms', 'documents_term_stats',
+                             'chunks_term_stats', 'corpus_stats'] loop
     execute format('drop policy if exists "tenant and public rows" on {{schema}}.%I', rel);
     execute format('create policy "tenant and public rows" on {{schema}}.%I for select to authenticated '
                    'using (tenant_id = (select {{schema}}.current_tenant()) or is_public)', rel);
