@@ -167,7 +167,8 @@ def _parser() -> argparse.ArgumentParser:
         "Evaluate retrieval on a BEIR folder (corpus.jsonl, queries.jsonl, "
         "qrels/SPLIT.tsv): ingest it (cached: a rerun embeds nothing), run every "
         "judged query under each mode through the tools' search, and report "
-        "nDCG@10, Recall@10, Recall@100 and MRR@10.",
+        "nDCG@10, Recall@10, Recall@100 and MRR@10, and all-gold@5/10 (every relevant document in the top k) "
+        "over the queries with two or more.",
     )
     evaluate.add_argument("folder", help="the BEIR dataset folder")
     evaluate.add_argument("--split", default="test", help="qrels/SPLIT.tsv to judge by (default test)")
@@ -181,7 +182,8 @@ def _parser() -> argparse.ArgumentParser:
         "--modes",
         metavar="M1,M2",
         help="comma-separated modes (default: every mode this "
-        "configuration can run): keyword, vector, hybrid-rrf, hybrid-convex, hyde+hybrid",
+        "configuration can run): keyword, vector, hybrid-rrf, hybrid-convex, hyde+hybrid, plan (the rag "
+        "graph's retrieval: planned searches, fused)",
     )
     evaluate.add_argument(
         "--out",

@@ -9,21 +9,28 @@ query: an interrupted evaluation resumes where it stopped.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tqdm import tqdm
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.models import Document, Hit, Level, SearchRequest, parse_request
+from agent_retrieval.models import MAX_TOP_K, Document, Hit, Level, SearchRequest, parse_request
+from agent_retrieval.planning import make_plan, run_plan
 from agent_retrieval.retrieval import Candidates, Retrieval
 
+T = TypeVar("T")
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+# Every relevant document in the top k, over the queries with two or more: what a multi-hop question needs,
+# and what recall hides (finding one of two documents scores recall 0.5, and answers nothing).
+ALL_GOLD = ("all-gold@5", "all-gold@10")
 DEPTH = 100  # documents ranked per query: Recall@100 needs them
 # The settings a ranking depends on, recorded beside every score (here and in benchmarks/).
 RANKING_SETTINGS = ("fusion", "rrf_k", "vector_weight", "keyword_weight", "entity_boost", "candidates")
@@ -33,6 +40,8 @@ MODES = {
     "hybrid-rrf": "both, fused by weighted reciprocal rank",
     "hybrid-convex": "both, fused by the weighted mean of each side's standard scores",
     "hyde+hybrid": "HyDE passages' embedding for the vector side, fused as configured (needs a chat model)",
+    "plan": "the rag graph's retrieval: the planner's searches (heuristic without a chat model), fused; "
+    f"documents at their best passage, {MAX_TOP_K} at most",
 }
 
 
@@ -170,8 +179,19 @@ def mrr(ranked: Sequence[str], grades: dict[str, int], k: int = 10) -> float:
     return next((1.0 / rank for rank, doc in enumerate(ranked[:k], start=1) if grades.get(doc, 0) > 0), 0.0)
 
 
+def all_gold(ranked: Sequence[str], grades: dict[str, int], k: int) -> float:
+    """1 when every relevant document is in the top k, else 0."""
+    return float({doc for doc, g in grades.items() if g > 0} <= set(ranked[:k]))
+
+
+def multi_gold(qrels: dict[str, dict[str, int]]) -> list[str]:
+    """The queries with two or more relevant documents, which all-gold@k is measured over."""
+    return [qid for qid, grades in qrels.items() if sum(g > 0 for g in grades.values()) >= 2]
+
+
 def score_run(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
-    """Mean of each metric over the judged queries (a query missing from the run scores 0)."""
+    """Mean of each metric over the judged queries (a query missing from the run scores 0); all-gold@k over
+    the queries with two or more relevant documents, when there are any."""
     totals = dict.fromkeys(METRICS, 0.0)
     for qid, grades in qrels.items():
         ranked = run.get(qid, [])
@@ -179,7 +199,12 @@ def score_run(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> di
         totals["recall@10"] += recall(ranked, grades, 10)
         totals["recall@100"] += recall(ranked, grades, 100)
         totals["mrr@10"] += mrr(ranked, grades)
-    return {name: total / len(qrels) for name, total in totals.items()}
+    scores = {name: total / len(qrels) for name, total in totals.items()}
+    several = multi_gold(qrels)
+    for name in ALL_GOLD if several else ():
+        k = int(name.split("@")[1])
+        scores[name] = sum(all_gold(run.get(qid, []), qrels[qid], k) for qid in several) / len(several)
+    return scores
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -198,6 +223,7 @@ class EvalReport:
     seconds_per_query: float
     settings: dict[str, Any]
     runs: dict[str, str]
+    multi_gold_queries: int = 0  # queries with two or more relevant documents
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -205,6 +231,7 @@ class EvalReport:
             "split": self.split,
             "level": self.level,
             "queries": self.queries,
+            "multi_gold_queries": self.multi_gold_queries,
             "scores": self.scores,
             "skipped": len(self.skipped),
             "skipped_examples": self.skipped[:10],
@@ -215,9 +242,15 @@ class EvalReport:
 
     def table(self) -> str:
         head = f"{self.dataset} ({self.split}, {self.queries} queries, {self.level} level)"
-        lines = [head, "", f"{'mode':<15}" + "".join(f"{m:>12}" for m in METRICS)]
+        metrics = [m for m in (*METRICS, *ALL_GOLD) if all(m in s for s in self.scores.values())]
+        lines = [head, "", f"{'mode':<15}" + "".join(f"{m:>12}" for m in metrics)]
         for mode, scores in self.scores.items():
-            lines.append(f"{mode:<15}" + "".join(f"{100 * scores[m]:>12.2f}" for m in METRICS))
+            lines.append(f"{mode:<15}" + "".join(f"{100 * scores[m]:>12.2f}" for m in metrics))
+        if ALL_GOLD[0] in metrics:
+            lines.append(
+                f"all-gold@k: every relevant document in the top k, over the {self.multi_gold_queries} "
+                "queries with two or more"
+            )
         if self.skipped:
             lines += ["", f"skipped {len(self.skipped)} line(s) of the dataset, e.g. {self.skipped[0]}"]
         return "\n".join(lines)
@@ -279,6 +312,7 @@ def evaluate(
         per_query,
         settings,
         {mode: str(path) for mode, path in files.items()},
+        len(multi_gold(dataset.qrels)),
     )
 
 
@@ -301,12 +335,23 @@ def _rank_modes(searcher: Retrieval, query: str, level: Level, modes: Sequence[s
         if mode in views:
             candidates, fusion = views[mode]
             ranked[mode] = searcher.rank(request, level, candidates, context=fusion).hits
+    if "plan" in modes:  # as the rag graph retrieves: plan, run the searches hop by hop, fuse the passages
+        llm = searcher.llm if searcher.context.has_chat_model else None
+        planned = _run_async(make_plan(query, searcher.context, llm))
+        ranked["plan"] = _run_async(run_plan(planned.plan, searcher, top_k=MAX_TOP_K, llm=llm)).chunks
     if "hyde+hybrid" in modes:
         hyde_request = request.model_copy(update={"hyde": "passages"})
         ranked["hyde+hybrid"] = searcher.rank(
             hyde_request, level, searcher.candidates(hyde_request, level)
         ).hits
     return ranked
+
+
+def _run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to its end from sync code, in a thread of its own: a notebook's running event loop
+    would refuse asyncio.run."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def _documents(hits: list[Hit]) -> list[tuple[str, float]]:

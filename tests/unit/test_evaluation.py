@@ -14,6 +14,8 @@ from agent_retrieval.cli import main
 from agent_retrieval.context import Context
 from agent_retrieval.evaluation import (
     DatasetError,
+    all_gold,
+    available_modes,
     evaluate,
     load_beir,
     mrr,
@@ -62,6 +64,17 @@ def test_metrics_on_a_hand_worked_case():
     assert ndcg(["b", "a"], grades) == pytest.approx((1 + 2 / 1.5849625) / (2 + 1 / 1.5849625))
     assert recall(["x", "a"], grades, 10) == 0.5 and recall(["x", "a"], grades, 1) == 0.0
     assert mrr(["z", "x", "b"], grades) == pytest.approx(1 / 3)
+
+
+def test_all_gold_counts_a_query_only_when_every_relevant_document_is_in_the_top_k():
+    grades = {"a": 1, "b": 2, "z": 0}
+    assert all_gold(["a", "x", "b"], grades, 3) == 1.0 and all_gold(["a", "x", "b"], grades, 2) == 0.0
+    qrels = {"two": grades, "one": {"a": 1}, "three": {"a": 1, "b": 1, "c": 1}}
+    run = {"two": ["b", "a"], "one": ["a"], "three": ["a", "b", "x", "y", "z", "c"]}
+    scores = score_run(run, qrels)
+    # over "two" and "three" only: "two" has both in its top 5; "three" needs its top 6 for "c"
+    assert scores["all-gold@5"] == 0.5 and scores["all-gold@10"] == 1.0
+    assert "all-gold@5" not in score_run({"one": ["a"]}, {"one": {"a": 1}})  # no query with two
 
 
 # --- reading BEIR folders -----------------------------------------------------------------------
@@ -150,7 +163,8 @@ def test_every_mode_is_run_written_as_trec_and_scored(beir_store, tmp_path):
         "vector",
         "hybrid-rrf",
         "hybrid-convex",
-    ]  # no chat model: no HyDE
+        "plan",
+    ]  # no chat model: no HyDE (the plan is the heuristic one)
     for mode, path in report.runs.items():
         lines = Path(path).read_text().splitlines()
         _qid, q0, _doc, rank, score, tag = lines[0].split()
@@ -158,6 +172,7 @@ def test_every_mode_is_run_written_as_trec_and_scored(beir_store, tmp_path):
         assert report.scores[mode] == score_run(read_run(path), dataset.qrels)
     assert report.scores["keyword"]["recall@100"] == 1.0  # every expected document is found somewhere
     assert report.scores["hybrid-rrf"]["ndcg@10"] > 0.5
+    assert report.scores["plan"]["recall@10"] > 0.5  # the rag graph's searches, fused, find them too
     assert "hybrid-convex" in report.table() and report.to_dict()["queries"] == len(dataset.queries)
 
 
@@ -187,8 +202,9 @@ def test_hyde_mode_runs_with_a_chat_model_and_is_refused_without(beir_store, tmp
     chat = CountingChatModel(responses=["A passage about deposits.\n\nAnother about fees."])
     context = Context(db_path=retrieval.context.db_path, openai_base_url="http://127.0.0.1:9/v1")
     with Retrieval(context, store=retrieval.store, embedder=embedder, llm=chat) as with_llm:
-        report = evaluate(dataset, with_llm, tmp_path / "hyde", progress=False)
-    assert "hyde+hybrid" in report.scores
+        # the plan mode would plan with the chat model too: left out, so the calls counted are HyDE's
+        report = evaluate(dataset, with_llm, tmp_path / "hyde", modes=["hyde+hybrid"], progress=False)
+    assert "hyde+hybrid" in report.scores and "hyde+hybrid" in available_modes(context)
     long_questions = [q for q in dataset.queries.values() if len(q.split()) > context.hyde_skip_max_words]
     assert chat.calls == len(long_questions)
 
