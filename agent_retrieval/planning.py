@@ -234,13 +234,14 @@ def heuristic_plan(request: str) -> QueryPlan:
     answer is written; the question as asked stays first, since keyword search wants the user's words.
     """
     filters, text = _operators(request)
-    parts = [p for p in (part.strip(" ,.") for part in _SPLIT.split(text)) if len(p.split()) >= 2] or [text]
+    parts = [p for p in (part.strip(" ,.") for part in _SPLIT.split(text)) if p]
     queries: list[PlannedQuery] = []
     strategy: SearchStrategy
-    if len(parts) > 1:
+    if len(parts) > 1 and all(_stands_alone(part) for part in parts[1:]):
+        # The question as asked keeps its full weight; each sub-question adds evidence beside it.
         strategy = "decomposed"
-        queries = [
-            PlannedQuery(text=part, purpose=f"sub-question {n}", priority=1)
+        queries = [PlannedQuery(text=text, purpose="the question as asked", priority=1)] + [
+            PlannedQuery(text=part, purpose=f"sub-question {n}", priority=2)
             for n, part in enumerate(parts, start=1)
         ]
     else:
@@ -255,6 +256,25 @@ def heuristic_plan(request: str) -> QueryPlan:
         strategy = "filtered" if strategy == "simple" else strategy
     queries = [q.model_copy(update={"category": category}) for q in queries]
     return QueryPlan(intent=text[:200], queries=queries, filters=filters, search_strategy=strategy)
+
+
+# A later part of a request that begins with one of these and no auxiliary verb is a relative clause about
+# something before it ("... the writer of X and who died in 2007"), not a question of its own.
+_RELATIVE = frozenset({"who", "whom", "whose", "which", "that"})
+_AUXILIARY = frozenset(
+    "is are was were does do did can could should must will would has have had".split()  # noqa: SIM905
+)
+# Words that point back to something named earlier ("... and where is it stored?").
+_REFERRING = frozenset("it its they them their this that these those he she him his her".split())  # noqa: SIM905
+
+
+def _stands_alone(part: str) -> bool:
+    """Whether a later part of a request can be searched on its own: three words at least, not a relative
+    clause, and no word that refers back to the part before."""
+    words = [w.lower() for w in re.findall(r"[\w']+", part)]
+    if len(words) < 3 or _REFERRING & set(words[1:] if words[0] in _RELATIVE else words):
+        return False
+    return words[0] not in _RELATIVE or words[1] in _AUXILIARY
 
 
 def to_statement(question: str) -> str:
@@ -409,10 +429,13 @@ def _unresolved_note(query: PlannedQuery, resolved: dict[str, str], max_hops: in
 def _fuse(
     ran: list[tuple[PlannedQuery, Search, list[Hit]]], level: Level, top_k: int, context: Context
 ) -> list[Hit]:
-    """Reciprocal-rank fusion across queries; each hit lists the queries that found it. Hits are the same
+    """Reciprocal-rank fusion across queries, each weighing 1 / its priority: the question as asked
+    (priority 1) keeps its full weight, and a hit only a rewrite or sub-question found (priority 2) ranks
+    below every hit of the question's own list. Each hit lists the queries that found it. Hits are the same
     row when their (tenant, id) is: one tenant's document never stands in for another's of the same id."""
     rankings = {str(n): [h.key for h in hits] for n, (q, _, hits) in enumerate(ran) if q.target == level}
-    scores = rrf(rankings, {}, k=context.rrf_k)
+    weights = {str(n): 1.0 / q.priority for n, (q, _, _) in enumerate(ran)}
+    scores = rrf(rankings, weights, k=context.rrf_k)
     first: dict[tuple[str, str], Hit] = {}
     found_by: dict[tuple[str, str], list[str]] = {}
     for q, search, hits in ran:

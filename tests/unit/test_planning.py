@@ -148,16 +148,30 @@ def test_a_plain_question_is_expanded_with_its_statement_and_keeps_its_words_fir
     ]
 
 
-def test_several_questions_are_decomposed():
-    plan = heuristic_plan(
-        "What is the referral fee and who is the nominated officer? Where is the deposit held"
-    )
+def test_several_questions_are_decomposed_beside_the_question_as_asked():
+    request = "What is the referral fee and who is the nominated officer? Where is the deposit held"
+    plan = heuristic_plan(request)
     assert plan.search_strategy == "decomposed"
-    assert [q.text for q in plan.queries] == [
-        "What is the referral fee",
-        "who is the nominated officer",
-        "Where is the deposit held",
+    assert [(q.text, q.priority) for q in plan.queries] == [
+        (request, 1),  # the question keeps its full weight; the parts add evidence beside it
+        ("What is the referral fee", 2),
+        ("who is the nominated officer", 2),
+        ("Where is the deposit held", 2),
     ]
+
+
+@pytest.mark.parametrize(
+    "request_text",
+    [
+        "Who was the writer of These Boots Are Made for Walkin' and who died in 2007?",  # a relative clause
+        "Which year and which conference was the paper published in?",  # "Which year" is a fragment
+        "How do I clear pip's cache, and where is it stored?",  # "it" needs the part before
+    ],
+)
+def test_a_part_that_does_not_stand_alone_is_not_split_off(request_text):
+    plan = heuristic_plan(request_text)
+    assert plan.search_strategy != "decomposed"
+    assert plan.queries[0].text == request_text
 
 
 def test_key_value_operators_become_filters_and_leave_the_query():
@@ -214,6 +228,18 @@ async def test_hits_are_fused_across_queries_and_remember_who_found_them(retriev
     both = [hit for hit in run.chunks if len(hit.queries) == 2]
     assert run.chunks[0] in both  # found by both queries ranks first under reciprocal-rank fusion
     assert all(s.hyde == "off" for s in run.searches)
+
+
+async def test_the_question_as_asked_keeps_its_full_weight(retrieval):
+    # The rewrite's hits add evidence but never push the question's own hits down: with flat fusion, a hit
+    # only the rewrite found tied with the question's first and outranked its second.
+    question = PlannedQuery(text="complaints procedure ombudsman referral")
+    rewrite = PlannedQuery(text="tenancy deposit protection custodial scheme", priority=2)
+    run = await run_plan(plan(question, rewrite), retrieval, top_k=40)
+    by_rewrite_only = [n for n, hit in enumerate(run.chunks) if hit.queries == [rewrite.text]]
+    by_question = [n for n, hit in enumerate(run.chunks) if question.text in hit.queries]
+    assert by_rewrite_only and by_question  # both add hits here
+    assert max(by_question) < min(by_rewrite_only)
 
 
 async def test_document_and_chunk_queries_fill_their_own_lists(retrieval):
