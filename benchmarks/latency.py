@@ -151,7 +151,8 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     base = base_store()
     texts = queries(args.queries)
-    results = {}
+    output = RESULTS / "latency.json"
+    results = json.loads(output.read_text()) if output.exists() else {}  # sizes not run now are kept
     for size in sorted(args.sizes):
         path = replicated_store(base, size)
         with SQLiteStore(path) as store:
@@ -162,12 +163,12 @@ def main() -> None:
             chunks,
             round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         )
-        results[size] = row
+        results[str(size)] = row
         print(
             f"{chunks:>7} chunks: p50 {row['p50_ms']:.1f} ms, p95 {row['p95_ms']:.1f} ms, "
             f"mean {row['mean_ms']:.1f} ms over {row['queries']} queries"
         )
-    (RESULTS / "latency.json").write_text(json.dumps(results, indent=2))
+    output.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

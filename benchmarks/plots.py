@@ -1,6 +1,6 @@
 """The figures of BENCHMARKS.md, drawn from the JSON the benchmark scripts leave in benchmarks/results/.
 
-python benchmarks/plots.py      # writes benchmarks/figures/quality.png and latency.png
+python benchmarks/plots.py      # writes benchmarks/figures/quality.png and latency.png (with growth.json)
 """
 
 from __future__ import annotations
@@ -62,35 +62,64 @@ def _peer_ndcg(report: dict) -> float:
 
 
 def latency() -> Path:
-    """p50 and p95 of one hybrid search against corpus size, per store."""
+    """How cost grows: p50 and p95 of a chunk_retriever call, and memory, against corpus size, per store."""
     embedded = json.loads((RESULTS / "latency.json").read_text())
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    growth_file = RESULTS / "growth.json"
+    growth = json.loads(growth_file.read_text()) if growth_file.exists() else {}
+    fig, (ax, mem) = plt.subplots(1, 2, figsize=(12, 4.4))
     sizes = sorted(int(size) for size in embedded)
+    pg_sizes = sorted(int(size) for size in growth)
     for stat, style in (("p50_ms", "-o"), ("p95_ms", "--o")):
         ax.plot(
             sizes,
             [embedded[str(s)][stat] for s in sizes],
             style,
             color="#4c72b0",
-            label=f"embedded SQLite, chunk_retriever tool ({stat[:3]})",
+            label=f"embedded SQLite ({stat[:3]})",
         )
-    postgres = RESULTS / "postgres.json"
-    if postgres.exists():
-        pg = json.loads(postgres.read_text())
-        for key, label, colour in (
-            ("tool_100k_dsn", "Postgres, chunk_retriever tool", "#dd8452"),
-            ("hybrid_100k_rpc", "Supabase RPC, hybrid_search_chunks", "#55a868"),
-        ):
-            for stat, marker in (("p50_ms", "o"), ("p95_ms", "^")):
-                ax.scatter(
-                    [100_000], [pg[key][stat]], marker=marker, color=colour, label=f"{label} ({stat[:3]})"
-                )
+        if pg_sizes:
+            ax.plot(
+                pg_sizes,
+                [growth[str(s)]["postgres"][stat] for s in pg_sizes],
+                style,
+                color="#dd8452",
+                label=f"Postgres by DSN ({stat[:3]})",
+            )
     ax.set_xscale("log")
     ax.set_xlabel("chunks in the store")
-    ax.set_ylabel("milliseconds per query")
-    ax.set_title("Query latency against corpus size (SciFact queries, 2 cores)")
+    ax.set_ylabel("milliseconds per chunk_retriever call")
+    ax.set_title("Latency against corpus size (SciFact queries, 2 cores)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    rss = [s for s in sizes if "peak_rss_mb" in embedded[str(s)]]
+    mem.plot(
+        rss,
+        [embedded[str(s)]["peak_rss_mb"] for s in rss],
+        "-o",
+        color="#4c72b0",
+        label="embedded: process peak memory",
+    )
+    if pg_sizes:
+        mem.plot(
+            pg_sizes,
+            [growth[str(s)]["postgres"]["database_mb"] for s in pg_sizes],
+            "-o",
+            color="#dd8452",
+            label="Postgres: tables and indexes",
+        )
+        mem.plot(
+            pg_sizes,
+            [growth[str(s)]["embedded"]["file_mb"] for s in pg_sizes],
+            ":o",
+            color="#4c72b0",
+            label="embedded: store file",
+        )
+    mem.set_xscale("log")
+    mem.set_xlabel("chunks in the store")
+    mem.set_ylabel("MB")
+    mem.set_title("Memory and size against corpus size")
+    mem.grid(alpha=0.3)
+    mem.legend(fontsize=8)
     return _save(fig, "latency.png")
 
 
