@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "musique.py"
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("musique_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks import load_script
 
 
 def test_the_musique_harness_splits_by_hop_count_and_draws(tmp_path, monkeypatch):
-    musique = _load_script()
+    musique = load_script("musique")
     folder = tmp_path / "mini"
     (folder / "qrels").mkdir(parents=True)
     corpus = {

@@ -3,30 +3,19 @@ EnsembleRetriever against our search on 200 SciFact abstracts, the real local em
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
+from tests.benchmarks import load_script
+
 for _package in ("langchain_classic", "langchain_community", "rank_bm25"):
     pytest.importorskip(_package, reason="the peer needs langchain-classic, langchain-community, rank_bm25")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "peer.py"
 
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("peer_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-peer = _load_script()
+peer = load_script("peer")
 
 
 class CountingEmbeddings(DeterministicFakeEmbedding):

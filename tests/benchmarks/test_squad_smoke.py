@@ -3,28 +3,16 @@ the figures rest on (the paragraph -> chunk mapping, the seeded sample, the data
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from agent_retrieval.ingest import chunk_document
 from agent_retrieval.stores import SQLiteStore
+from tests.benchmarks import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "squad.py"
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("squad_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-squad = _load_script()
+squad = load_script("squad")
 
 
 def _articles() -> list:

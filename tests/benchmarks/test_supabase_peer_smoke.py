@@ -3,25 +3,13 @@ guide describes it (full text requires every word; vectors always answer; fused 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 
 from agent_retrieval.models import Document
 from agent_retrieval.stores.postgres import PostgresStore
+from tests.benchmarks import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "supabase_peer.py"
 DIM = 4
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("supabase_peer_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def axis(n: int) -> np.ndarray:
@@ -29,7 +17,7 @@ def axis(n: int) -> np.ndarray:
 
 
 def test_the_guides_hybrid_search_runs_beside_our_store(postgres):
-    peer = _load_script()
+    peer = load_script("supabase_peer")
     ours = PostgresStore(postgres.dsn, schema="peer_smoke_ours")
     ours.init(DIM)
     texts = {

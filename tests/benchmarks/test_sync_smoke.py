@@ -3,25 +3,17 @@ and deletions, the sync embeds only the edited files' texts and leaves exactly t
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from agent_retrieval.embeddings import Embedder
+from tests.benchmarks import BENCHMARKS, load_script
 from tests.conftest import WordHashEmbeddings
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sync.py"
 
 
 def test_the_sync_benchmark_runs_and_embeds_only_edited_text(monkeypatch, tmp_path):
-    if not (SCRIPT.parents[2] / "shared" / "datasets" / "scifact" / "corpus.jsonl").exists():
+    if not (BENCHMARKS.parents[1] / "shared" / "datasets" / "scifact" / "corpus.jsonl").exists():
         pytest.skip("SciFact is not beside the repository")
-    spec = importlib.util.spec_from_file_location("sync_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_script("sync")
     monkeypatch.setattr(module, "ROOT", tmp_path)
     monkeypatch.setattr(
         "agent_retrieval.retrieval.make_embedder", lambda context: Embedder(WordHashEmbeddings(), "test/w")

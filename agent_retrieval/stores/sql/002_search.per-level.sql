@@ -204,8 +204,7 @@ declare
   idfs float8[];
   counts float8[];       -- how many of the caller's rows hold each
   held float8 := 0;
-  essential text[];
-  first_pass text[];
+  essential text[];      -- the terms whose rows are scored; null: all of them
   kth float8;
   bound float8 := 0;
   last int;
@@ -269,28 +268,24 @@ begin
       first := first + 1;
       held := held + counts[first];
     end loop;
-    first_pass := terms[1:first];
-    select pg_catalog.array_agg(b.row_id order by b.score desc, b.row_id),
-           pg_catalog.array_agg(b.score order by b.score desc, b.row_id),
-           pg_catalog.array_agg(b.coverage order by b.score desc, b.row_id)
-      into ids, scores, coverages
-    from (select * from {{schema}}.bm25_{{level}}(terms, idfs, first_pass, average_length, tenant, document_ids)
-          order by score desc, row_id limit match_count) b;
-    kth := case when pg_catalog.array_length(ids, 1) = match_count then scores[match_count] else 0 end;
-    while last > 0 and bound + 2.2 * idfs[last] < kth loop
-      bound := bound + 2.2 * idfs[last];
-      last := last - 1;
-    end loop;
-    essential := case when last < pg_catalog.array_length(terms, 1) then terms[1:last] end;  -- null: all
+    essential := terms[1:first];
   end if;
-  if first_pass is null or not coalesce(essential <@ first_pass, false) then
+  loop  -- two passes at most; a null essential scores every row holding a term, which is exact
     select pg_catalog.array_agg(b.row_id order by b.score desc, b.row_id),
            pg_catalog.array_agg(b.score order by b.score desc, b.row_id),
            pg_catalog.array_agg(b.coverage order by b.score desc, b.row_id)
       into ids, scores, coverages
     from (select * from {{schema}}.bm25_{{level}}(terms, idfs, essential, average_length, tenant, document_ids)
           order by score desc, row_id limit match_count) b;
-  end if;
+    exit when essential is null;
+    kth := case when pg_catalog.array_length(ids, 1) = match_count then scores[match_count] else 0 end;
+    while last > 0 and bound + 2.2 * idfs[last] < kth loop  -- the commonest terms, while under the bound
+      bound := bound + 2.2 * idfs[last];
+      last := last - 1;
+    end loop;
+    exit when terms[1:last] <@ essential;  -- every row that can reach the top k has been scored
+    essential := case when last < pg_catalog.array_length(terms, 1) then terms[1:last] end;
+  end loop;
   return query
   select {{columns}}, r.score, r.coverage
   from unnest(ids, scores, coverages) with ordinality r(row_id, score, coverage, place)
