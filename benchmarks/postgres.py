@@ -4,6 +4,7 @@ Starts the same real stack the tests use (pgserver Postgres 16 + pgvector, Postg
 Supabase-style gateway), then measures:
 
 - ingestion: rows per second through `upsert_documents` (vectors precomputed, so the store alone);
+  with `--initial-load`, only this: the 10K store copied row by row and by `initial_load`, in one run;
 - hybrid search at 100K chunks: p50/p95 of `hybrid_search_chunks` by DSN (psycopg) and by RPC
   (supabase-py through PostgREST), and of the whole `chunk_retriever` tool on the Postgres store;
 - HNSW recall@10 of `match_chunks` against exact search over the same vectors;
@@ -12,18 +13,20 @@ Supabase-style gateway), then measures:
 
 Needs the SQLite stores of benchmarks/latency.py (run it first; it builds them).
 
-    python benchmarks/postgres.py
+    python benchmarks/postgres.py [--initial-load]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import signal
 import sqlite3
 import statistics
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -42,7 +45,7 @@ from agent_retrieval.stores.postgres import PostgresStore  # noqa: E402
 from agent_retrieval.stores.supabase import SupabaseStore  # noqa: E402
 from agent_retrieval.tools import ChunkRetrieverTool  # noqa: E402
 from benchmarks.latency import DATASET, RESULTS, queries  # noqa: E402
-from tests.stack import start_stack  # noqa: E402
+from tests.stack import start_postgres, start_stack  # noqa: E402
 
 SCHEMA_100K, SCHEMA_SCIFACT = "bench_100k", "bench_scifact"
 
@@ -83,6 +86,23 @@ def copy_store(source: Path, target: PostgresStore, batch: int = 200) -> dict[st
             bar.update(len(part) + len(part_chunks))
     seconds = time.perf_counter() - started
     return {"rows": rows, "seconds": round(seconds, 1), "rows_per_second": round(rows / seconds)}
+
+
+def initial_load_ratio(dsn: str, source: Path) -> dict[str, object]:
+    """The same rows into two empty schemas in one run: by ordinary upserts, which keep every index and
+    statistic up to date row by row, and inside `initial_load`, which builds them once at the end (included
+    in its time)."""
+    out: dict[str, dict[str, float]] = {}
+    for name in ("upserts", "initial_load"):
+        store = PostgresStore(dsn, schema=f"bench_{name}")
+        store.init(384)
+        started = time.perf_counter()
+        with store.initial_load() if name == "initial_load" else contextlib.nullcontext():
+            rows = copy_store(source, store)["rows"]
+        seconds = time.perf_counter() - started
+        out[name] = {"rows": rows, "seconds": round(seconds, 1), "rows_per_second": round(rows / seconds)}
+        store.close()
+    return {**out, "speedup": round(out["upserts"]["seconds"] / out["initial_load"]["seconds"], 2)}
 
 
 def percentiles(times: list[float]) -> dict[str, float]:
@@ -176,15 +196,26 @@ def scifact_quality(retrievals: dict[str, Retrieval]) -> dict[str, dict[str, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--initial-load", action="store_true", help="measure only the initial load's speed")
     args = parser.parse_args()
-    base_db, big_db = RESULTS / "scifact-base.db", RESULTS / "scifact-100000.db"
-    if not big_db.exists():
+    base_db, big_db, small_db = (RESULTS / f"scifact-{name}.db" for name in ("base", "100000", "10000"))
+    if not small_db.exists() or not (args.initial_load or big_db.exists()):
         sys.exit("run benchmarks/latency.py first: it builds the SQLite stores this benchmark copies")
+    output = RESULTS / "postgres.json"
+    results: dict[str, object] = json.loads(output.read_text()) if output.exists() else {}
+    if args.initial_load:
+        with tempfile.TemporaryDirectory(prefix="bench-load-") as folder:
+            postgres = start_postgres(Path(folder))
+            try:
+                results["initial_load_10k"] = initial_load_ratio(postgres.dsn, small_db)
+            finally:
+                postgres.stop()
+        print(json.dumps(results["initial_load_10k"], indent=2))
+        output.write_text(json.dumps(results, indent=2))
+        return
     base = Retrieval(Context(db_path=str(base_db)))
     texts = queries(args.queries)
     vectors = [base.embedder.embed_query(t) for t in tqdm(texts, desc="embed queries")]
-    output = RESULTS / "postgres.json"
-    results: dict[str, object] = json.loads(output.read_text()) if output.exists() else {}
     signal.signal(
         signal.SIGTERM, lambda *_: sys.exit(1)
     )  # stop the stack on the way out, not leave it behind
@@ -198,7 +229,8 @@ def main() -> None:
         if big.stats().chunks < 100_000:
             stack.postgres.execute(f"drop schema {SCHEMA_100K} cascade")
             big.init(384)
-            results["ingest_100k"] = copy_store(big_db, big)
+            with big.initial_load():
+                results["ingest_100k"] = copy_store(big_db, big)
             stack.postgres.execute(f"vacuum analyze {SCHEMA_100K}.chunks, {SCHEMA_100K}.chunks_terms")
         stack.postgrest.reload_schema()
         rpc = SupabaseStore(stack.url, stack.service_key, schema=SCHEMA_100K)

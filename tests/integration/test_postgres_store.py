@@ -10,7 +10,7 @@ import pytest
 
 from agent_retrieval import cli
 from agent_retrieval.embeddings import Embedder
-from agent_retrieval.errors import DimensionMismatch, StoreError
+from agent_retrieval.errors import DimensionMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
@@ -310,3 +310,73 @@ def test_term_counts_follow_every_write(postgres, schema):
         )
     for store in stores.values():
         store.close()
+
+
+def test_an_initial_load_drops_the_search_indexes_and_builds_them_at_the_end(postgres, schema):
+    store = PostgresStore(postgres.dsn, schema=schema)
+    store.init(4)
+
+    # Search indexes by access method: not through pg_indexes, whose definitions wait for the load's locks.
+    query = (
+        "select c.relname from pg_class c join pg_am a on a.oid = c.relam "
+        "where c.relnamespace = %s::regnamespace and a.amname in ('hnsw', 'gin')"
+    )
+
+    def search_indexes(conn=None) -> set[str]:
+        rows = conn.execute(query, (schema,)).fetchall() if conn else postgres.execute(query, (schema,))
+        return {row["relname"] if isinstance(row, dict) else row[0] for row in rows}
+
+    before = search_indexes()
+    assert {"chunks_embedding", "chunks_tsv", "documents_metadata"} <= before
+    docs = [Document(f"d{n}", "", f"deposit clause {n}", content_hash=str(n)) for n in range(30)]
+    chunks = [
+        Chunk(f"d{n}#0", f"d{n}", 0, d.content, "", {}, embedding=np.eye(4, dtype=np.float32)[n % 4])
+        for n, d in enumerate(docs)
+    ]
+    with store.initial_load():
+        assert search_indexes(store._loading) == set()  # dropped, as the load itself sees them
+        store.upsert(docs[:15], chunks[:15], "test/axes")
+        store.upsert(docs[15:], chunks[15:], "test/axes")
+        assert store.stats().chunks == 30  # the load reads its own writes
+    assert search_indexes() == before  # built again
+    assert [h.id for h in store.keyword_search("chunks", "clause 7", 1)] == ["d7#0"]
+    assert len(store.vector_search("chunks", np.eye(4, dtype=np.float32)[1], 30)) == 30
+
+    # a store that holds documents is refused, and nothing changes
+    with pytest.raises(InvalidRequest, match="already holds documents"), store.initial_load():
+        pass
+    assert search_indexes() == before
+
+
+def test_an_interrupted_initial_load_leaves_the_store_empty_with_its_indexes(postgres, schema):
+    store = PostgresStore(postgres.dsn, schema=schema)
+    store.init(4)
+    docs = [Document("d0", "", "deposit", content_hash="0")]
+
+    def load_then_interrupt() -> None:
+        with store.initial_load():
+            store.upsert(docs, [Chunk("d0#0", "d0", 0, "deposit", "", {})], "test/axes")
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the load
+
+    with pytest.raises(KeyboardInterrupt):
+        load_then_interrupt()
+    assert store.stats().documents == 0 and store.keyword_search("chunks", "deposit", 5) == []
+    rows = postgres.execute(
+        "select count(*) from pg_indexes where schemaname = %s and indexdef ~ ' USING hnsw '", (schema,)
+    )
+    assert rows == [(2,)]
+
+
+def test_files_ingested_inside_an_initial_load_are_searchable_after_it(postgres, schema, tmp_path):
+    from agent_retrieval import Context, Retrieval, ingest_paths
+    from agent_retrieval.models import SearchRequest
+
+    (tmp_path / "fees.md").write_text("# Fees\n\nSales commission is 1.2% of the price.\n")
+    (tmp_path / "banda.md").write_text("# 14 Banda Lane\n\nThe tenancy deposit of £2,100 is protected.\n")
+    retrieval = Retrieval(Context(postgres_dsn=postgres.dsn, db_schema=schema))
+    retrieval.store.init(256)
+    with retrieval.store.initial_load():  # as the README shows it
+        report = ingest_paths([tmp_path], retrieval=retrieval)
+    assert report.written == 2
+    result = retrieval.search(SearchRequest(query="tenancy deposit"), "chunks")
+    assert result.hits[0].id == "banda#0" and set(result.hits[0].found_by) == {"vector", "keyword"}
