@@ -21,6 +21,7 @@ from agent_retrieval.answer import format_passages
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.fusion import rrf
+from agent_retrieval.links import bridge_names, find_links, holds
 from agent_retrieval.models import (
     MAX_TOP_K,
     ChunkSearchRequest,
@@ -349,6 +350,7 @@ async def run_plan(
     waiting, resolved = list(plan.queries), dict[str, str]()
     declared = {q.resolves for q in plan.queries}
     ran: list[tuple[PlannedQuery, Search, list[Hit]]] = []
+    hops = 0
     for hop in range(context.max_hops):
         ready = [q for q in waiting if all(name in resolved for name in q.placeholders)]
         if not ready:
@@ -358,6 +360,7 @@ async def run_plan(
             *(_search(q, plan.filters, resolved, hop, retrieval, top_k) for q in ready)
         )
         ran += [(q, *outcome) for q, outcome in zip(ready, outcomes, strict=True)]
+        hops = hop + 1
         needed = {name for q in waiting for name in q.placeholders} - resolved.keys()
         for name in sorted(needed):
             # A placeholder some query declares it resolves is filled by that query alone; otherwise by
@@ -381,6 +384,8 @@ async def run_plan(
         _fuse(ran, "chunks", top_k, context),
         resolved,
     )
+    if context.follow_links and hops < context.max_hops:
+        await _follow_links(run, retrieval, top_k, first_hop=hops)
     if relax_filters and plan.filters and not (run.documents or run.chunks):
         relaxed = await run_plan(
             plan.model_copy(update={"filters": {}}), retrieval, top_k=top_k, llm=llm, relax_filters=False
@@ -416,6 +421,104 @@ async def _search(
         result.hyde,
         result.degraded,
     ), result.hits
+
+
+LINK_SOURCES = 3  # the best hits read on from: what they lead to comes right after them
+LINK_LOOKUPS = 8  # names looked up as titles per round
+BRIDGE_NAMES = 3  # names per source searched beside the question, each a query
+READING_ON = "documents the best hits lead to"  # the purpose of a reading-on hop's Search
+
+
+async def _follow_links(run: PlanRun, retrieval: Retrieval, top_k: int, *, first_hop: int) -> None:
+    """Multi-hop without a chat model. Each round of the hops a plan left reads on from its best hits (then
+    from what the round before found): to the documents they name by title, then to the best hit of the
+    question searched with a name they introduce (links.py). What a round finds, at most `follow_links`
+    documents, comes right after the hits it was read from, so the question's own best three stay first,
+    and leaves its place further down. Each round is recorded as a search and in the notes."""
+    context, plan = retrieval.context, run.plan
+    level: Level = "chunks" if run.chunks else "documents"
+    question = min(plan.queries, key=lambda q: q.priority).text
+    asked = " ".join(q.text for q in plan.queries)
+    sources = (run.chunks or run.documents)[:LINK_SOURCES]
+    ahead = {hit.document_id for hit in sources}  # never read on to: the sources, and earlier rounds' finds
+    for hop in range(first_hop, context.max_hops):
+        try:
+            found = await _read_on(sources, question, asked, level, retrieval, plan.filters, ahead)
+        except AgentRetrievalError as error:
+            run.notes.append(f"following links stopped: {error}")
+            return
+        found = found[: context.follow_links]
+        if not found:
+            return
+        ahead |= {hit.document_id for hit in found}
+        placed = _placed_after(run.chunks or run.documents, found, sources, top_k)
+        run.chunks, run.documents = (placed, run.documents) if level == "chunks" else (run.chunks, placed)
+        run.searches.append(Search(question, level, READING_ON, hop, "ran", [h.id for h in found]))
+        run.notes.append(f"hop {hop + 1}: read on to {len(found)} document(s) the best passages name")
+        sources = found
+
+
+async def _read_on(
+    sources: list[Hit],
+    question: str,
+    asked: str,
+    level: Level,
+    retrieval: Retrieval,
+    filters: dict[str, Any],
+    ahead: set[str],
+) -> list[Hit]:
+    """Hits of the documents `sources` lead to, none of them in `ahead`: those they name by title first
+    (at the chunk level, each one's best passage for the question), then for each name they introduce the
+    best hit of the question searched with it that holds the name."""
+    named = await find_links(
+        sources, asked, retrieval.store, exclude=ahead, filters=filters, max_lookups=LINK_LOOKUPS
+    )
+    found = await _best_passages(named, question, retrieval) if named and level == "chunks" else named
+    taken = ahead | {hit.document_id for hit in named}
+    wanted = [name for source in sources for name in bridge_names(source, asked, per_source=BRIDGE_NAMES)]
+    model = ChunkSearchRequest if level == "chunks" else SearchRequest
+    # Bridge queries embed as written: a HyDE call for each would multiply a question's model calls.
+    searches = [
+        retrieval.asearch(
+            parse_request(
+                model, {"query": f"{question} {name}", "top_k": 10, "filters": filters, "hyde": "off"}
+            ),
+            level,
+        )
+        for name in wanted
+    ]
+    for name, result in zip(wanted, await asyncio.gather(*searches), strict=True):
+        for hit in result.hits:
+            if hit.document_id not in taken and holds(f"{hit.title} {hit.content}", name):
+                taken.add(hit.document_id)
+                found.append(hit)
+                break
+    return found
+
+
+async def _best_passages(documents: list[Hit], question: str, retrieval: Retrieval) -> list[Hit]:
+    """Each document's passage that best answers the question, or its opening when none matches it."""
+    ids = [hit.document_id for hit in documents]
+    request = parse_request(
+        ChunkSearchRequest, {"query": question, "top_k": min(MAX_TOP_K, 2 * len(ids)), "document_ids": ids}
+    )
+    best: dict[str, Hit] = {}
+    for hit in (await retrieval.asearch(request, "chunks")).hits:
+        best.setdefault(hit.document_id, hit)
+    for missing in [i for i in ids if i not in best]:
+        best.update({hit.document_id: hit for hit in await retrieval.store.adocument_chunks([missing], 1)})
+    return [best[i] for i in ids if i in best]
+
+
+def _placed_after(hits: list[Hit], found: list[Hit], sources: list[Hit], top_k: int) -> list[Hit]:
+    """`hits` with `found` right after the last of `sources` (at the end if none is there), scored as it,
+    and no longer further down; cut to top_k."""
+    moved = {hit.key for hit in found}
+    kept = [hit for hit in hits if hit.key not in moved]
+    at = max((n + 1 for n, hit in enumerate(kept) if hit.key in {s.key for s in sources}), default=len(kept))
+    score = kept[at - 1].score if at else 0.0
+    read_on = [replace(hit, score=score, queries=[READING_ON]) for hit in found]
+    return (kept[:at] + read_on + kept[at:])[:top_k]
 
 
 def _unresolved_note(query: PlannedQuery, resolved: dict[str, str], max_hops: int) -> str:

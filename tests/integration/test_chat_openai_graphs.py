@@ -18,6 +18,7 @@ from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.ingest import ingest
 from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import ChunkSearchRequest, parse_request
+from agent_retrieval.planning import READING_ON
 from tests.fakeapi import FakeAPI, agent_script
 
 QUESTION = "Do estate agents have to tell the seller about referral fees from third parties?"
@@ -69,12 +70,11 @@ async def test_rag_plans_by_structured_output_and_cites_a_hit(api, retrieval, ru
     assert [(q["text"], q["purpose"]) for q in out["plan"]["queries"]] == [(QUESTION, "direct")]
     assert out["plan"]["search_strategy"] == "simple"
 
-    assert [s["status"] for s in out["searches"]] == ["ran"]
-    search = out["searches"][0]
-    assert search["query"] == QUESTION and search["target"] == "chunks"
+    [search] = [s for s in out["searches"] if s["purpose"] != READING_ON]  # reading on may follow it
+    assert search["status"] == "ran" and search["query"] == QUESTION and search["target"] == "chunks"
     assert search["hyde"] == "off" and search["degraded"] == []
     hit_ids = [h["id"] for h in out["hits"]]
-    assert hit_ids and set(hit_ids) <= set(search["hit_ids"])
+    assert hit_ids and set(hit_ids) <= {i for s in out["searches"] for i in s["hit_ids"]}
 
     # the answer is the model's (not the extractive fallback), written from the passages it was shown
     shown = "\n".join(m["content"] for m in answerer["messages"] if m["role"] == "user")
@@ -82,7 +82,7 @@ async def test_rag_plans_by_structured_output_and_cites_a_hit(api, retrieval, ru
     assert out["answer"] == f"The documents answer this in the passage cited here [{hit_ids[0]}]."
     assert out["citations"] == [hit_ids[0]]
     assert isinstance(out["messages"][-1], AIMessage) and out["messages"][-1].content == out["answer"]
-    assert out["notes"] == []
+    assert all("read on" in note for note in out["notes"])  # no failure or fallback note
 
 
 async def test_agent_calls_document_then_chunk_retriever_and_cites_a_chunk(api, retrieval, run_context):

@@ -15,6 +15,7 @@ from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs import rag
 from agent_retrieval.ingest import ingest
+from agent_retrieval.planning import READING_ON
 from agent_retrieval.retrieval import Retrieval
 from tests.conftest import CountingChatModel, chat_text
 from tests.promptcheck import PAYLOADS, assert_quoted, hostile_document, passages_outline
@@ -69,9 +70,10 @@ async def test_with_a_model_the_plan_is_the_models_and_the_answer_cites_passages
     chat = CitingChatModel(responses=[PLAN])
     out = await run(rag.build(GraphParts(retrieval=retrieval, chat_model=chat)), QUESTION, retrieval.context)
     assert out["planner"] == "llm" and chat.calls == 2
-    assert [s["query"] for s in out["searches"]] == [q["text"] for q in json.loads(PLAN)["queries"]]
+    planned = [s["query"] for s in out["searches"] if s["purpose"] != READING_ON]
+    assert planned == [q["text"] for q in json.loads(PLAN)["queries"]]
     assert out["answer"].startswith("Within thirty days") and out["citations"] == [out["hits"][0]["id"]]
-    assert out["notes"] == []
+    assert all("read on" in note for note in out["notes"])  # no failure or fallback note
     answer_prompt = chat_text(chat.messages[1])
     assert QUESTION in answer_prompt and answer_prompt.count("<passage id=") == len(out["hits"])
 
@@ -87,8 +89,9 @@ async def test_the_state_shows_hyde_status_but_never_the_hyde_text(context, embe
     with Retrieval(hyde_context, embedder=embedder, llm=hyde_llm) as retrieval:
         ingest(load_documents([demo.corpus_dir()]), retrieval.store, embedder, hyde_context, progress=False)
         out = await run(rag.build(GraphParts(retrieval=retrieval)), QUESTION, hyde_context)
-    assert hyde_llm.calls == len(out["searches"]) == 2  # one HyDE call per distinct long query
-    assert [s["hyde"] for s in out["searches"]] == ["used", "used"]
+    planned = [s for s in out["searches"] if s["purpose"] != READING_ON]  # reading on embeds as written
+    assert hyde_llm.calls == len(planned) == 2  # one HyDE call per distinct long query
+    assert [s["hyde"] for s in planned] == ["used", "used"]
     assert "zephyrquill" not in json.dumps(out, default=str).lower()
 
 
@@ -140,7 +143,8 @@ async def test_a_question_the_documents_do_not_answer_is_said_plainly(retrieval)
         "What is the capital of Peru?",
         retrieval.context,
     )
-    assert out["answer"].startswith(NOT_FOUND) and out["citations"] == [] and out["notes"] == []
+    assert out["answer"].startswith(NOT_FOUND) and out["citations"] == []
+    assert all("read on" in note for note in out["notes"])  # no failure or fallback note
 
 
 async def test_a_passage_saying_ignore_previous_instructions_does_not_change_the_plan(retrieval):

@@ -1,0 +1,106 @@
+"""Reading on from the best passages without a chat model: the names they hold lead to other documents.
+
+A multi-hop question's second document is rarely like the question ("Who is the sibling of the actress
+who played Susan Walker?"): what leads to it is a name the first passage holds ("Natalie Wood as Susan
+Walker"). Names here are runs of capitalised words. A name that is another document's title links to it,
+as an encyclopedia links an article (`find_links`, through the store's keyword index); a name beside the
+words the passage shares with the question is searched together with the question (`bridge_names`).
+Titles and text are the documents' (untrusted): they only choose which stored documents, within the
+caller's own scope and filters, are read next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from agent_retrieval.models import Hit
+from agent_retrieval.stores.base import Store
+
+# A name: capitalised words (or numbers), joined by the small words that names hold ("Bank of England").
+_WORD = r"[A-Z0-9](?:[\w'’&\-]|\.(?=\w))*"  # a full stop inside ("U.S"), never one ending a sentence
+_JOIN = r"(?:of|the|de|del|da|di|du|von|van|der|den|la|le|for|y)"
+NAME = re.compile(rf"(?<![\w'’]){_WORD}(?:[ \t]+(?:{_JOIN}[ \t]+)*{_WORD})*")
+LOOKUP_DEPTH = 3  # documents read per name looked up: a title outranks prose that merely mentions it
+
+
+def names(text: str) -> list[str]:
+    """The distinct names in a text, in order of appearance."""
+    return list(dict.fromkeys(m.group(0) for m in NAME.finditer(text)))
+
+
+def title_forms(title: str) -> list[str]:
+    """How a passage may name a titled document, lowercased: the title without its trailing parenthesis
+    ("Green (album)" is named "Green") and the part before its first comma ("Mountrail County, North
+    Dakota" is often just "Mountrail County"). Forms shorter than 3 characters name nothing reliably."""
+    bare = re.sub(r"\s*\([^)]*\)\s*$", "", title).strip().lower()
+    forms = [bare, bare.split(",")[0].strip()]
+    return [form for form in dict.fromkeys(forms) if len(form) >= 3]
+
+
+def holds(text: str, form: str) -> bool:
+    """Whether the text holds the form as whole words, ignoring case."""
+    return re.search(rf"(?<!\w){re.escape(form)}(?!\w)", text, re.IGNORECASE) is not None
+
+
+async def find_links(
+    sources: Sequence[Hit],
+    asked: str,
+    store: Store,
+    *,
+    exclude: set[str],
+    filters: dict[str, Any] | None = None,
+    max_lookups: int,
+) -> list[Hit]:
+    """The documents (keyword hits) the `sources` name by title, best source first. At most `max_lookups`
+    names are looked up (not those the question holds: its own search found them), and no document
+    returned is a source or in `exclude` (document ids)."""
+    wanted: dict[str, Hit] = {}  # each name, with the best source naming it
+    for source in sources:
+        for name in names(source.content):
+            if not holds(asked, name):
+                wanted.setdefault(name, source)
+    lookups = list(wanted.items())[:max_lookups]
+    found = await asyncio.gather(
+        *(store.akeyword_search("documents", name, LOOKUP_DEPTH, filters=filters) for name, _ in lookups)
+    )
+    seen = set(exclude) | {s.document_id for s in sources}
+    links: list[Hit] = []
+    for (_, source), hits in zip(lookups, found, strict=True):
+        named_here = {name.lower() for name in names(source.content)}
+        for hit in hits:
+            forms = title_forms(hit.title)
+            # a whole name of the passage: "Green Day" is no link to "Green (album)"
+            if hit.document_id in seen or named_here.isdisjoint(forms):
+                continue
+            seen.add(hit.document_id)
+            links.append(hit)
+    return links
+
+
+def bridge_names(source: Hit, asked: str, *, per_source: int) -> list[str]:
+    """Names in a passage that may lead on from it: nearest first to where the passage meets the question
+    (a word of the question's), at most `per_source`. "Natalie Wood as Susan Walker" answers "the actress
+    who played Susan Walker" with the name beside the words it shares. Passed over: names holding a word of
+    the question (its own subjects, or one run together with them), numbers, and a single word opening a
+    sentence (any capitalised word does)."""
+    text = source.content
+    asked_words = {w.lower() for w in re.findall(r"\w{3,}", asked)}
+    anchors = [m.start() for m in re.finditer(r"\w{3,}", text) if m.group(0).lower() in asked_words]
+    distance: dict[str, int] = {}
+    for match in NAME.finditer(text) if anchors else ():
+        name, words = match.group(0), match.group(0).split()
+        wordy = [w for w in words if not w.isdigit()]
+        opens_sentence = re.search(r"(^|[.!?:;]\s+)$", text[: match.start()]) is not None
+        if (
+            any(w.lower() in asked_words for w in words)
+            or not wordy
+            or (len(wordy) == 1 and opens_sentence)  # "In 1947", "Shortly"
+            or len(name) < 3
+        ):
+            continue
+        near = min(min(abs(match.start() - a), abs(match.end() - a)) for a in anchors)
+        distance[name] = min(near, distance.get(name, near))
+    return sorted(distance, key=distance.__getitem__)[:per_source]

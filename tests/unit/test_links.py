@@ -1,0 +1,135 @@
+"""Following links offline: names in the best passages that are other documents' titles, read next."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_retrieval.context import Context
+from agent_retrieval.ingest import ingest
+from agent_retrieval.links import bridge_names, find_links, names, title_forms
+from agent_retrieval.models import Document, Hit
+from agent_retrieval.planning import PlannedQuery, QueryPlan, run_plan
+from agent_retrieval.retrieval import Retrieval
+
+# A three-hop chain linked by titles (album -> its performer -> his spouse), a two-hop one through a name
+# that is no title (a role -> the actress -> her sister), and distractors sharing the questions' words.
+CORPUS = {
+    "green": ("Green (album)", "Green is the fourth studio album by Steve Hillage, released in 1978."),
+    "hillage": ("Steve Hillage", "Steve Hillage is an English guitarist. He married Miquette Giraudy."),
+    "giraudy": ("Miquette Giraudy", "Miquette Giraudy is a French keyboard player and synthesizer artist."),
+    "wall": ("Green Wall", "A wall painted green in Leeds, where a performer once lived."),
+    "day": ("Green Day", "Green Day is a punk band from California."),
+    "blue": ("Blue (album)", "Blue is an album recorded by a performer live."),
+    "red": ("Red (album)", "Red is an album by a performer."),
+    "miracle": ("Miracle on 34th Street", "Natalie Wood as Susan Walker; Maureen O'Hara as Doris Walker."),
+    "exercise": ("Five Finger Exercise", "Lana Wood, sister to Natalie Wood, appears early."),
+}
+QUESTION = "Who is the spouse of the performer of the album Green?"
+
+
+@pytest.fixture
+def chain(tmp_path, embedder):
+    def make(**settings) -> Retrieval:
+        context = Context(db_path=str(tmp_path / "chain.db"), **settings)
+        retrieval = Retrieval(context, embedder=embedder)
+        docs = [
+            Document(i, title, text, {"shelf": "music" if i != "giraudy" else "people"})
+            for i, (title, text) in CORPUS.items()
+        ]
+        ingest(docs, retrieval.store, embedder, context, progress=False)
+        return retrieval
+
+    return make
+
+
+async def ask(retrieval: Retrieval, question: str = QUESTION, filters: dict | None = None, top_k: int = 6):
+    return await run_plan(
+        QueryPlan(intent="t", queries=[PlannedQuery(text=question)], filters=filters or {}),
+        retrieval,
+        top_k=top_k,
+    )
+
+
+def test_names_are_runs_of_capitalised_words_with_the_small_words_names_hold():
+    text = "Houston Baptist University owns The Collegian. It was founded by the Bank of England in 1960."
+    assert names(text) == ["Houston Baptist University", "The Collegian", "It", "Bank of England", "1960"]
+
+
+@pytest.mark.parametrize(
+    ("title", "forms"),
+    [
+        ("Green (album)", ["green"]),
+        ("Mountrail County, North Dakota", ["mountrail county, north dakota", "mountrail county"]),
+        ("Steve Hillage", ["steve hillage"]),
+        ("U2", []),  # too short to be recognised in prose
+    ],
+)
+def test_a_title_is_recognised_by_its_plain_forms(title, forms):
+    assert title_forms(title) == forms
+
+
+def test_bridge_names_are_the_names_beside_the_words_the_passage_shares_with_the_question():
+    passage = Hit(
+        "m#0", "chunks", "m", "Miracle", "In 1947. Natalie Wood as Susan Walker; later, Maureen O'Hara."
+    )
+    question = "Who is the sibling of the actress who played Susan Walker?"
+    # not "In" (a sentence's first word), not 1947 (a number), not Susan Walker (the question's own)
+    assert bridge_names(passage, question, per_source=3) == ["Natalie Wood", "Maureen O'Hara"]
+    assert bridge_names(passage, "nothing shared", per_source=3) == []
+
+
+async def test_a_second_hop_reads_the_document_the_first_one_names_by_title(chain):
+    run = await ask(chain())  # max_hops 2: the plan's search, then one round
+    ids = [hit.document_id for hit in run.chunks]
+    assert ids[0] == "green" and ids[3] == "hillage" and len(ids) == 6  # after the question's own three
+    assert "giraudy" not in ids  # a third hop needs a third round
+    assert (run.searches[-1].hop, run.searches[-1].hit_ids) == (1, ["hillage#0"])
+    assert any("read on to 1 document(s)" in note for note in run.notes)
+
+
+async def test_each_round_left_by_max_hops_reads_on_from_what_the_last_one_found(chain):
+    ids = [hit.document_id for hit in (await ask(chain(max_hops=3))).chunks]
+    assert ids[3:5] == ["hillage", "giraudy"]
+
+
+async def test_without_following_links_the_named_documents_are_not_found(chain):
+    # the control: the question's own words reach neither later document
+    run = await ask(chain(follow_links=0))
+    assert {"hillage", "giraudy"}.isdisjoint(hit.document_id for hit in run.chunks) and len(run.searches) == 1
+
+
+async def test_a_name_that_is_no_title_is_searched_beside_the_question(chain):
+    question = "Who is the sibling of the actress who played Susan Walker in Miracle on 34th Street?"
+    assert "exercise" not in [h.document_id for h in (await ask(chain(follow_links=0), question)).chunks]
+    run = await ask(chain(), question)
+    assert "exercise" in [hit.document_id for hit in run.chunks[3:]]
+    # Maureen O'Hara was searched too, but nothing else holds her name: only what holds it is read on to
+    assert run.searches[-1].hit_ids == ["exercise#0"]
+
+
+async def test_reading_on_keeps_to_the_plans_filters(chain):
+    run = await ask(chain(max_hops=3), filters={"shelf": "music"})
+    ids = [hit.document_id for hit in run.chunks]
+    assert "hillage" in ids and "giraudy" not in ids  # named, but on another shelf
+
+
+async def test_a_title_links_only_where_the_passage_holds_it_as_a_whole_name(chain):
+    # looking up "Green Day" finds Green Day, and Green (album) too, whose "Green" is only part of a name
+    source = Hit("x#0", "chunks", "x", "Festival", "Green Day played in Leeds.")
+    found = await find_links([source], "who played", chain().store, exclude=set(), max_lookups=8)
+    assert [hit.id for hit in found] == ["day"]
+
+
+async def test_a_name_the_question_holds_is_not_looked_up(chain):
+    source = Hit("x#0", "chunks", "x", "Festival", "Green Day played in Leeds.")
+    found = await find_links([source], "when did Green Day play", chain().store, exclude=set(), max_lookups=8)
+    assert found == []
+
+
+def test_a_document_read_on_to_moves_up_from_lower_down_and_is_listed_once():
+    from agent_retrieval.planning import _placed_after
+
+    hits = [Hit(f"{n}#0", "chunks", n, n, "", score=1 / (i + 1)) for i, n in enumerate("abcde")]
+    placed = _placed_after(hits, [hits[4]], hits[:3], top_k=10)
+    assert [hit.id for hit in placed] == ["a#0", "b#0", "c#0", "e#0", "d#0"]
+    assert placed[3].score == placed[2].score  # ranked as the hit it was read on from
