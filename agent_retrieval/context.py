@@ -23,6 +23,7 @@ LocalRuntime = Literal["auto", "onnx", "torch"]
 HydeMethod = Literal["passages", "schema"]  # what HyDE writes to embed (a request's choice: models.HydeMode)
 FusionMode = Literal["rrf", "convex"]
 ServerAuth = Literal["supabase", "off"]
+Reranker = Literal["off", "voyage"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -112,6 +113,18 @@ class RunSettings:
         "Relative score boost per query entity (name, quoted phrase, "
         "number) found in a hit; off by default, as it hurt on SciFact.",
         bounds=(0, 1),
+    )
+    rerank_candidates: int = setting(
+        20,
+        "Fused results the reranker reorders, when the operator configured one (reranker); the rest follow "
+        "in fused order. 0 turns reranking off for the run.",
+        bounds=(0, 100),
+    )
+    rerank_timeout_seconds: float = setting(
+        10.0,
+        "Deadline of the rerank call of one search; on expiry or failure the fused order is kept and the "
+        "result says so.",
+        bounds=(0.1, 120),
     )
     summarize_max_chunks: int = setting(
         200, "Most chunks returned by chunk_retriever's summarize mode.", bounds=(1, 10000)
@@ -240,6 +253,12 @@ class Context(RunSettings):
         "Folder for the exported ONNX model (blank: agent-retrieval/ in $XDG_CACHE_HOME or ~/.cache).",
         env="AGENT_RETRIEVAL_MODEL_CACHE",
     )
+    reranker: Reranker = setting(
+        "off",
+        "Rerank stage after fusion: off, or voyage (Voyage's rerank API, VOYAGE_API_KEY). A LangChain "
+        "BaseDocumentCompressor passed as Retrieval(reranker=...) takes its place.",
+    )
+    voyage_rerank_model: str = setting("rerank-2.5-lite", "Voyage rerank model.")
     voyage_api_key: str = setting("", "Voyage AI API key.", secret=True)
     voyage_embedding_model: str = setting("voyage-3.5", "Voyage embedding model.")
     voyage_base_url: str = setting("", "Voyage API base URL (blank: Voyage's own).", url=True)

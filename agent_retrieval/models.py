@@ -149,6 +149,7 @@ class Hit:
 # "off"); "passages" or "schema" asks for that HyDE method; "off" embeds the query as written.
 HydeMode = Literal["auto", HydeMethod, "off"]
 HydeStatus = Literal["off", "skipped", "used", "failed"]
+RerankStatus = Literal["off", "used", "failed"]
 
 
 @dataclass
@@ -156,7 +157,9 @@ class RetrievalResult:
     """What a retrieval returns: the hits, and an honest account of how they were found.
 
     `hyde` is off (disabled), skipped (short query or no LLM), used, or failed (fell back to the raw
-    query); `hyde_cached` says the query vector was reused from an earlier call. `degraded` lists
+    query); `hyde_cached` says the query vector was reused from an earlier call. `rerank` is off (no
+    reranker, or no candidates to reorder), used, or failed (the fused order stands, and `degraded` says
+    why). `degraded` lists
     every path that did not run as configured, with the reason. `fusion` is the fusion that ranked the
     hits (the Context's), or None where none did (summarize returns chunks in reading order).
     """
@@ -170,6 +173,7 @@ class RetrievalResult:
     hyde_reason: str = ""
     degraded: list[str] = field(default_factory=list)
     fusion: FusionMode | None = None
+    rerank: RerankStatus = "off"
     truncated: bool = False
 
     def to_dict(self) -> dict[str, Any]:

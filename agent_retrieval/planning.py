@@ -312,6 +312,7 @@ class Search:
     status: Literal["ran", "failed", "skipped"]
     hit_ids: list[str] = field(default_factory=list)
     hyde: str = "off"
+    rerank: str = "off"
     degraded: list[str] = field(default_factory=list)
     note: str = ""
 
@@ -419,6 +420,7 @@ async def _search(
         "ran",
         [h.id for h in result.hits],
         result.hyde,
+        result.rerank,
         result.degraded,
     ), result.hits
 
@@ -477,13 +479,15 @@ async def _read_on(
     taken = ahead | {hit.document_id for hit in named}
     wanted = [name for source in sources for name in bridge_names(source, asked, per_source=BRIDGE_NAMES)]
     model = ChunkSearchRequest if level == "chunks" else SearchRequest
-    # Bridge queries embed as written: a HyDE call for each would multiply a question's model calls.
+    # Bridge queries embed as written and are not reranked: a model call for each would multiply a
+    # question's calls.
     searches = [
         retrieval.asearch(
             parse_request(
                 model, {"query": f"{question} {name}", "top_k": 10, "filters": filters, "hyde": "off"}
             ),
             level,
+            rerank=False,
         )
         for name in wanted
     ]
@@ -503,7 +507,7 @@ async def _best_passages(documents: list[Hit], question: str, retrieval: Retriev
         ChunkSearchRequest, {"query": question, "top_k": min(MAX_TOP_K, 2 * len(ids)), "document_ids": ids}
     )
     best: dict[str, Hit] = {}
-    for hit in (await retrieval.asearch(request, "chunks")).hits:
+    for hit in (await retrieval.asearch(request, "chunks", rerank=False)).hits:
         best.setdefault(hit.document_id, hit)
     for missing in [i for i in ids if i not in best]:
         best.update({hit.document_id: hit for hit in await retrieval.store.adocument_chunks([missing], 1)})

@@ -8,10 +8,11 @@ may wait on a HyDE call). A path that cannot run degrades the result instead of 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from langchain_core.documents import BaseDocumentCompressor
 from langchain_core.language_models import BaseChatModel
 
 from agent_retrieval import hyde
@@ -20,6 +21,8 @@ from agent_retrieval.embeddings import Embedder, make_embedder
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.fusion import PROFILES, fuse
 from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
+from agent_retrieval.rerank import make_reranker
+from agent_retrieval.rerank import rerank as rerank_hits
 from agent_retrieval.resources import SearchResources, shared_resources
 from agent_retrieval.steps import Outcome, Steps, Together, arun, blocking, call, run, single
 from agent_retrieval.stores import Store, open_store
@@ -57,13 +60,14 @@ class Retrieval:
         llm: BaseChatModel | None = None,
         resources: SearchResources | None = None,
         min_similarity: float | None = None,
+        reranker: BaseDocumentCompressor | None = None,
     ):
         self.context = context or Context()
         # The vector side's similarity floor; None: by query type (fusion.PROFILES). A LangChain vector store
         # promises the k nearest whatever their similarity, so it sets -1.
         self.min_similarity = min_similarity
         self.resources = resources or shared_resources(self.context)
-        self._store, self._embedder, self._llm = store, embedder, llm
+        self._store, self._embedder, self._llm, self._reranker = store, embedder, llm, reranker
         self._owns_store = store is None
         self._lock = threading.Lock()
 
@@ -91,6 +95,14 @@ class Retrieval:
                 self._llm = hyde.hyde_chat_model(self.context)
             return self._llm
 
+    @property
+    def reranker(self) -> BaseDocumentCompressor | None:
+        """The rerank stage's model: the one passed in, else the operator's `reranker` setting (or None)."""
+        with self._lock:
+            if self._reranker is None:
+                self._reranker = make_reranker(self.context)
+            return self._reranker
+
     def close(self) -> None:
         if self._owns_store and self._store is not None:
             self._store.close()
@@ -103,13 +115,14 @@ class Retrieval:
         self.close()
 
     # --- searching --------------------------------------------------------------------------------
-    def search(self, request: SearchRequest, level: Level) -> RetrievalResult:
-        """Run one validated request at `level` ("documents" or "chunks")."""
-        return run(self._search(request, level))
+    def search(self, request: SearchRequest, level: Level, *, rerank: bool = True) -> RetrievalResult:
+        """Run one validated request at `level` ("documents" or "chunks"); `rerank=False` skips the rerank
+        stage (searches that only gather candidates)."""
+        return run(self._search(request, level, rerank))
 
-    async def asearch(self, request: SearchRequest, level: Level) -> RetrievalResult:
+    async def asearch(self, request: SearchRequest, level: Level, *, rerank: bool = True) -> RetrievalResult:
         """Async `search`: the event loop is never blocked (SQLite runs in worker threads)."""
-        return await arun(self._search(request, level))
+        return await arun(self._search(request, level, rerank))
 
     def candidates(self, request: SearchRequest, level: Level) -> Candidates:
         """Each path's ranked list before fusion (`context.candidates` deep): what `search` fuses.
@@ -119,7 +132,7 @@ class Retrieval:
         return run(self._candidates(request, level, self.store))
 
     # --- the pieces, each written once for both faces (steps.py) -----------------------------------
-    def _search(self, request: SearchRequest, level: Level) -> Steps[RetrievalResult]:
+    def _search(self, request: SearchRequest, level: Level, rerank: bool) -> Steps[RetrievalResult]:
         store = yield blocking(lambda: self.store)  # opening the store reads files: off the event loop
         scope = _scope(request)
         if scope:
@@ -128,7 +141,23 @@ class Retrieval:
             limit = self.context.summarize_max_chunks
             hits = yield call(store.document_chunks, store.adocument_chunks, scope, limit + 1)
             return _summary(request, hits, limit)
-        return self.rank(request, level, (yield from self._candidates(request, level, store)))
+        candidates = yield from self._candidates(request, level, store)
+        reranker = (
+            (yield blocking(lambda: self.reranker)) if rerank and self.context.rerank_candidates else None
+        )
+        if reranker is None:
+            return self.rank(request, level, candidates)
+        depth = max(request.top_k, self.context.rerank_candidates)
+        result = self.rank(request, level, candidates, depth=depth)
+        if len(result.hits) < 2:
+            return result
+        hits, failure = yield from rerank_hits(reranker, request.query, result.hits, self.context)
+        return replace(
+            result,
+            hits=hits[: request.top_k],
+            rerank="failed" if failure else "used",
+            degraded=result.degraded + ([failure] if failure else []),
+        )
 
     def _candidates(self, request: SearchRequest, level: Level, store: Store) -> Steps[Candidates]:
         """Keyword search and the vector side at once, settled at the tool's deadline."""
@@ -249,9 +278,16 @@ class Retrieval:
         return query_embedding.vector
 
     def rank(
-        self, request: SearchRequest, level: Level, candidates: Candidates, *, context: Context | None = None
+        self,
+        request: SearchRequest,
+        level: Level,
+        candidates: Candidates,
+        *,
+        context: Context | None = None,
+        depth: int | None = None,
     ) -> RetrievalResult:
-        """Fuse candidates into the result, by this Retrieval's fusion settings or another context's."""
+        """Fuse candidates into the result, by this Retrieval's fusion settings or another context's; the
+        best `depth` hits (default: the request's top_k)."""
         context = context or self.context
         profile = PROFILES[request.query_type]
         fused = fuse(
@@ -268,7 +304,7 @@ class Retrieval:
         return RetrievalResult(
             query=request.query,
             level=level,
-            hits=fused[: request.top_k],
+            hits=fused[: depth or request.top_k],
             query_type=request.query_type,
             hyde=query_embedding.hyde if query_embedding else "off",
             hyde_cached=bool(query_embedding and query_embedding.cached),

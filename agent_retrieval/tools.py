@@ -253,7 +253,8 @@ def format_result(result: RetrievalResult) -> str:
             "skipped": "HyDE skipped",
             "off": "HyDE off",
         }[result.hyde]
-        header = f'{len(result.hits)} {noun}s for "{quote_attribute(result.query)}" (hybrid search; {hyde})'
+        search = "hybrid search, reranked" if result.rerank == "used" else "hybrid search"
+        header = f'{len(result.hits)} {noun}s for "{quote_attribute(result.query)}" ({search}; {hyde})'
     lines = [header]
     lines += [f"Note: {note}" for note in result.degraded]
     if not result.hits:

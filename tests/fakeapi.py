@@ -1,4 +1,5 @@
-"""A local HTTP server speaking the OpenAI (embeddings, chat completions) and Voyage (embeddings) API shapes.
+"""A local HTTP server speaking the OpenAI (embeddings, chat completions) and Voyage (embeddings, rerank) API
+shapes.
 
 The real SDKs (openai through langchain-openai, voyageai) talk to it over real HTTP, so tests exercise
 their request building, retries, timeouts and response parsing without network access:
@@ -54,7 +55,7 @@ class Recorded(NamedTuple):
 
 @dataclass
 class _Fault:
-    endpoint: str | None  # "embeddings", "chat/completions", or None for any
+    endpoint: str | None  # "embeddings", "chat/completions", "rerank", or None for any
     api: str | None  # "openai", "voyage", or None for either
     times: int | None  # None: every matching request from now on
     status: int | None = None
@@ -261,9 +262,11 @@ class _Handler(BaseHTTPRequestHandler):
             if path.endswith("/chat/completions")
             else "embeddings"
             if path.endswith("/embeddings")
+            else "rerank"
+            if path.endswith("/rerank") and api == "voyage"
             else ""
         )
-        if not api or not endpoint or (api == "voyage" and endpoint != "embeddings"):
+        if not api or not endpoint or (api == "voyage" and endpoint == "chat/completions"):
             return self._send(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
         if not isinstance(body, dict):
             return self._error(api, 400, "the body must be a JSON object")
@@ -293,6 +296,8 @@ class _Handler(BaseHTTPRequestHandler):
             if body.get("stream"):
                 return self._stream(body, message, finish)
             return self._send(200, self._completion(body, message, finish))
+        if endpoint == "rerank":
+            return self._rerank(body)
         try:
             texts = _texts(body.get("input"))
         except ValueError as error:
@@ -321,6 +326,29 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             usage = {"total_tokens": tokens}
         self._send(200, {"object": "list", "data": data, "model": body.get("model", ""), "usage": usage})
+
+    def _rerank(self, body: dict[str, Any]) -> None:
+        """Voyage's rerank reply: the documents by the share of the query's words each holds (a stand-in
+        for a cross-encoder that tests can predict), best first, cut to top_k."""
+        query, documents = body.get("query"), body.get("documents")
+        if not isinstance(query, str) or not isinstance(documents, list) or not documents:
+            return self._error("voyage", 400, "rerank needs a query and a non-empty list of documents")
+        words = set(re.findall(r"\w+", query.lower()))
+        scores = [
+            len(words & set(re.findall(r"\w+", str(d).lower()))) / max(len(words), 1) for d in documents
+        ]
+        order = sorted(range(len(documents)), key=lambda i: (-scores[i], i))[: body.get("top_k") or None]
+        data = [{"index": i, "relevance_score": scores[i]} for i in order]
+        tokens = sum(len(str(d).split()) for d in documents)
+        self._send(
+            200,
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model", ""),
+                "usage": {"total_tokens": tokens},
+            },
+        )
 
     def _reply(self, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """The assistant message for a request (the script's, or the fixed reply) and its finish_reason."""
