@@ -23,7 +23,7 @@ from tqdm import tqdm
 from agent_retrieval.context import Context
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import MAX_TOP_K, Document, Hit, Level, SearchRequest, parse_request
-from agent_retrieval.planning import make_plan, run_plan
+from agent_retrieval.planning import Facets, make_plan, run_plan
 from agent_retrieval.retrieval import Candidates, Retrieval
 
 T = TypeVar("T")
@@ -293,10 +293,12 @@ def evaluate(
     files = {mode: out / f"run.{mode}.trec" for mode in modes}
     done = {mode: _run_queries(path) for mode, path in files.items()}
     todo = [q for q in dataset.queries if any(q not in done[mode] for mode in modes)]
+    # the plan mode is told the documents' metadata, as the rag graph's planner is
+    facets = searcher.store.metadata_values() if "plan" in modes else None
     started = time.perf_counter()
     for qid in tqdm(todo, desc=f"eval {dataset.folder.name}", unit="query", disable=not progress):
         missing = [mode for mode in modes if qid not in done[mode]]
-        ranked = _rank_modes(searcher, dataset.queries[qid], level, missing)
+        ranked = _rank_modes(searcher, dataset.queries[qid], level, missing, facets)
         for mode in missing:
             _append_run(files[mode], qid, ranked[mode], mode)
     per_query = (time.perf_counter() - started) / len(todo) if todo else 0.0
@@ -316,7 +318,9 @@ def evaluate(
     )
 
 
-def _rank_modes(searcher: Retrieval, query: str, level: Level, modes: Sequence[str]) -> dict[str, list[Hit]]:
+def _rank_modes(
+    searcher: Retrieval, query: str, level: Level, modes: Sequence[str], facets: Facets | None = None
+) -> dict[str, list[Hit]]:
     """Each mode's ranking of one query, from one fetch of candidates (two with HyDE)."""
     request = parse_request(SearchRequest, {"query": query, "hyde": "off"}).model_copy(
         update={"top_k": DEPTH}
@@ -337,7 +341,7 @@ def _rank_modes(searcher: Retrieval, query: str, level: Level, modes: Sequence[s
             ranked[mode] = searcher.rank(request, level, candidates, context=fusion).hits
     if "plan" in modes:  # as the rag graph retrieves: plan, run the searches hop by hop, fuse the passages
         llm = searcher.llm if searcher.context.has_chat_model else None
-        planned = _run_async(make_plan(query, searcher.context, llm))
+        planned = _run_async(make_plan(query, searcher.context, llm, facets=facets))
         ranked["plan"] = _run_async(run_plan(planned.plan, searcher, top_k=MAX_TOP_K, llm=llm)).chunks
     if "hyde+hybrid" in modes:
         hyde_request = request.model_copy(update={"hyde": "passages"})

@@ -34,12 +34,14 @@ from agent_retrieval.models import (
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import clean, element, quote, unquote
 from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.stores.base import FACET_VALUES, MetadataValue
 from agent_retrieval.text import entity_matches
 from agent_retrieval.validation import MAX_QUERY_CHARS, check_question, one_line
 
 log = logging.getLogger(__name__)
 
 MAX_ENTITY_CHARS = 80
+Facets = dict[str, list[MetadataValue]]  # Store.metadata_values: each key the documents carry, its values
 
 
 def check_request(request: str) -> str:
@@ -138,15 +140,21 @@ class Planned:
     notes: list[str] = field(default_factory=list)
 
 
-async def make_plan(request: str, context: Context, llm: BaseChatModel | None = None) -> Planned:
-    """Plan the searches for a request (already checked). Never raises for LLM failures: it falls back."""
+async def make_plan(
+    request: str, context: Context, llm: BaseChatModel | None = None, *, facets: Facets | None = None
+) -> Planned:
+    """Plan the searches for a request (already checked). Never raises for LLM failures: it falls back.
+
+    `facets` (Store.metadata_values: the keys the caller's documents are tagged with, and their values) are
+    what filters may name: the planner is shown them, and a filter on a key no document carries, or on a
+    value a key's complete list lacks, is dropped with a note. None: filters are not checked."""
     if llm is None:
-        return _capped(
-            Planned(heuristic_plan(request), "heuristic", ["no chat model configured: heuristic plan"]),
-            context,
+        planned = Planned(
+            heuristic_plan(request, facets), "heuristic", ["no chat model configured: heuristic plan"]
         )
+        return _capped(_within_facets(planned, facets), context)
     try:
-        plan = await asyncio.wait_for(_llm_plan(request, context, llm), context.chat_timeout_seconds)
+        plan = await asyncio.wait_for(_llm_plan(request, context, llm, facets), context.chat_timeout_seconds)
     except Exception as error:  # a timeout, a provider error, or output that is not a valid plan
         log.warning("planner failed (%s); searching the request as written", type(error).__name__)
         return Planned(
@@ -154,13 +162,15 @@ async def make_plan(request: str, context: Context, llm: BaseChatModel | None = 
             "fallback",
             [f"planner failed ({_describe(error)}): searched the request as written"],
         )
-    return _capped(Planned(plan, "llm"), context)
+    return _capped(_within_facets(Planned(plan, "llm"), facets), context)
 
 
-async def _llm_plan(request: str, context: Context, llm: BaseChatModel) -> QueryPlan:
+async def _llm_plan(request: str, context: Context, llm: BaseChatModel, facets: Facets | None) -> QueryPlan:
+    # The documents' tags are their authors' words: quoted as data, as passages are.
+    tags = element("metadata", quote(json.dumps(facets, ensure_ascii=False))) if facets is not None else ""
     messages = [
         SystemMessage(load_prompt("planner").replace("{max_queries}", str(context.max_plan_queries))),
-        HumanMessage(element("request", quote(request))),
+        HumanMessage(element("request", quote(request)) + ("\n" + tags if tags else "")),
     ]
     try:
         structured = llm.with_structured_output(QueryPlan, include_raw=True)
@@ -205,6 +215,46 @@ def _capped(planned: Planned, context: Context) -> Planned:
     return planned
 
 
+def _within_facets(planned: Planned, facets: Facets | None) -> Planned:
+    """The plan with only filters some document can satisfy, each value as the documents store it (a year
+    asked as "2024" filters on 2024 when that is how it is tagged); what was dropped is noted."""
+    if facets is None:
+        return planned
+    plan, kept = planned.plan, {}
+    for key, value in plan.filters.items():
+        stored = _stored_values(key, value if isinstance(value, list) else [value], facets)
+        if stored:
+            kept[key] = stored if isinstance(value, list) else stored[0]
+        else:
+            planned.notes.append(f"no document is tagged {key}={value!r}: searched without that filter")
+    queries = []
+    for query in plan.queries:
+        category = (
+            _stored_values("category", [query.category], facets) if query.category is not None else None
+        )
+        if query.category is not None and not category:
+            planned.notes.append(
+                f"no document is tagged category={query.category!r}: searched every category"
+            )
+        queries.append(query.model_copy(update={"category": category[0] if category else None}))
+    strategy = plan.search_strategy
+    if strategy == "filtered" and not kept and all(q.category is None for q in queries):
+        strategy = "simple"
+    planned.plan = plan.model_copy(update={"filters": kept, "queries": queries, "search_strategy": strategy})
+    return planned
+
+
+def _stored_values(key: str, values: list[Any], facets: Facets) -> list[Any]:
+    """`values` as the documents store them under `key`: a listed value matched by its text (case aside),
+    or, where the key has more values than were listed, the value as given; [] when none can match."""
+    if key not in facets:
+        return []
+    listed = {str(v).lower(): v for v in facets[key]}
+    complete = len(facets[key]) < FACET_VALUES
+    matched = [listed.get(str(v).lower(), None if complete else v) for v in values]
+    return [v for v in matched if v is not None]
+
+
 def _describe(error: BaseException) -> str:
     if isinstance(error, TimeoutError):
         return "timed out"
@@ -227,14 +277,18 @@ _QUESTION_LEAD = re.compile(
 )
 
 
-def heuristic_plan(request: str) -> QueryPlan:
+def heuristic_plan(request: str, facets: Facets | None = None) -> QueryPlan:
     """A plan without an LLM: `key:value` filters, one query per sub-question, and a statement rewrite.
 
     Questions become statements by dropping the question words ("How long does the landlord have to
     protect the deposit?" -> "the landlord have to protect the deposit"), which is closer to how the
     answer is written; the question as asked stays first, since keyword search wants the user's words.
+    With the store's `facets`, a `key:value` whose key no document carries stays part of the question, and
+    a number the question restricts by ("policies from 2024") filters on the one key tagged with it.
     """
-    filters, text = _operators(request)
+    filters, text = _operators(request, facets)
+    if facets is not None:
+        filters = _restricting_numbers(text, facets) | filters
     parts = [p for p in (part.strip(" ,.") for part in _SPLIT.split(text)) if p]
     queries: list[PlannedQuery] = []
     strategy: SearchStrategy
@@ -284,18 +338,38 @@ def to_statement(question: str) -> str:
     return stripped or question.rstrip("?")
 
 
-def _operators(request: str) -> tuple[dict[str, Any], str]:
-    """`key:value` metadata filters written in the request (like a search engine's), and the rest of it."""
+def _operators(request: str, facets: Facets | None = None) -> tuple[dict[str, Any], str]:
+    """`key:value` metadata filters written in the request (like a search engine's), and the rest of it.
+    With `facets`, only keys the documents carry are operators ("note: ..." is words)."""
     filters: dict[str, Any] = {}
     for key, raw in _OPERATOR.findall(request):
+        if facets is not None and key not in facets:
+            continue
         value = raw.strip('"')
         filters[key] = int(value) if value.isdigit() and len(value) < 10 else value
     try:
         filters = validate_filters(filters) or {}
     except ValueError:  # an operator that is not a valid filter stays part of the question
         return {}, request
-    rest = " ".join(_OPERATOR.sub(" ", request).split()) if filters else request
-    return filters, rest or request
+    if not filters:
+        return {}, request
+    rest = _OPERATOR.sub(lambda m: " " if m.group(1) in filters else m.group(0), request)
+    return filters, " ".join(rest.split()) or request
+
+
+# "from 2024", "in 2023", "during 2021": a number the question restricts the documents by
+_RESTRICTING_NUMBER = re.compile(r"\b(?:in|from|during|since|for|of)\s+(\d{1,9})\b", re.IGNORECASE)
+
+
+def _restricting_numbers(text: str, facets: Facets) -> dict[str, Any]:
+    """Filters for the numbers the question restricts by, each on the one key whose values hold it (a
+    number two keys hold, or none, filters nothing)."""
+    filters: dict[str, Any] = {}
+    for number in _RESTRICTING_NUMBER.findall(text):
+        keys = [k for k, values in facets.items() if any(str(v) == number for v in values)]
+        if len(keys) == 1 and keys[0] not in filters:
+            filters[keys[0]] = next(v for v in facets[keys[0]] if str(v) == number)
+    return filters
 
 
 # --- running a plan -----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from langgraph.runtime import Runtime
 
 from agent_retrieval.answer import write_answer
 from agent_retrieval.context import RunSettings
-from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
 from agent_retrieval.graph_parts import GraphParts, last_question, run_context
 from agent_retrieval.models import ChunkSearchRequest, Hit, parse_request
 from agent_retrieval.planning import QueryPlan, check_request, make_plan, run_plan
@@ -71,12 +71,18 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSett
         except InvalidRequest as error:
             return {"question": question[:200], "answer": str(error), "notes": [str(error)]}
         context = run_context(runtime)
-        planned = await make_plan(question, context, await parts.chat(context))
+        notes: list[str] = []
+        try:  # what the caller's documents are tagged with: the filters a plan may use
+            async with parts.open_retrieval(context) as retrieval:
+                facets = await retrieval.store.ametadata_values()
+        except AgentRetrievalError as error:
+            facets, notes = None, [f"could not list the documents' metadata ({error}): filters not checked"]
+        planned = await make_plan(question, context, await parts.chat(context), facets=facets)
         return {
             "question": question,
             "plan": planned.plan.model_dump(),
             "planner": planned.planner,
-            "notes": planned.notes,
+            "notes": notes + planned.notes,
             "answer": "",
         }
 

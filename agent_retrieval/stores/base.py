@@ -225,6 +225,24 @@ class StoreStats:
     schema_version: int
 
 
+MetadataValue = str | int | float | bool
+FACET_KEYS = 20
+FACET_VALUES = 20
+FACET_VALUE_CHARS = 100
+
+
+def _facets(counts: Iterable[tuple[str, MetadataValue, int]]) -> dict[str, list[MetadataValue]]:
+    """{key: values} from (key, value, documents) counts: the most used keys, their most common values."""
+    by_key: dict[str, list[tuple[int, MetadataValue]]] = {}
+    for key, value, n in counts:
+        by_key.setdefault(key, []).append((n, value))
+    keys = sorted(by_key, key=lambda k: (-sum(n for n, _ in by_key[k]), k))[:FACET_KEYS]
+    return {
+        key: [value for _, value in sorted(by_key[key], key=lambda nv: (-nv[0], str(nv[1])))[:FACET_VALUES]]
+        for key in keys
+    }
+
+
 class Store(ABC):
     """Documents and their chunks, with vector and keyword search over either level.
 
@@ -363,6 +381,16 @@ class Store(ABC):
         ids = check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS)
         return self._unknown_documents(ids) if ids else []
 
+    def metadata_values(self) -> dict[str, list[MetadataValue]]:
+        """What the caller's documents are tagged with, for a planner to choose filters from: the metadata
+        keys, most used first (at most FACET_KEYS), each with its most common values (at most FACET_VALUES;
+        strings up to FACET_VALUE_CHARS characters, numbers, booleans). A key with more values than that
+        lists the most common only."""
+        return _facets(self._metadata_counts())
+
+    async def ametadata_values(self) -> dict[str, list[MetadataValue]]:
+        return _facets(await self._ametadata_counts())
+
     @abstractmethod
     def stats(self) -> StoreStats:
         """Counts, the embedding model and what still lacks a vector."""
@@ -473,3 +501,11 @@ class Store(ABC):
 
     async def _aunknown_documents(self, ids: list[str]) -> list[str]:
         return await asyncio.to_thread(self._unknown_documents, ids)
+
+    @abstractmethod
+    def _metadata_counts(self) -> list[tuple[str, MetadataValue, int]]:
+        """(key, value, documents) for the scalar metadata values the caller may read: strings of at most
+        FACET_VALUE_CHARS characters, numbers and booleans."""
+
+    async def _ametadata_counts(self) -> list[tuple[str, MetadataValue, int]]:
+        return await asyncio.to_thread(self._metadata_counts)

@@ -35,10 +35,12 @@ from agent_retrieval.redaction import redact
 from agent_retrieval.stores.base import (
     DIMENSION,
     DOCUMENT_PREVIEW_CHARS,
+    FACET_VALUE_CHARS,
     TRANSIENT,
     DocumentState,
     Failure,
     KeywordSearch,
+    MetadataValue,
     Store,
     StoreStats,
     VectorSearch,
@@ -53,7 +55,7 @@ DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
-SCHEMA_VERSION = 5  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+SCHEMA_VERSION = 6  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
 # asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
@@ -467,6 +469,14 @@ class RPCStore(Store):
 
     async def _aunknown_documents(self, ids: list[str]) -> list[str]:
         return await self._acall("unknown_documents", ids=ids, tenant=self.tenant)
+
+    def _metadata_counts(self) -> list[tuple[str, MetadataValue, int]]:
+        rows = self._call("metadata_counts", max_chars=FACET_VALUE_CHARS, tenant=self.tenant)
+        return [(key, value, n) for key, value, n in rows]
+
+    async def _ametadata_counts(self) -> list[tuple[str, MetadataValue, int]]:
+        rows = await self._acall("metadata_counts", max_chars=FACET_VALUE_CHARS, tenant=self.tenant)
+        return [(key, value, n) for key, value, n in rows]
 
     def stats(self) -> StoreStats:
         data = self._call("store_stats", tenant=self.tenant)

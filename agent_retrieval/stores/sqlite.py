@@ -25,10 +25,12 @@ from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, Store
 from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
+    FACET_VALUE_CHARS,
     PENDING_COLUMNS,
     DocumentState,
     Failure,
     KeywordSearch,
+    MetadataValue,
     Store,
     StoreStats,
     VectorSearch,
@@ -577,6 +579,17 @@ class SQLiteStore(Store):
                     r[0] for r in conn.execute(f"SELECT id FROM documents WHERE id IN ({marks})", batch)
                 )
         return [i for i in ids if i not in known]
+
+    def _metadata_counts(self) -> list[tuple[str, MetadataValue, int]]:
+        with self._read() as conn:
+            rows = conn.execute(
+                """SELECT m.key, m.type, m.atom, count(*) FROM documents d, json_each(d.metadata) m
+                WHERE m.type IN ('integer', 'real', 'true', 'false')
+                   OR (m.type = 'text' AND length(m.atom) <= ?)
+                GROUP BY m.key, m.type, m.atom""",
+                (FACET_VALUE_CHARS,),
+            ).fetchall()
+        return [(key, bool(atom) if kind in ("true", "false") else atom, n) for key, kind, atom, n in rows]
 
     def stats(self) -> StoreStats:
         with self._read() as conn:

@@ -380,6 +380,32 @@ def test_switching_models_after_a_full_reembed(store: Store):
     assert len(store.vector_search("documents", axis(0, 0, 0, 1), 5, min_similarity=0.5)) == 3
 
 
+async def test_metadata_values_list_scalar_tags_most_used_first_and_bounded(make_store, monkeypatch):
+    from agent_retrieval.stores import base
+
+    monkeypatch.setattr(base, "FACET_KEYS", 3)
+    monkeypatch.setattr(base, "FACET_VALUES", 2)
+    store = make_store()
+    tags = [
+        {"year": 2024, "category": "policy", "draft": True, "score": 0.5, "notes": "x" * 101, "tags": ["a"]},
+        {"year": 2024, "category": "policy", "draft": False},
+        {"year": 2023, "category": "guide"},
+        {"year": 2021, "category": "memo", "region": "north"},
+    ]
+    docs = [
+        Document(f"d{n}", f"D{n}", "text", metadata, embedding=axis(1)) for n, metadata in enumerate(tags)
+    ]
+    store.upsert(docs, [], MODEL)
+    expected = {"category": ["policy", "guide"], "year": [2024, 2021], "draft": [False, True]}
+    assert store.metadata_values() == expected == await store.ametadata_values()
+    assert list(store.metadata_values()) == ["category", "year", "draft"]  # most used first, then by name
+    assert [type(v) for v in store.metadata_values()["draft"]] == [bool, bool]
+    # ties go by the value's text; lists, objects and strings over 100 characters are no filter values
+    monkeypatch.setattr(base, "FACET_KEYS", 10)
+    assert store.metadata_values()["score"] == [0.5]
+    assert "notes" not in store.metadata_values() and "tags" not in store.metadata_values()
+
+
 def test_data_survives_reopening(store: Store, make_store: Callable[[], Store]):
     again = make_store()
     assert (again.stats().documents, again.stats().chunks) == (3, 4)

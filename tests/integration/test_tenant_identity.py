@@ -340,3 +340,9 @@ def test_summarize_through_the_async_path_keeps_tenants_apart(stack):
         ("press", 0),
         ("press", 1),
     ]
+
+
+async def test_a_planner_is_shown_the_metadata_of_the_callers_rows_and_public_ones_only(acme, stack):
+    assert acme.metadata_values() == {"owner": ["acme", "press"]} == await acme.ametadata_values()
+    with as_user(stack, "mallory") as mallory:  # its own namespace, which has no tagged rows, and public rows
+        assert mallory.metadata_values() == {"owner": ["press"]}

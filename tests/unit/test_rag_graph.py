@@ -12,9 +12,11 @@ from langchain_core.messages import AIMessage
 
 from agent_retrieval.answer import NOT_FOUND
 from agent_retrieval.context import Context, RunSettings
+from agent_retrieval.errors import StoreUnavailable
 from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs import rag
 from agent_retrieval.ingest import ingest
+from agent_retrieval.models import Document
 from agent_retrieval.planning import READING_ON
 from agent_retrieval.retrieval import Retrieval
 from tests.conftest import CountingChatModel, chat_text
@@ -78,9 +80,42 @@ async def test_with_a_model_the_plan_is_the_models_and_the_answer_cites_passages
     assert QUESTION in answer_prompt and answer_prompt.count("<passage id=") == len(out["hits"])
 
 
+async def test_a_year_becomes_a_filter_only_where_documents_are_tagged_with_it(context, embedder):
+    policies = [
+        Document(f"remote-work-{year}", f"Remote work policy {year}", text, {"year": year})
+        for year, text in (
+            (2023, "Staff may work remotely two days a week."),
+            (2024, "Staff may work remotely."),
+        )
+    ]
+    with Retrieval(context, embedder=embedder) as retrieval:
+        graph = rag.build(GraphParts(retrieval=retrieval))
+        ingest(policies, retrieval.store, embedder, context, progress=False)
+        out = await run(graph, "What is the remote work policy from 2024?", context)
+        assert out["plan"]["filters"] == {"year": 2024}
+        assert {h["document_id"] for h in out["hits"]} == {"remote-work-2024"}
+
+        unknown = await run(graph, "What is the remote work policy from 2019?", context)
+        assert unknown["plan"]["filters"] == {}
+        assert {h["document_id"] for h in unknown["hits"]} == {"remote-work-2023", "remote-work-2024"}
+
+
+async def test_a_store_that_cannot_list_its_metadata_leaves_filters_unchecked_and_says_so(
+    retrieval, monkeypatch
+):
+    async def unavailable():
+        raise StoreUnavailable("the store is busy")
+
+    monkeypatch.setattr(retrieval.store, "ametadata_values", unavailable)
+    out = await run(rag.build(GraphParts(retrieval=retrieval)), QUESTION, retrieval.context)
+    assert (
+        out["notes"][0] == "could not list the documents' metadata (the store is busy): filters not checked"
+    )
+    assert out["planner"] == "heuristic" and out["hits"]
+
+
 async def test_the_state_shows_hyde_status_but_never_the_hyde_text(context, embedder):
     from agent_retrieval import demo
-    from agent_retrieval.ingest import ingest
     from agent_retrieval.loaders import load_documents
 
     hyde_context = Context(db_path=context.db_path, use_hyde=True)
@@ -148,8 +183,6 @@ async def test_a_question_the_documents_do_not_answer_is_said_plainly(retrieval)
 
 
 async def test_a_passage_saying_ignore_previous_instructions_does_not_change_the_plan(retrieval):
-    from agent_retrieval.ingest import ingest
-    from agent_retrieval.models import Document
 
     hostile = Document(
         id="hostile",

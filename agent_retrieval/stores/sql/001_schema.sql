@@ -84,7 +84,7 @@ begin
       {{schema}}.unknown_documents(text[], text);
   end if;
   -- Version 4: keyword search returns each row's keyword_coverage. (Version 5 adds the per-term counts,
-  -- made and filled in 002, and changes no function's signature.)
+  -- made and filled in 002, and changes no function's signature; version 6 adds metadata_counts.)
   if (select value::int from {{schema}}.store_info where key = 'schema_version') < 4 then
     drop function if exists
       {{schema}}.keyword_search_documents(text, int, jsonb, text[], text),
