@@ -31,6 +31,10 @@ PATHS = {
 }
 
 
+# 5 and 10, and the passages the rag graph writes its answer from (answer_chunks)
+KS = sorted({5, Context().answer_chunks, 10})
+
+
 def hops(query_id: str) -> str:
     return query_id[0]  # "2hop__...", "3hop1__...", "4hop3__..."
 
@@ -62,7 +66,7 @@ def main(dataset_folder: Path = DATASET, results: Path = RESULTS) -> dict:
                                 / len(qids),
                                 1,
                             )
-                            for k in (5, 10)
+                            for k in KS
                         },
                         "ndcg@10": round(
                             100 * sum(ndcg(run.get(q, []), dataset.qrels[q]) for q in qids) / len(qids), 2

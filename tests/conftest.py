@@ -103,6 +103,16 @@ def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def api() -> Iterator[Any]:
+    """A local server speaking OpenAI's and Voyage's APIs (tests/fakeapi.py); modules that need another
+    script or scope define their own."""
+    from tests.fakeapi import FakeAPI
+
+    with FakeAPI() as server:
+        yield server
+
+
+@pytest.fixture
 def embeddings() -> WordHashEmbeddings:
     return WordHashEmbeddings()
 

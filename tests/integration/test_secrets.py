@@ -68,12 +68,6 @@ def assert_no_secret(text: str, *secrets: str) -> None:
     assert "LEAKCHECK" not in text, "part of a key appears in what was captured"
 
 
-@pytest.fixture
-def api():
-    with FakeAPI() as server:
-        yield server
-
-
 def keyed_context(api: FakeAPI, tmp_path, provider: str) -> Context:
     return Context(
         db_path=str(tmp_path / "store.db"),

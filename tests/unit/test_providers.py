@@ -28,12 +28,6 @@ OPENAI_SECRET = "sk-test-secret"
 VOYAGE_SECRET = "pa-voyage-secret-123"
 
 
-@pytest.fixture
-def api():
-    with FakeAPI() as server:
-        yield server
-
-
 def voyage_context(api: FakeAPI, **overrides) -> Context:
     settings = {
         "embedding_provider": "voyage",

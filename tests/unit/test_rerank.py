@@ -28,12 +28,6 @@ QUERY = "how long does the landlord have to protect a tenancy deposit"
 VOYAGE_KEY = "pa-rerank-secret-456"
 
 
-@pytest.fixture
-def api():
-    with FakeAPI() as server:
-        yield server
-
-
 def voyage_reranking(retrieval: Retrieval, api: FakeAPI, **settings) -> Retrieval:
     """A Retrieval over the same store whose operator configured Voyage's reranker."""
     context = Context(
