@@ -229,17 +229,20 @@ MetadataValue = str | int | float | bool
 FACET_KEYS = 20
 FACET_VALUES = 20
 FACET_VALUE_CHARS = 100
+MetadataCount = tuple[str, MetadataValue, int, int]  # key, value, documents with it, documents with the key
 
 
-def _facets(counts: Iterable[tuple[str, MetadataValue, int]]) -> dict[str, list[MetadataValue]]:
-    """{key: values} from (key, value, documents) counts: the most used keys, their most common values."""
+def _facets(counts: Iterable[MetadataCount]) -> dict[str, list[MetadataValue]]:
+    """{key: values}, the most used keys first, each with its values, most common first, from rows of
+    (key, value, documents with that value, documents with the key) for each key's most common values."""
     by_key: dict[str, list[tuple[int, MetadataValue]]] = {}
-    for key, value, n in counts:
+    documents: dict[str, int] = {}
+    for key, value, n, key_n in counts:
         by_key.setdefault(key, []).append((n, value))
-    keys = sorted(by_key, key=lambda k: (-sum(n for n, _ in by_key[k]), k))[:FACET_KEYS]
+        documents[key] = key_n
+    keys = sorted(by_key, key=lambda k: (-documents[k], k))[:FACET_KEYS]
     return {
-        key: [value for _, value in sorted(by_key[key], key=lambda nv: (-nv[0], str(nv[1])))[:FACET_VALUES]]
-        for key in keys
+        key: [value for _, value in sorted(by_key[key], key=lambda nv: (-nv[0], str(nv[1])))] for key in keys
     }
 
 
@@ -386,10 +389,10 @@ class Store(ABC):
         keys, most used first (at most FACET_KEYS), each with its most common values (at most FACET_VALUES;
         strings up to FACET_VALUE_CHARS characters, numbers, booleans). A key with more values than that
         lists the most common only."""
-        return _facets(self._metadata_counts())
+        return _facets(self._metadata_counts(FACET_VALUES))
 
     async def ametadata_values(self) -> dict[str, list[MetadataValue]]:
-        return _facets(await self._ametadata_counts())
+        return _facets(await self._ametadata_counts(FACET_VALUES))
 
     @abstractmethod
     def stats(self) -> StoreStats:
@@ -503,9 +506,11 @@ class Store(ABC):
         return await asyncio.to_thread(self._unknown_documents, ids)
 
     @abstractmethod
-    def _metadata_counts(self) -> list[tuple[str, MetadataValue, int]]:
-        """(key, value, documents) for the scalar metadata values the caller may read: strings of at most
-        FACET_VALUE_CHARS characters, numbers and booleans."""
+    def _metadata_counts(self, max_values: int) -> list[MetadataCount]:
+        """(key, value, documents with it, documents with the key) for the `max_values` most common scalar
+        values of each key of the documents the caller may read: strings of at most FACET_VALUE_CHARS
+        characters, numbers and booleans. Counted in the store, so a key with a value per document (a
+        source, a URL) sends 20 rows, not one per document."""
 
-    async def _ametadata_counts(self) -> list[tuple[str, MetadataValue, int]]:
-        return await asyncio.to_thread(self._metadata_counts)
+    async def _ametadata_counts(self, max_values: int) -> list[MetadataCount]:
+        return await asyncio.to_thread(self._metadata_counts, max_values)

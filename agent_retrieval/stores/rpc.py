@@ -40,7 +40,7 @@ from agent_retrieval.stores.base import (
     DocumentState,
     Failure,
     KeywordSearch,
-    MetadataValue,
+    MetadataCount,
     Store,
     StoreStats,
     VectorSearch,
@@ -470,13 +470,17 @@ class RPCStore(Store):
     async def _aunknown_documents(self, ids: list[str]) -> list[str]:
         return await self._acall("unknown_documents", ids=ids, tenant=self.tenant)
 
-    def _metadata_counts(self) -> list[tuple[str, MetadataValue, int]]:
-        rows = self._call("metadata_counts", max_chars=FACET_VALUE_CHARS, tenant=self.tenant)
-        return [(key, value, n) for key, value, n in rows]
+    def _metadata_counts(self, max_values: int) -> list[MetadataCount]:
+        rows = self._call(
+            "metadata_counts", max_chars=FACET_VALUE_CHARS, max_values=max_values, tenant=self.tenant
+        )
+        return [(key, value, n, key_n) for key, value, n, key_n in rows]
 
-    async def _ametadata_counts(self) -> list[tuple[str, MetadataValue, int]]:
-        rows = await self._acall("metadata_counts", max_chars=FACET_VALUE_CHARS, tenant=self.tenant)
-        return [(key, value, n) for key, value, n in rows]
+    async def _ametadata_counts(self, max_values: int) -> list[MetadataCount]:
+        rows = await self._acall(
+            "metadata_counts", max_chars=FACET_VALUE_CHARS, max_values=max_values, tenant=self.tenant
+        )
+        return [(key, value, n, key_n) for key, value, n, key_n in rows]
 
     def stats(self) -> StoreStats:
         data = self._call("store_stats", tenant=self.tenant)

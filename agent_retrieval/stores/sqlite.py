@@ -30,7 +30,7 @@ from agent_retrieval.stores.base import (
     DocumentState,
     Failure,
     KeywordSearch,
-    MetadataValue,
+    MetadataCount,
     Store,
     StoreStats,
     VectorSearch,
@@ -88,6 +88,7 @@ class SQLiteStore(Store):
         self._frequencies: dict[
             Level, tuple[int, int, dict[str, int]]
         ] = {}  # (generation, rows, term counts)
+        self._metadata: tuple[int, int, list[MetadataCount]] | None = None  # generation, max_values, counts
         self._closed = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -248,6 +249,7 @@ class SQLiteStore(Store):
             self._connections.clear()
         self._matrices.clear()
         self._frequencies.clear()
+        self._metadata = None
 
     # --- what the vectors are --------------------------------------------------------------------
     def _info(self, conn: sqlite3.Connection) -> dict[str, str]:
@@ -580,16 +582,31 @@ class SQLiteStore(Store):
                 )
         return [i for i in ids if i not in known]
 
-    def _metadata_counts(self) -> list[tuple[str, MetadataValue, int]]:
+    def _metadata_counts(self, max_values: int) -> list[MetadataCount]:
+        """Counted once per write: a planner asks every run, and counting 100K documents takes a second."""
         with self._read() as conn:
+            generation = int(self._info(conn)["generation"])
+            cached = self._metadata
+            if cached is not None and cached[:2] == (generation, max_values):
+                return cached[2]
             rows = conn.execute(
-                """SELECT m.key, m.type, m.atom, count(*) FROM documents d, json_each(d.metadata) m
-                WHERE m.type IN ('integer', 'real', 'true', 'false')
-                   OR (m.type = 'text' AND length(m.atom) <= ?)
-                GROUP BY m.key, m.type, m.atom""",
-                (FACET_VALUE_CHARS,),
+                """SELECT key, type, atom, n, key_n FROM (
+                    SELECT key, type, atom, n, sum(n) OVER (PARTITION BY key) AS key_n,
+                           row_number() OVER (PARTITION BY key ORDER BY n DESC, CAST(atom AS TEXT)) AS place
+                    FROM (SELECT m.key, m.type, m.atom, count(*) AS n
+                          FROM documents d, json_each(d.metadata) m
+                          WHERE m.type IN ('integer', 'real', 'true', 'false')
+                             OR (m.type = 'text' AND length(m.atom) <= ?)
+                          GROUP BY m.key, m.type, m.atom))
+                WHERE place <= ?""",
+                (FACET_VALUE_CHARS, max_values),
             ).fetchall()
-        return [(key, bool(atom) if kind in ("true", "false") else atom, n) for key, kind, atom, n in rows]
+        counts = [
+            (key, bool(atom) if kind in ("true", "false") else atom, n, key_n)
+            for key, kind, atom, n, key_n in rows
+        ]
+        self._metadata = (generation, max_values, counts)
+        return counts
 
     def stats(self) -> StoreStats:
         with self._read() as conn:

@@ -404,6 +404,8 @@ async def test_metadata_values_list_scalar_tags_most_used_first_and_bounded(make
     monkeypatch.setattr(base, "FACET_KEYS", 10)
     assert store.metadata_values()["score"] == [0.5]
     assert "notes" not in store.metadata_values() and "tags" not in store.metadata_values()
+    store.upsert([Document("d9", "D9", "text", {"team": "legal"}, embedding=axis(1))], [], MODEL)
+    assert store.metadata_values()["team"] == ["legal"]  # a write is seen at once
 
 
 def test_data_survives_reopening(store: Store, make_store: Callable[[], Store]):

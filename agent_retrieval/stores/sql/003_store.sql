@@ -295,23 +295,32 @@ as $$
     where d.id = wanted.id and (tenant is null or d.tenant_id = tenant or d.is_public))
 $$;
 
--- The scalar metadata values of the documents the caller may read, with how many documents carry each, for a
--- planner to choose filters from: [[key, value, documents]]. Strings longer than max_chars are left out.
-create or replace function {{schema}}.metadata_counts(max_chars int, tenant text default null)
+-- For a planner to choose filters from: the max_values most common scalar metadata values of each key of
+-- the documents the caller may read, as [[key, value, documents with it, documents with the key]]. Strings
+-- longer than max_chars are left out.
+create or replace function {{schema}}.metadata_counts(max_chars int, max_values int, tenant text default null)
 returns jsonb
 language sql stable security invoker
 set search_path = ''
 as $$
-  select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(counted.key, counted.value, counted.n)), '[]')
+  select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(ranked.key, ranked.value, ranked.n,
+                                                                    ranked.key_n)), '[]')
   from (
-    select m.key, m.value, pg_catalog.count(*) as n
-    from {{schema}}.documents d, pg_catalog.jsonb_each(d.metadata) m
-    where (tenant is null or d.tenant_id = tenant or d.is_public)
-      and (pg_catalog.jsonb_typeof(m.value) in ('number', 'boolean')
-           or (pg_catalog.jsonb_typeof(m.value) = 'string'
-               and pg_catalog.length(m.value #>> '{}') <= max_chars))
-    group by m.key, m.value
-  ) counted
+    select counted.key, counted.value, counted.n,
+           pg_catalog.sum(counted.n) over (partition by counted.key) as key_n,
+           pg_catalog.row_number() over (partition by counted.key
+                                         order by counted.n desc, counted.value #>> '{}') as place
+    from (
+      select m.key, m.value, pg_catalog.count(*) as n
+      from {{schema}}.documents d, pg_catalog.jsonb_each(d.metadata) m
+      where (tenant is null or d.tenant_id = tenant or d.is_public)
+        and (pg_catalog.jsonb_typeof(m.value) in ('number', 'boolean')
+             or (pg_catalog.jsonb_typeof(m.value) = 'string'
+                 and pg_catalog.length(m.value #>> '{}') <= max_chars))
+      group by m.key, m.value
+    ) counted
+  ) ranked
+  where ranked.place <= max_values
 $$;
 
 create or replace function {{schema}}.store_stats(tenant text default null) returns jsonb
