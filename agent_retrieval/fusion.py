@@ -102,21 +102,15 @@ def fuse(
     k: int = 60,
     entities: Sequence[str] = (),
     boost: float = 0.0,
+    limit: int | None = None,
 ) -> list[Hit]:
-    """Merge the two ranked lists into one, best first, each hit carrying both paths' ranks and scores.
-    The keyword side's weight is scaled by `keyword_trust`.
+    """Merge the two ranked lists into one, best first, each hit carrying both paths' ranks and scores; the
+    best `limit` (default all). The keyword side's weight is scaled by `keyword_trust`.
 
     A hit of one list meets its own row in the other by (tenant, id): the same id may be two tenants' rows."""
-    merged: dict[tuple[str, str], Hit] = {}
-    for rank, hit in enumerate(vector_hits, start=1):
-        merged[hit.key] = replace(hit, vector_rank=rank)
-    for rank, hit in enumerate(keyword_hits, start=1):
-        merged[hit.key] = replace(
-            merged.get(hit.key, hit),
-            keyword_rank=rank,
-            keyword_score=hit.keyword_score,
-            keyword_coverage=hit.keyword_coverage,
-        )
+    vector_ranks = {hit.key: rank for rank, hit in enumerate(vector_hits, start=1)}
+    keyword_found = {hit.key: (rank, hit) for rank, hit in enumerate(keyword_hits, start=1)}
+    rows = {hit.key: hit for hit in keyword_hits} | {hit.key: hit for hit in vector_hits}
     weights = {"vector": vector_weight, "keyword": keyword_weight * keyword_trust(keyword_hits)}
     if mode == "rrf":
         scores = rrf(
@@ -133,8 +127,25 @@ def fuse(
     else:
         raise ValueError(f"fusion mode must be rrf or convex (got {mode!r})")
     if entities and boost:
-        for item, hit in merged.items():
+        for item, hit in rows.items():
             scores[item] *= 1.0 + boost * entity_matches(f"{hit.title}\n{hit.content}", entities)
     # ties: by id, then tenant, as the SQL hybrid functions order them
-    ranked = sorted(merged.values(), key=lambda h: (-scores[h.key], h.id, h.tenant))
-    return [replace(h, score=scores[h.key]) for h in ranked]
+    ranked = sorted(rows, key=lambda key: (-scores[key], rows[key].id, rows[key].tenant))[:limit]
+    # Each hit is built once, for the ones returned only: copying every candidate was most of a call's
+    # Python time.
+    return [_fused(rows[key], scores[key], vector_ranks.get(key), keyword_found.get(key)) for key in ranked]
+
+
+def _fused(row: Hit, score: float, vector_rank: int | None, keyword: tuple[int, Hit] | None) -> Hit:
+    """The row as fusion ranked it: its score, and each path's rank (and the keyword side's scores)."""
+    if keyword is None:
+        return replace(row, score=score, vector_rank=vector_rank)
+    rank, found = keyword
+    return replace(
+        row,
+        score=score,
+        vector_rank=vector_rank,
+        keyword_rank=rank,
+        keyword_score=found.keyword_score,
+        keyword_coverage=found.keyword_coverage,
+    )

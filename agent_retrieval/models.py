@@ -8,7 +8,7 @@ import json
 import math
 import re
 import unicodedata
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -177,9 +177,8 @@ class RetrievalResult:
     truncated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["hits"] = [h.to_dict() for h in self.hits]
-        return data
+        # the hits converted once, each by its own to_dict (asdict(self) would copy them all first)
+        return {**asdict(replace(self, hits=[])), "hits": [h.to_dict() for h in self.hits]}
 
 
 TopK = Annotated[int, Count(MAX_TOP_K)]

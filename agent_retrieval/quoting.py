@@ -45,10 +45,17 @@ def clean(text: str) -> str:
     """`text` with look-alikes normalised (NFKC, then '<' look-alikes) and invisible characters removed."""
     text = _NEWLINES.sub("\n", text)
     if text.isascii():
-        return "".join(c for c in text if not _invisible(c))
+        return _visible(text)
     # Invisible characters go before NFKC too: one between a letter and its accent would keep them apart.
-    text = unicodedata.normalize("NFKC", "".join(c for c in text if not _invisible(c)))
-    return "".join(c for c in text.translate(_LESS_THAN_LOOKALIKES) if not _invisible(c))
+    text = unicodedata.normalize("NFKC", _visible(text))
+    return _visible(text.translate(_LESS_THAN_LOOKALIKES))
+
+
+def _visible(text: str) -> str:
+    """`text` without its invisible characters. Each distinct character is judged once: a passage has a
+    few dozen, and judging each of its thousands of characters was most of formatting a tool's answer."""
+    hidden = [ord(char) for char in set(text) if _invisible(char)]
+    return text.translate(dict.fromkeys(hidden)) if hidden else text
 
 
 @functools.lru_cache(maxsize=8192)

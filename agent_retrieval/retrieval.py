@@ -299,12 +299,13 @@ class Retrieval:
             k=context.rrf_k,
             entities=entity_terms(request.query),
             boost=context.entity_boost,
+            limit=depth or request.top_k,
         )
         query_embedding = candidates.query_embedding
         return RetrievalResult(
             query=request.query,
             level=level,
-            hits=fused[: depth or request.top_k],
+            hits=fused,
             query_type=request.query_type,
             hyde=query_embedding.hyde if query_embedding else "off",
             hyde_cached=bool(query_embedding and query_embedding.cached),

@@ -57,6 +57,16 @@ def test_fuse_keeps_both_paths_ranks_and_orders_by_score():
     assert fused[0].score > fused[1].score > fused[2].score
 
 
+@pytest.mark.parametrize("mode", ["rrf", "convex"])
+def test_a_limit_returns_the_best_hits_as_fusing_everything_would(mode):
+    vector = [hit(f"v{n}", vector_similarity=1 - n / 50) for n in range(40)]
+    keyword = [hit(f"v{n}", keyword_score=40.0 - n) for n in range(0, 40, 3)]
+    keyword += [hit(f"k{n}", keyword_score=20.0 - n, keyword_coverage=0.5) for n in range(15)]
+    everything = fuse(vector, keyword, mode=mode)
+    assert len(everything) == 55
+    assert fuse(vector, keyword, mode=mode, limit=10) == everything[:10]
+
+
 def test_weights_move_the_order():
     vector, keyword = [hit("v")], [hit("k")]
     assert fuse(vector, keyword, vector_weight=2, keyword_weight=1)[0].id == "v"
