@@ -284,11 +284,11 @@ def heuristic_plan(request: str, facets: Facets | None = None) -> QueryPlan:
     protect the deposit?" -> "the landlord have to protect the deposit"), which is closer to how the
     answer is written; the question as asked stays first, since keyword search wants the user's words.
     With the store's `facets`, a `key:value` whose key no document carries stays part of the question, and
-    a number the question restricts by ("policies from 2024") filters on the one key tagged with it.
+    a year the question restricts by ("policies from 2024") filters on the one key tagged with it.
     """
     filters, text = _operators(request, facets)
     if facets is not None:
-        filters = _restricting_numbers(text, facets) | filters
+        filters = _restricting_years(text, facets) | filters
     parts = [p for p in (part.strip(" ,.") for part in _SPLIT.split(text)) if p]
     queries: list[PlannedQuery] = []
     strategy: SearchStrategy
@@ -357,15 +357,17 @@ def _operators(request: str, facets: Facets | None = None) -> tuple[dict[str, An
     return filters, " ".join(rest.split()) or request
 
 
-# "from 2024", "in 2023", "during 2021": a number the question restricts the documents by
-_RESTRICTING_NUMBER = re.compile(r"\b(?:in|from|during|since|for|of)\s+(\d{1,9})\b", re.IGNORECASE)
+# "from 2024", "in 2023", "during 2021": a year the question restricts the documents to. Only a year, and
+# only these words: "since 2020" is a range and "in 30 days" a duration, which an equality filter would
+# turn into the wrong restriction, hiding the answer.
+_RESTRICTING_YEAR = re.compile(r"\b(?:in|from|during)\s+((?:1[5-9]|2\d)\d\d)\b", re.IGNORECASE)
 
 
-def _restricting_numbers(text: str, facets: Facets) -> dict[str, Any]:
-    """Filters for the numbers the question restricts by, each on the one key whose values hold it (a
-    number two keys hold, or none, filters nothing)."""
+def _restricting_years(text: str, facets: Facets) -> dict[str, Any]:
+    """Filters for the years the question restricts by, each on the one key whose values hold it (a year
+    two keys hold, or none, filters nothing)."""
     filters: dict[str, Any] = {}
-    for number in _RESTRICTING_NUMBER.findall(text):
+    for number in _RESTRICTING_YEAR.findall(text):
         keys = [k for k, values in facets.items() if any(str(v) == number for v in values)]
         if len(keys) == 1 and keys[0] not in filters:
             filters[keys[0]] = next(v for v in facets[keys[0]] if str(v) == number)

@@ -201,6 +201,10 @@ def test_a_year_the_question_restricts_by_filters_only_when_documents_are_tagged
     assert heuristic_plan("policies from 2024 on remote work").filters == {}  # no store: words only
     two_keys = {"year": [2024], "edition": [2024]}  # which one is meant is a guess: filter on neither
     assert heuristic_plan("policies from 2024 on remote work", two_keys).filters == {}
+    # a range or a duration is no equality filter: "since 2020" is not year 2020, "in 30 days" not day 30
+    counts = {"year": [2020], "days": [30]}
+    assert heuristic_plan("policies since 2020", counts).filters == {}
+    assert heuristic_plan("refunds paid in 30 days", counts).filters == {}
 
 
 def test_an_operator_on_a_key_no_document_carries_stays_part_of_the_question():
