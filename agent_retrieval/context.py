@@ -153,11 +153,16 @@ class RunSettings:
         3,
         "Most documents a round of reading on adds after a plan's searches (multi-hop without a chat "
         "model): those the best passages name by title, or reach through a name beside the question's "
-        "words, placed after the question's own best three. Each hop max_hops leaves reads on from what "
-        "the last one found; 0 turns it off.",
+        "words, placed after the question's own best three and added to the passages, never in place of "
+        "one. Each hop max_hops leaves reads on from what the last one found; 0 turns it off.",
         bounds=(0, 10),
     )
-    answer_chunks: int = setting(6, "Passages the answer is written from (and cites).", bounds=(1, 50))
+    answer_chunks: int = setting(
+        6,
+        "Passages the answer is written from (and cites); reading on (follow_links) adds the documents they "
+        "lead to beside them.",
+        bounds=(1, 50),
+    )
     chat_timeout_seconds: float = setting(
         60.0,
         "Timeout of a planner, answer or code-generation LLM call; "

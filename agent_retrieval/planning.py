@@ -462,7 +462,7 @@ async def run_plan(
         resolved,
     )
     if context.follow_links and hops < context.max_hops:
-        await _follow_links(run, retrieval, top_k, first_hop=hops)
+        await _follow_links(run, retrieval, first_hop=hops)
     if relax_filters and plan.filters and not (run.documents or run.chunks):
         relaxed = await run_plan(
             plan.model_copy(update={"filters": {}}), retrieval, top_k=top_k, llm=llm, relax_filters=False
@@ -507,12 +507,13 @@ BRIDGE_NAMES = 3  # names per source searched beside the question, each a query
 READING_ON = "documents the best hits lead to"  # the purpose of a reading-on hop's Search
 
 
-async def _follow_links(run: PlanRun, retrieval: Retrieval, top_k: int, *, first_hop: int) -> None:
+async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -> None:
     """Multi-hop without a chat model. Each round of the hops a plan left reads on from its best hits (then
     from what the round before found): to the documents they name by title, then to the best hit of the
     question searched with a name they introduce (links.py). What a round finds, at most `follow_links`
     documents, comes right after the hits it was read from, so the question's own best three stay first,
-    and leaves its place further down. Each round is recorded as a search and in the notes."""
+    and leaves its place further down. It is added to the plan's hits, never in place of one: a round makes
+    the list at most `follow_links` longer. Each round is recorded as a search and in the notes."""
     context, plan = retrieval.context, run.plan
     level: Level = "chunks" if run.chunks else "documents"
     question = min(plan.queries, key=lambda q: q.priority).text
@@ -529,7 +530,7 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, top_k: int, *, first
         if not found:
             return
         ahead |= {hit.document_id for hit in found}
-        placed = _placed_after(run.chunks or run.documents, found, sources, top_k)
+        placed = _placed_after(run.chunks or run.documents, found, sources)
         run.chunks, run.documents = (placed, run.documents) if level == "chunks" else (run.chunks, placed)
         run.searches.append(Search(question, level, READING_ON, hop, "ran", [h.id for h in found]))
         run.notes.append(f"hop {hop + 1}: read on to {len(found)} document(s) the best passages name")
@@ -590,15 +591,22 @@ async def _best_passages(documents: list[Hit], question: str, retrieval: Retriev
     return [best[i] for i in ids if i in best]
 
 
-def _placed_after(hits: list[Hit], found: list[Hit], sources: list[Hit], top_k: int) -> list[Hit]:
+def _placed_after(hits: list[Hit], found: list[Hit], sources: list[Hit]) -> list[Hit]:
     """`hits` with `found` right after the last of `sources` (at the end if none is there), scored as it,
-    and no longer further down; cut to top_k."""
-    moved = {hit.key for hit in found}
-    kept = [hit for hit in hits if hit.key not in moved]
+    and no longer further down. Nothing is cut: what reading on finds is added to the passages, and never
+    takes the place of one the plan's own searches found."""
+    listed = {hit.key: hit for hit in hits}
+    kept = [hit for hit in hits if hit.key not in {h.key for h in found}]
     at = max((n + 1 for n, hit in enumerate(kept) if hit.key in {s.key for s in sources}), default=len(kept))
     score = kept[at - 1].score if at else 0.0
-    read_on = [replace(hit, score=score, queries=[READING_ON]) for hit in found]
-    return (kept[:at] + read_on + kept[at:])[:top_k]
+    # a hit the plan's searches had found keeps saying so: reading on only moved it
+    read_on = [
+        replace(
+            hit, score=score, queries=[*(listed[hit.key].queries if hit.key in listed else []), READING_ON]
+        )
+        for hit in found
+    ]
+    return kept[:at] + read_on + kept[at:]
 
 
 def _unresolved_note(query: PlannedQuery, resolved: dict[str, str], max_hops: int) -> str:

@@ -11,13 +11,15 @@ hop count in each question's id (`2hop__...`, `3hop1__...`, `4hop2__...`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import defaultdict
 from pathlib import Path
 
 from agent_retrieval.context import Context
-from agent_retrieval.evaluation import all_gold, evaluate, load_beir, ndcg, read_run
+from agent_retrieval.evaluation import Dataset, all_gold, evaluate, load_beir, ndcg, read_run
 from agent_retrieval.ingest import ingest
+from agent_retrieval.planning import make_plan, run_plan
 from agent_retrieval.retrieval import Retrieval
 
 ROOT = Path(__file__).resolve().parent
@@ -33,6 +35,36 @@ PATHS = {
 
 # 5 and 10, and the passages the rag graph writes its answer from (answer_chunks)
 KS = sorted({5, Context().answer_chunks, 10})
+
+
+ANSWERED = "the rag graph's passages, as it answers"
+
+
+def graph_passages(dataset: Dataset, retrieval: Retrieval) -> dict:
+    """All-gold over the passages the rag graph answers from (its `answer_chunks`, and what reading on
+    adds to them), planned and run as the graph does, by hop count; with how many passages that was."""
+    facets = retrieval.store.metadata_values()
+
+    async def passages(question: str) -> list[str]:
+        planned = await make_plan(question, retrieval.context, None, facets=facets)
+        run = await run_plan(planned.plan, retrieval, top_k=retrieval.context.answer_chunks)
+        return list(dict.fromkeys(hit.document_id for hit in run.chunks))
+
+    found = {qid: asyncio.run(passages(dataset.queries[qid])) for qid in dataset.qrels}
+    groups: dict[str, list[str]] = defaultdict(list)
+    for qid in dataset.qrels:
+        groups[hops(qid)].append(qid)
+        groups["all"].append(qid)
+    return {
+        group: {
+            "questions": len(qids),
+            "all-gold": round(
+                100 * sum(all_gold(found[q], dataset.qrels[q], len(found[q])) for q in qids) / len(qids), 1
+            ),
+            "passages": round(sum(len(found[q]) for q in qids) / len(qids), 2),
+        }
+        for group, qids in sorted(groups.items())
+    }
 
 
 def hops(query_id: str) -> str:
@@ -72,6 +104,7 @@ def main(dataset_folder: Path = DATASET, results: Path = RESULTS) -> dict:
                             100 * sum(ndcg(run.get(q, []), dataset.qrels[q]) for q in qids) / len(qids), 2
                         ),
                     }
+        report[ANSWERED] = graph_passages(dataset, retrieval)
     (results / "musique.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(report, indent=2))
     return report
@@ -83,6 +116,7 @@ def plot(report: dict) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    report = {path: by_group for path, by_group in report.items() if path != ANSWERED}  # no k to cut at
     groups = [g for g in ("2", "3", "4", "all") if all(g in path for path in report.values())]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     width = 0.8 / len(report)

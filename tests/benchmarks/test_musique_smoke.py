@@ -37,4 +37,6 @@ def test_the_musique_harness_splits_by_hop_count_and_draws(tmp_path, monkeypatch
         assert {g: report[path][g]["questions"] for g in report[path]} == {"2": 1, "3": 1, "all": 2}
         # four paragraphs only: every supporting one is in the top 5 of every path
         assert report[path]["all"]["all-gold@5"] == 100.0, (path, report[path])
+    answered = report[musique.ANSWERED]["all"]
+    assert answered["questions"] == 2 and answered["all-gold"] == 100.0 and answered["passages"] >= 2
     assert musique.plot(report).exists()

@@ -143,7 +143,7 @@ def test_rag_streams_its_answer_as_studio_does_with_the_run_context(client, api)
         elif part.event == "values":
             values = part.data
         assert part.event != "error", part.data
-    assert len(values["hits"]) == 2
+    assert len([h for h in values["hits"] if h["queries"] != [READING_ON]]) == 2  # reading on adds others
     assert "".join(answer_tokens) == values["answer"] and cited(values["answer"]) == [values["hits"][0]["id"]]
     assert any(r.body.get("stream") for r in api.requests_to("chat/completions"))
 

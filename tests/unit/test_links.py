@@ -130,6 +130,9 @@ def test_a_document_read_on_to_moves_up_from_lower_down_and_is_listed_once():
     from agent_retrieval.planning import _placed_after
 
     hits = [Hit(f"{n}#0", "chunks", n, n, "", score=1 / (i + 1)) for i, n in enumerate("abcde")]
-    placed = _placed_after(hits, [hits[4]], hits[:3], top_k=10)
+    placed = _placed_after(hits, [hits[4]], hits[:3])
     assert [hit.id for hit in placed] == ["a#0", "b#0", "c#0", "e#0", "d#0"]
     assert placed[3].score == placed[2].score  # ranked as the hit it was read on from
+    # a document from elsewhere is added: none of the plan's own hits makes way for it
+    elsewhere = Hit("z#0", "chunks", "z", "z", "")
+    assert [hit.id for hit in _placed_after(hits, [elsewhere], hits[:3])][3:] == ["z#0", "d#0", "e#0"]
