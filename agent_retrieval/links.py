@@ -57,9 +57,10 @@ async def find_links(
     """The documents (keyword hits) the `sources` name by title, best source first. At most `max_lookups`
     names are looked up (not those the question holds: its own search found them), and no document
     returned is a source or in `exclude` (document ids)."""
+    named = {source.key: names(source.content) for source in sources}
     wanted: dict[str, Hit] = {}  # each name, with the best source naming it
     for source in sources:
-        for name in names(source.content):
+        for name in named[source.key]:
             if not holds(asked, name):
                 wanted.setdefault(name, source)
     lookups = list(wanted.items())[:max_lookups]
@@ -69,7 +70,7 @@ async def find_links(
     seen = set(exclude) | {s.document_id for s in sources}
     links: list[Hit] = []
     for (_, source), hits in zip(lookups, found, strict=True):
-        named_here = {name.lower() for name in names(source.content)}
+        named_here = {name.lower() for name in named[source.key]}
         for hit in hits:
             forms = title_forms(hit.title)
             # a whole name of the passage: "Green Day" is no link to "Green (album)"

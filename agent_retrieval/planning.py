@@ -595,9 +595,13 @@ def _placed_after(hits: list[Hit], found: list[Hit], sources: list[Hit]) -> list
     """`hits` with `found` right after the last of `sources` (at the end if none is there), scored as it,
     and no longer further down. Nothing is cut: what reading on finds is added to the passages, and never
     takes the place of one the plan's own searches found."""
-    listed = {hit.key: hit for hit in hits}
-    kept = [hit for hit in hits if hit.key not in {h.key for h in found}]
-    at = max((n + 1 for n, hit in enumerate(kept) if hit.key in {s.key for s in sources}), default=len(kept))
+    listed, moved, read_from = (
+        {hit.key: hit for hit in hits},
+        {h.key for h in found},
+        {s.key for s in sources},
+    )
+    kept = [hit for hit in hits if hit.key not in moved]
+    at = max((n + 1 for n, hit in enumerate(kept) if hit.key in read_from), default=len(kept))
     score = kept[at - 1].score if at else 0.0
     # a hit the plan's searches had found keeps saying so: reading on only moved it
     read_on = [
