@@ -464,7 +464,8 @@ class SQLiteStore(Store):
             scores = np.einsum("ij,j->i", vectors, query)
             top = np.argpartition(-scores, k - 1)[:k] if len(scores) > k else np.arange(len(scores))
             top = top[np.argsort(-scores[top], kind="stable")]
-            top = top[scores[top] >= min_similarity]
+            # compared in float64: a floor below float32's precision (1e-300) would otherwise round to 0.0
+            top = top[scores[top] >= np.float64(min_similarity)]
             return self._hits(
                 conn, level, {int(rowids[i]): float(scores[i]) for i in top}, "vector_similarity"
             )

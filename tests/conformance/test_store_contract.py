@@ -196,6 +196,12 @@ def test_vector_search_ranks_by_cosine_with_similarities(store: Store):
     assert ids(store.vector_search("chunks", axis(1), 10, min_similarity=0.5)) == ["fees#0", "fees#1"]
 
 
+def test_a_similarity_floor_below_the_scores_precision_still_holds(store: Store):
+    # 1e-300 is 0 in float32: a floor compared at the vectors' precision would let 0.0 through
+    hits = store.vector_search("chunks", axis(0, 0, 0, 1), 10, min_similarity=1e-300)
+    assert all(hit.vector_similarity >= 1e-300 for hit in hits)
+
+
 def test_filters_apply_inside_the_search_before_the_limit(store: Store):
     # the best vector match is a policy; filtered to property, k=1 must still return the property chunk
     assert ids(store.vector_search("chunks", axis(1), 1, filters={"category": "property"})) == ["banda#0"]
