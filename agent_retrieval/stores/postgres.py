@@ -239,9 +239,9 @@ class PostgresStore(RPCStore):
     @contextlib.contextmanager
     def initial_load(self) -> Iterator[None]:
         """Fill an empty store faster: every write in the block (`ingest`, `upsert`) joins one transaction,
-        in which the search indexes (HNSW and GIN) are dropped first and built once at the end, instead of
-        being kept up to date row by row. Building HNSW is quickest when the server's
-        maintenance_work_mem holds the graph (about 1 KB a vector of 384 dimensions).
+        in which the search indexes (HNSW, GIN and the keyword postings' btrees) are dropped first and built
+        once at the end, instead of being kept up to date row by row. Building HNSW is quickest when the
+        server's maintenance_work_mem holds the graph (about 1 KB a vector of 384 dimensions).
 
         For a first load only: refused unless the store holds no documents, and the tables are locked
         against other writers (readers wait) until the load commits. All or nothing: an error or Ctrl-C in
@@ -273,31 +273,64 @@ class PostgresStore(RPCStore):
                         "is for an empty store (use ingest to add to one)"
                     )
                 indexes = _search_indexes(conn, self.schema)
-                for name in indexes:
-                    conn.execute(sql.SQL("drop index {}.{}").format(schema, sql.Identifier(name)))
+                for drop, _ in indexes:
+                    conn.execute(drop)
                 self._loading = conn
                 try:
                     yield
                 finally:
                     self._loading = None
-                for definition in indexes.values():
-                    conn.execute(definition)
+                for _, make in indexes:
+                    conn.execute(make)
         except psycopg.Error as error:
             raise self._readable(_call_error(psycopg, error)) from None
         finally:
             conn.close()
 
 
-def _search_indexes(conn: Any, schema: str) -> dict[str, str]:
-    """The schema's HNSW and GIN indexes (vectors, full text, metadata), each with the statement that makes
-    it again: the costly ones to keep up to date row by row, and read by no write. The lookup indexes stay,
-    as the load itself reads through them (stored hashes, ids)."""
+def _search_indexes(conn: Any, schema: str) -> list[tuple[Any, Any]]:
+    """The schema's search indexes, each as (statement that drops it, statement that makes it again): HNSW
+    and GIN (vectors, full text, metadata) and the btrees of the keyword postings (`*_terms`, the primary
+    key as a constraint). They are the costly ones to keep up to date row by row, and no write of a load
+    reads them; the lookup indexes stay, as the load itself reads through them (ids, stored hashes), and so
+    do the per-term counts' keys, which the triggers' upserts need."""
+    from psycopg import sql
+
     rows = conn.execute(
-        "select indexname, indexdef from pg_catalog.pg_indexes "
-        "where schemaname = %s and indexdef ~ ' USING (hnsw|gin) '",
+        "select t.relname as table_name, i.relname as index_name, c.conname, "
+        "       pg_catalog.pg_get_indexdef(i.oid) as indexdef, "
+        "       pg_catalog.pg_get_constraintdef(c.oid) as condef "
+        "from pg_catalog.pg_index x "
+        "join pg_catalog.pg_class i on i.oid = x.indexrelid "
+        "join pg_catalog.pg_class t on t.oid = x.indrelid "
+        "join pg_catalog.pg_am a on a.oid = i.relam "
+        "left join pg_catalog.pg_constraint c on c.conindid = i.oid and c.conrelid = t.oid "
+        "where t.relnamespace = %s::regnamespace "
+        "  and (a.amname in ('hnsw', 'gin') or t.relname in ('documents_terms', 'chunks_terms')) "
+        "order by i.relname",
         (schema,),
     ).fetchall()
-    return {row["indexname"]: row["indexdef"] for row in rows}
+    found: list[tuple[Any, Any]] = []
+    for row in rows:
+        table = sql.Identifier(schema, row["table_name"])
+        if row["conname"]:  # a primary key goes and comes back as the table's constraint
+            name = sql.Identifier(row["conname"])
+            found.append(
+                (
+                    sql.SQL("alter table {} drop constraint {}").format(table, name),
+                    sql.SQL("alter table {} add constraint {} {}").format(
+                        table, name, sql.SQL(row["condef"])
+                    ),
+                )
+            )
+        else:
+            found.append(
+                (
+                    sql.SQL("drop index {}").format(sql.Identifier(schema, row["index_name"])),
+                    sql.SQL(row["indexdef"]),
+                )
+            )
+    return found
 
 
 def _register_vector(conn: Any) -> None:

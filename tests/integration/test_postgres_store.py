@@ -316,10 +316,13 @@ def test_an_initial_load_drops_the_search_indexes_and_builds_them_at_the_end(pos
     store = PostgresStore(postgres.dsn, schema=schema)
     store.init(4)
 
-    # Search indexes by access method: not through pg_indexes, whose definitions wait for the load's locks.
+    # Search indexes by access method and table: not through pg_indexes, whose definitions wait for the
+    # load's locks.
     query = (
-        "select c.relname from pg_class c join pg_am a on a.oid = c.relam "
-        "where c.relnamespace = %s::regnamespace and a.amname in ('hnsw', 'gin')"
+        "select i.relname from pg_index x join pg_class i on i.oid = x.indexrelid "
+        "join pg_class t on t.oid = x.indrelid join pg_am a on a.oid = i.relam "
+        "where i.relnamespace = %s::regnamespace "
+        "and (a.amname in ('hnsw', 'gin') or t.relname like '%%\\_terms')"
     )
 
     def search_indexes(conn=None) -> set[str]:
@@ -327,7 +330,13 @@ def test_an_initial_load_drops_the_search_indexes_and_builds_them_at_the_end(pos
         return {row["relname"] if isinstance(row, dict) else row[0] for row in rows}
 
     before = search_indexes()
-    assert {"chunks_embedding", "chunks_tsv", "documents_metadata"} <= before
+    assert {
+        "chunks_embedding",
+        "chunks_tsv",
+        "documents_metadata",
+        "chunks_terms_pkey",
+        "chunks_terms_row_id",
+    } <= before
     docs = [Document(f"d{n}", "", f"deposit clause {n}", content_hash=str(n)) for n in range(30)]
     chunks = [
         Chunk(f"d{n}#0", f"d{n}", 0, d.content, "", {}, embedding=np.eye(4, dtype=np.float32)[n % 4])
@@ -337,8 +346,19 @@ def test_an_initial_load_drops_the_search_indexes_and_builds_them_at_the_end(pos
         assert search_indexes(store._loading) == set()  # dropped, as the load itself sees them
         store.upsert(docs[:15], chunks[:15], "test/axes")
         store.upsert(docs[15:], chunks[15:], "test/axes")
+        store.upsert(docs[:2], chunks[:2], "test/axes")  # written again: replaced without the row_id index
         assert store.stats().chunks == 30  # the load reads its own writes
-    assert search_indexes() == before  # built again
+    assert search_indexes() == before  # built again, the postings' primary key as a constraint again
+    constraints = postgres.execute(
+        "select conname from pg_constraint where conrelid = %s::regclass and contype = 'p'",
+        (f"{schema}.chunks_terms",),
+    )
+    assert constraints == [("chunks_terms_pkey",)]
+    # the postings and their counts hold the 30 rows once each, the replaced ones' old postings gone
+    assert postgres.execute(
+        f"select count(distinct row_id), "
+        f"(select sum(rows) from {schema}.chunks_term_stats where term = 'claus') from {schema}.chunks_terms"
+    ) == [(30, 30)]
     assert [h.id for h in store.keyword_search("chunks", "clause 7", 1)] == ["d7#0"]
     assert len(store.vector_search("chunks", np.eye(4, dtype=np.float32)[1], 30)) == 30
 
