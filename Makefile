@@ -10,15 +10,20 @@ POSTGREST := .cache/postgrest/postgrest
 
 # Two stages, so `make demo` installs only what the demo needs (CPU torch and the local-model extra, with pip's
 # progress shown) and `make test`/`make lint` add the rest. CPU torch first, from PyTorch's CPU index (on
-# Linux, PyPI's torch is the CUDA build, gigabytes more); where that index cannot be reached, pip says so and
-# falls back to the other indexes, and macOS wheels are CPU builds either way.
-TORCH := torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu
+# Linux, PyPI's torch is the CUDA build, gigabytes more); where that index cannot be reached, it is left out
+# and torch comes from the other indexes (asking pip to try it costs minutes of retries for every package),
+# and macOS wheels are CPU builds either way.
+TORCH := torch==2.13.0
+TORCH_INDEX := https://download.pytorch.org/whl/cpu
+REACHABLE := import socket; socket.create_connection(("download.pytorch.org", 443), timeout=5).close()
 DEMO_STAMP := $(VENV)/.installed-demo
 
 $(DEMO_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	@echo "== 1/2 CPU PyTorch (about 200 MB; downloads once) =="
-	$(BIN)/pip install --progress-bar on $(TORCH)
+	@if $(PYTHON) -c '$(REACHABLE)' 2>/dev/null; then index="--extra-index-url $(TORCH_INDEX)"; \
+	else index=""; echo "PyTorch's CPU index cannot be reached: torch comes from the other indexes"; fi; \
+	set -x; $(BIN)/pip install --progress-bar on $(TORCH) $$index
 	@echo "== 2/2 agent-retrieval with the offline embedder =="
 	$(BIN)/pip install --progress-bar on -e ".[local]"
 	touch $@
