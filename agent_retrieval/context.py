@@ -37,6 +37,9 @@ _CONFIGURED_TOGETHER = (
 )
 
 
+STORE_CACHE_MB = 1024  # the embedded store's default budget for what it keeps between runs
+
+
 def setting(
     default: Any,
     description: str,
@@ -221,6 +224,14 @@ class Context(RunSettings):
         "A signed-in user's access token (JWT): searches see only what "
         "row-level security lets this user read.",
         secret=True,
+    )
+    store_cache_mb: int = setting(
+        STORE_CACHE_MB,
+        "Memory (MB) the embedded store keeps between runs of one process for the files it searched: their "
+        "vectors (1.5 KB a chunk with the local embedder) and keyword statistics, read once per write "
+        "instead of once per run; the least recently opened file goes first. 0 keeps nothing between runs.",
+        env="AGENT_RETRIEVAL_STORE_CACHE_MB",
+        bounds=(0, 1_000_000),
     )
     db_schema: str = setting(
         "agent_retrieval",

@@ -223,7 +223,8 @@ def sqlite_digest(path: Path) -> tuple[int, int, str]:
     with _connect(path) as conn:
         counts = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("documents", "chunks")]
         queries = [
-            "SELECT key, value FROM store_info WHERE key != 'generation' ORDER BY key",
+            # the write count and the file's own random id say nothing of what it holds
+            "SELECT key, value FROM store_info WHERE key NOT IN ('generation', 'store_id') ORDER BY key",
             (
                 "SELECT id, title, content, metadata, source, content_hash, text_hash, embedding, "
                 "embedding_model FROM documents ORDER BY id"

@@ -41,7 +41,7 @@ def open_store(context: Context) -> Store:
             timeout=context.request_timeout_seconds,
             user_token=context.supabase_user_token or None,
         )
-    return SQLiteStore(sqlite_path(context), tenant=context.tenant_id)
+    return SQLiteStore(sqlite_path(context), tenant=context.tenant_id, cache_mb=context.store_cache_mb)
 
 
 def sqlite_path(context: Context) -> Path:

@@ -3,6 +3,8 @@
 Vectors are stored as float32 blobs. Searches read them into one matrix per level, kept in memory
 and reloaded only when a write bumps the store's generation; a matrix-vector product over 100K
 MiniLM vectors takes a few milliseconds and needs no SQLite extension, so it works on any CPython.
+The matrices (and the keyword statistics and metadata counts) are shared by every store of the process
+open on the same file, so a server that opens a store per run reads them once, not every run.
 WAL mode lets several readers work beside one writer; each thread has its own connection.
 """
 
@@ -14,13 +16,15 @@ import math
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agent_retrieval.context import STORE_CACHE_MB
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
 from agent_retrieval.stores.base import (
@@ -65,16 +69,68 @@ class _Matrix:
     vectors: np.ndarray
 
 
+@dataclass
+class _FileCache:
+    """What searches keep of one store file until its next write, each entry with the generation it was
+    read at: the vectors, the words' row counts (keyword idf) and the metadata counts."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one thread reloads; the rest reuse it
+    matrices: dict[Level, _Matrix] = field(default_factory=dict)
+    # generation, rows, each word's row count
+    frequencies: dict[Level, tuple[int, int, dict[str, int]]] = field(default_factory=dict)
+    metadata: tuple[int, int, list[MetadataCount]] | None = None  # generation, max_values, counts
+
+    @property
+    def nbytes(self) -> int:
+        return sum(m.vectors.nbytes + m.rowids.nbytes for m in tuple(self.matrices.values()))
+
+
+class _FileCaches:
+    """The caches of the store files this process has searched, shared by all its stores on a file (a
+    server opens one per run: reading 100K vectors again would cost it half a second a run), the least
+    recently opened dropped beyond a budget in bytes. A file is known by its path and the random id in its
+    store_info, so a file made again at the same path, or a copy at another, never reads another's cache."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: OrderedDict[tuple[str, str], _FileCache] = OrderedDict()
+
+    def of(self, path: Path, store_id: str | None, budget: int) -> _FileCache:
+        """The file's shared cache; a cache of its own for a store with no budget, or for a file no
+        migration could give an id (read-only)."""
+        if store_id is None or budget <= 0:
+            return _FileCache()
+        key = (str(path.resolve()), store_id)
+        with self._lock:
+            cache = self._files.setdefault(key, _FileCache())
+            self._files.move_to_end(key)
+            return cache
+
+    def trim(self, budget: int) -> None:
+        """Drop the least recently opened files' caches until the rest fit in `budget` bytes (a store
+        keeps using the cache it holds: only later stores on that file read it again)."""
+        with self._lock:
+            total = sum(cache.nbytes for cache in self._files.values())
+            while self._files and total > budget:
+                total -= self._files.popitem(last=False)[1].nbytes
+
+
+_FILE_CACHES = _FileCaches()
+
+
 class SQLiteStore(Store):
     """The embedded store in one SQLite file (created, and migrated, on open).
 
     A file holds one tenant's rows (`tenant` names it in every hit; open_store gives each tenant a file of
-    its own), so it has no public rows: publishing needs a store tenants share.
+    its own), so it has no public rows: publishing needs a store tenants share. `cache_mb` bounds what the
+    process keeps, between stores, of the files it searched (`store_cache_mb`).
     """
 
     backend = "sqlite"
 
-    def __init__(self, path: str | Path, *, tenant: str = "", timeout: float = 10.0):
+    def __init__(
+        self, path: str | Path, *, tenant: str = "", timeout: float = 10.0, cache_mb: int = STORE_CACHE_MB
+    ):
         if str(path) in ("", ":memory:") or str(path).startswith("file:"):
             raise InvalidRequest("the SQLite store needs a file path (each thread opens its own connection)")
         self.path = Path(path).expanduser()
@@ -84,17 +140,15 @@ class SQLiteStore(Store):
         self._connections: list[sqlite3.Connection] = []
         self._guard_lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._matrices: dict[Level, _Matrix] = {}
-        self._frequencies: dict[
-            Level, tuple[int, int, dict[str, int]]
-        ] = {}  # (generation, rows, term counts)
-        self._metadata: tuple[int, int, list[MetadataCount]] | None = None  # generation, max_values, counts
+        self._cache_bytes = int(cache_mb * 2**20)
         self._closed = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise StoreError(f"cannot create the folder of {self.path}: {error.strerror}") from None
         self._migrate()
+        with self._read() as conn:
+            self._cache = _FILE_CACHES.of(self.path, self._info(conn).get("store_id"), self._cache_bytes)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -247,9 +301,7 @@ class SQLiteStore(Store):
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
-        self._matrices.clear()
-        self._frequencies.clear()
-        self._metadata = None
+        self._cache = _FileCache()  # what the file's other stores share stays theirs
 
     # --- what the vectors are --------------------------------------------------------------------
     def _info(self, conn: sqlite3.Connection) -> dict[str, str]:
@@ -418,11 +470,12 @@ class SQLiteStore(Store):
         generation, model = int(info["generation"]), info.get("embedding_model")
         if model is None:
             return None
-        current = self._matrices.get(level)
+        cache = self._cache
+        current = cache.matrices.get(level)
         if current is not None and current.generation == generation:
             return current
-        with self._guard_lock:  # one thread reloads; the rest reuse its result
-            current = self._matrices.get(level)
+        with cache.lock:  # one thread reloads; the rest reuse its result
+            current = cache.matrices.get(level)
             if current is not None and current.generation == generation:
                 return current
             rows = conn.execute(
@@ -432,8 +485,9 @@ class SQLiteStore(Store):
             dim = int(info["dimension"])
             rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dim)
-            current = self._matrices[level] = _Matrix(generation, model, rowids, vectors)
-            return current
+            current = cache.matrices[level] = _Matrix(generation, model, rowids, vectors)
+        _FILE_CACHES.trim(self._cache_bytes)
+        return current
 
     def _vector_search(self, search: VectorSearch) -> list[Hit]:
         level, query, k, filters, document_ids, min_similarity = search
@@ -522,10 +576,10 @@ class SQLiteStore(Store):
     def _idf(self, conn: sqlite3.Connection, level: Level, terms: list[str]) -> dict[str, float]:
         """FTS5's bm25 idf of each term (0 for a term in no row); frequencies are cached per write."""
         generation = int(self._info(conn)["generation"])
-        cache = self._frequencies.get(level)
+        cache = self._cache.frequencies.get(level)
         if cache is None or cache[0] != generation:
             rows = conn.execute(f"SELECT count(*) FROM {_TABLE[level]}").fetchone()[0]
-            cache = self._frequencies[level] = (generation, rows, {})
+            cache = self._cache.frequencies[level] = (generation, rows, {})
         _, rows, frequencies = cache
         if len(frequencies) > IDF_CACHE_TERMS:
             frequencies.clear()
@@ -587,7 +641,7 @@ class SQLiteStore(Store):
         """Counted once per write: a planner asks every run, and counting 100K documents takes a second."""
         with self._read() as conn:
             generation = int(self._info(conn)["generation"])
-            cached = self._metadata
+            cached = self._cache.metadata
             if cached is not None and cached[:2] == (generation, max_values):
                 return cached[2]
             rows = conn.execute(
@@ -606,7 +660,7 @@ class SQLiteStore(Store):
             (key, bool(atom) if kind in ("true", "false") else atom, n, key_n)
             for key, kind, atom, n, key_n in rows
         ]
-        self._metadata = (generation, max_values, counts)
+        self._cache.metadata = (generation, max_values, counts)
         return counts
 
     def stats(self) -> StoreStats:

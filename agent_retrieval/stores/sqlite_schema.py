@@ -99,6 +99,9 @@ MIGRATIONS: list[list[str]] = [
             VALUES (new.rowid, new.heading_path, new.content); END""",
     ],
     _every_row_column("documents", "title") + _every_row_column("chunks", "heading_path"),
+    # A random id per file: with its path it names the file for the search caches the process shares
+    # (sqlite.py), so a file made again at the same path never reads the old one's cache.
+    ["INSERT OR IGNORE INTO store_info VALUES ('store_id', lower(hex(randomblob(16))))"],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -222,3 +222,72 @@ def test_ingest_public_on_the_embedded_store_is_refused_before_embedding_anythin
                 [Document("notice", "Notice", "Opening hours")], store, embedder, progress=False, public=True
             )
         assert embeddings.document_calls == 0 and store.stats().documents == 0
+
+
+def axis(n: int) -> np.ndarray:
+    return np.eye(4, dtype=np.float32)[n]
+
+
+def write(store: SQLiteStore, doc_id: str, vector: np.ndarray) -> None:
+    doc = Document(doc_id, doc_id, f"{doc_id} text", content_hash=doc_id)
+    store.upsert([doc], [Chunk(f"{doc_id}#0", doc_id, 0, doc.content, "", {}, embedding=vector)], "test/axes")
+
+
+def test_stores_open_on_one_file_share_what_searches_read_until_the_next_write(tmp_path):
+    """A server opens a store per run: the second one reuses the vectors the first read."""
+    first = SQLiteStore(tmp_path / "shared.db")
+    write(first, "a", axis(0))
+    assert [h.id for h in first.vector_search("chunks", axis(0), 1)] == ["a#0"]
+    matrix = first._cache.matrices["chunks"]
+
+    second = SQLiteStore(tmp_path / "shared.db")
+    assert [h.id for h in second.vector_search("chunks", axis(0), 1)] == ["a#0"]
+    assert second._cache.matrices["chunks"] is matrix  # not read again
+
+    write(second, "b", axis(1))  # a write through either is seen by both
+    assert [h.id for h in first.vector_search("chunks", axis(1), 1)] == ["b#0"]
+    assert second._cache.matrices["chunks"] is not matrix
+    first.close()  # and closing one leaves the other searching
+    assert [h.id for h in second.vector_search("chunks", axis(1), 1)] == ["b#0"]
+
+
+def test_a_file_made_again_at_the_same_path_never_reads_the_old_ones_cache(tmp_path):
+    path = tmp_path / "again.db"
+    old = SQLiteStore(path)
+    write(old, "a", axis(0))
+    old.vector_search("chunks", axis(0), 1)  # cached at the generation this write left
+    old.close()
+    for leftover in tmp_path.glob("again.db*"):
+        leftover.unlink()
+
+    new = SQLiteStore(path)
+    write(new, "a", axis(1))  # same id, same rowid, same number of writes: only the vector differs
+    [hit] = new.vector_search("chunks", axis(1), 1)
+    assert hit.vector_similarity == pytest.approx(1.0)  # the old matrix would score it 0
+
+
+def test_a_store_with_no_cache_budget_neither_keeps_nor_takes_what_others_read(tmp_path):
+    first = SQLiteStore(tmp_path / "budget.db", cache_mb=0)
+    write(first, "a", axis(0))
+    assert [h.id for h in first.vector_search("chunks", axis(0), 1)] == ["a#0"]
+    second = SQLiteStore(tmp_path / "budget.db", cache_mb=0)
+    assert second._cache is not first._cache and not second._cache.matrices
+    assert [h.id for h in second.vector_search("chunks", axis(0), 1)] == ["a#0"]
+    warm = SQLiteStore(tmp_path / "budget.db")  # a store with a budget keeps the file's vectors
+    warm.vector_search("chunks", axis(0), 1)
+    assert SQLiteStore(tmp_path / "budget.db", cache_mb=0)._cache is not warm._cache
+
+
+def test_what_is_kept_between_stores_fits_the_budget(tmp_path):
+    big = SQLiteStore(tmp_path / "big.db", cache_mb=1)
+    vectors = np.random.default_rng(0).standard_normal((300, 1024)).astype(np.float32)  # 1.2 MB
+    docs = [Document(f"d{n}", "", f"text {n}", content_hash=str(n)) for n in range(300)]
+    chunks = [Chunk(f"d{n}#0", f"d{n}", 0, f"text {n}", "", {}, embedding=vectors[n]) for n in range(300)]
+    big.upsert(docs, chunks, "test/random")
+    assert len(big.vector_search("chunks", vectors[7], 5)) == 5
+    assert SQLiteStore(tmp_path / "big.db", cache_mb=1)._cache is not big._cache  # over the budget: dropped
+
+    small = SQLiteStore(tmp_path / "small.db", cache_mb=1)
+    write(small, "a", axis(0))
+    small.vector_search("chunks", axis(0), 1)
+    assert SQLiteStore(tmp_path / "small.db", cache_mb=1)._cache is small._cache  # within it: kept
