@@ -32,6 +32,7 @@ from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import Chunk, ChunkSearchRequest, Document, parse_request
 from agent_retrieval.retrieval import Retrieval
 from agent_retrieval.stores import SQLiteStore
+from agent_retrieval.stores.sqlite import release_file_caches
 from agent_retrieval.tools import ChunkRetrieverTool, format_result
 
 ROOT = Path(__file__).resolve().parent
@@ -211,6 +212,7 @@ def main() -> None:
         with SQLiteStore(path) as store:
             chunks = store.stats().chunks
         row = measure(path, base, texts)
+        release_file_caches()  # the next size's peak memory holds no vectors of this one
         # peak memory of the process so far: sizes run smallest first, so each row is that size's peak
         row["chunks"], row["peak_rss_mb"] = (
             chunks,
