@@ -7,7 +7,7 @@ import contextlib
 import re
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent_retrieval.errors import ConfigError, InvalidRequest
@@ -39,12 +39,29 @@ def _psycopg() -> Any:
 _LOGIN_REFUSED = re.compile(r"FATAL:\s*(.*(?:authentication failed|no pg_hba\.conf entry).*)")
 
 
+@dataclass
+class _SharedPool:
+    """One connection pool for every PostgresStore of the process with the same DSN, timeout and pool size.
+    A LangGraph server makes a store per run: with a pool each, 40 concurrent runs took all 100 of the
+    server's connections. Opened on first use; closed when the last store using it closes."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pool: Any = None
+    stores: int = 0  # stores using it, not closed
+    lent: int = 0  # connections lent to calls now: tells a busy pool from one that lends nothing
+
+
+_POOLS: dict[tuple[str, float, int], _SharedPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
 class PostgresStore(RPCStore):
     """Documents and chunks in Postgres + pgvector, reached by DSN.
 
     Run `init(dimension)` (or `agent-retrieval db init`) once to create the schema. Connections come
-    from a pool opened on first use; async calls run the same pool in worker threads, so they never
-    block the event loop and work from any loop.
+    from a pool opened on first use and shared by the process's stores of the same DSN, timeout and
+    `pool_size` (at most `pool_size` connections for all of them); async calls run the same pool in
+    worker threads, so they never block the event loop and work from any loop.
     """
 
     backend = "postgres"
@@ -79,9 +96,10 @@ class PostgresStore(RPCStore):
         self.dsn = dsn
         protect(self._conninfo.get("password", ""))  # never in a log or an error, psycopg's included
         self.pool_size = pool_size
-        self._pool: Any = None
-        self._lock = threading.Lock()
-        self._lent = 0  # connections lent to calls now: tells a busy pool from one that lends nothing
+        with _POOLS_LOCK:
+            self._shared = _POOLS.setdefault((dsn, self.timeout, pool_size), _SharedPool())
+        self._using = False  # whether this store counts among its shared pool's users
+        self._use_pool()
         self._loading: Any = None  # the connection of an initial load, while one runs (initial_load)
 
     def __repr__(self) -> str:
@@ -97,18 +115,32 @@ class PostgresStore(RPCStore):
     # --- connections -------------------------------------------------------------------------------
     def _connect_options(self) -> dict[str, Any]:
         # The statement timeout bounds every call on the server side; the pool bounds waiting for a slot.
-        return {"options": f"-c statement_timeout={int(self.timeout * 1000)}", "connect_timeout": 10}
+        # The application name (unless the DSN gives one) tells an operator our connections apart.
+        return {
+            "options": f"-c statement_timeout={int(self.timeout * 1000)}",
+            "connect_timeout": 10,
+            "application_name": self._conninfo.get("application_name") or "agent-retrieval",
+        }
+
+    def _use_pool(self) -> None:
+        """Count this store among its pool's users (again, if it is used after `close`)."""
+        with self._shared.lock:
+            if not self._using:
+                self._using = True
+                self._shared.stores += 1
 
     def _open_pool(self) -> Any:
-        with self._lock:
-            if self._pool is None:
+        self._use_pool()
+        shared = self._shared
+        with shared.lock:
+            if shared.pool is None:
                 from psycopg.rows import dict_row
                 from psycopg_pool import ConnectionPool
 
                 # One direct connection first: an unreachable server fails now, with its own reason,
                 # instead of after the pool has waited out its timeout.
                 _psycopg().connect(self.dsn, **self._connect_options()).close()
-                self._pool = ConnectionPool(
+                shared.pool = ConnectionPool(
                     self.dsn,
                     min_size=1,
                     max_size=self.pool_size,
@@ -117,9 +149,9 @@ class PostgresStore(RPCStore):
                     configure=_register_vector,
                     check=self._check_connection,
                     timeout=self.timeout,
-                    name=f"agent-retrieval-{self.schema}",
+                    name="agent-retrieval",
                 )
-            return self._pool
+            return shared.pool
 
     def _check_connection(self, conn: Any) -> None:
         """The pool's test of an idle connection before lending it: after a server restart or a dropped
@@ -131,22 +163,28 @@ class PostgresStore(RPCStore):
         except Exception:
             # Its idle neighbours died with it: test them all now, in one pass, instead of one per lending
             # with the pool's growing pause (1 s, 2 s, 4 s ...) between them.
-            if self._pool is not None:
-                self._pool.check()
+            if (pool := self._shared.pool) is not None:
+                pool.check()
             raise
 
     def _discard_pool(self, pool: Any) -> None:
         """Close `pool` and let the next call open a new one (unless another call already has)."""
-        with self._lock:
-            if self._pool is pool:
-                self._pool = None
+        with self._shared.lock:
+            if self._shared.pool is pool:
+                self._shared.pool = None
         pool.close(timeout=0)  # calls still holding its connections finish; those waiting go to the new pool
 
     def close(self) -> None:
-        with self._lock:
-            if self._pool is not None:
-                self._pool.close()
-                self._pool = None
+        """Stop using the shared pool, and close it if no other store of the process uses it."""
+        shared, pool = self._shared, None
+        with shared.lock:
+            if self._using:
+                self._using = False
+                shared.stores -= 1
+                if shared.stores == 0:
+                    pool, shared.pool = shared.pool, None
+        if pool is not None:
+            pool.close()
 
     # --- calls ---------------------------------------------------------------------------------------
     def _send(self, function: str, params: dict[str, Any]) -> Any:
@@ -189,8 +227,8 @@ class PostgresStore(RPCStore):
         return rows if returns_rows(function) else rows[0]["value"]
 
     def _count_lent(self, change: int) -> None:
-        with self._lock:
-            self._lent += change
+        with self._shared.lock:
+            self._shared.lent += change
 
     def _pool_timeout(self, psycopg: Any, pool: Any) -> CallError:
         """Why the pool lent no connection within the timeout, and whether asking again can help."""
@@ -207,7 +245,7 @@ class PostgresStore(RPCStore):
                 failure=Failure.UNREACHABLE,
                 waited=True,
             )
-        if self._lent >= self.pool_size:
+        if self._shared.lent >= self.pool_size:
             return CallError(
                 "busy",
                 f"all {self.pool_size} connections of the pool stayed busy for "
@@ -234,7 +272,8 @@ class PostgresStore(RPCStore):
                 conn.execute(script)
         except psycopg.Error as error:
             raise self._readable(_call_error(psycopg, error)) from None
-        self.close()  # pooled connections cached type information from before the schema existed
+        if (pool := self._shared.pool) is not None:  # its connections knew the types of before the schema
+            self._discard_pool(pool)
 
     @contextlib.contextmanager
     def initial_load(self) -> Iterator[None]:

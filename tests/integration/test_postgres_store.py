@@ -4,6 +4,8 @@ vector search that still fills k, and clear errors for what goes wrong."""
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -273,6 +275,34 @@ def test_pruned_keyword_search_ranks_exactly_as_scoring_every_row(postgres, sche
         pruned_queries += len(terms) >= 3
     assert pruned_queries > 40  # most queries took the pruned path
     store.close()
+
+
+def test_the_stores_of_a_process_share_one_pool_per_dsn(postgres, schema):
+    """A LangGraph server makes a store per run: forty runs at once with a pool each took all 100 of the
+    server's connections. Every store on one DSN borrows from one pool, which closes with the last of them."""
+
+    def connections() -> int:
+        query = "select count(*) from pg_stat_activity where application_name = 'agent-retrieval'"
+        return postgres.execute(query)[0][0]
+
+    before = connections()  # other tests' stores may still hold theirs
+    stores = [PostgresStore(postgres.dsn, schema=schema, pool_size=3) for _ in range(20)]
+    stores[0].init(4)
+    doc = Document("lease", "Lease", "the tenancy deposit is protected", content_hash="h")
+    stores[0].upsert([doc], [Chunk("lease#0", "lease", 0, doc.content, "Lease", {})], "test/none")
+    with ThreadPoolExecutor(8) as workers:
+        found = list(workers.map(lambda s: s.keyword_search("chunks", "deposit", 3), stores * 3))
+    assert all([hit.id for hit in hits] == ["lease#0"] for hits in found)
+    assert 1 <= connections() - before <= 3
+    for store in stores[1:]:
+        store.close()
+    assert connections() > before  # still open for the store not closed
+    assert [hit.id for hit in stores[0].keyword_search("chunks", "deposit", 3)] == ["lease#0"]
+    stores[0].close()
+    deadline = time.monotonic() + 10
+    while connections() > before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert connections() <= before  # the last store closed the pool
 
 
 def test_term_counts_follow_every_write(postgres, schema):
