@@ -26,6 +26,19 @@ NAME = re.compile(rf"(?<![\w'’]){_WORD}(?:[ \t]+(?:{_JOIN}[ \t]+)*{_WORD})*")
 LOOKUP_DEPTH = 3  # documents read per name looked up: a title outranks prose that merely mentions it
 
 
+# A comparison names what it compares: "Which came first, Green or Blue?", "Were X and Y born in the same
+# town?" (two names joined by "or" at the end, or by "and" after an opening auxiliary verb).
+_COMPARED = rf"{NAME.pattern}\s*,?\s+or\s+(?:the\s+)?{NAME.pattern}\s*[?.]?\s*$"
+_PAIRED = rf"^(?i:is|are|was|were|do|does|did|has|have|had|can|could)\s+(?:the\s+)?{NAME.pattern}\s+and\s+"
+COMPARISON = re.compile(rf"{_COMPARED}|{_PAIRED}(?:the\s+)?{NAME.pattern}")
+
+
+def compares(question: str) -> bool:
+    """Whether the question compares things it names: every document it needs is one it names, so reading
+    on from them only adds documents it did not ask for."""
+    return COMPARISON.search(question.strip()) is not None
+
+
 def names(text: str) -> list[str]:
     """The distinct names in a text, in order of appearance."""
     return list(dict.fromkeys(m.group(0) for m in NAME.finditer(text)))

@@ -21,7 +21,7 @@ from agent_retrieval.answer import format_passages
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.fusion import rrf
-from agent_retrieval.links import bridge_names, find_links, holds
+from agent_retrieval.links import bridge_names, compares, find_links, holds
 from agent_retrieval.models import (
     MAX_TOP_K,
     ChunkSearchRequest,
@@ -513,10 +513,14 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
     question searched with a name they introduce (links.py). What a round finds, at most `follow_links`
     documents, comes right after the hits it was read from, so the question's own best three stay first,
     and leaves its place further down. It is added to the plan's hits, never in place of one: a round makes
-    the list at most `follow_links` longer. Each round is recorded as a search and in the notes."""
+    the list at most `follow_links` longer. Each round is recorded as a search and in the notes. A question
+    comparing what it names is not read on from: what it needs is what it names."""
     context, plan = retrieval.context, run.plan
     level: Level = "chunks" if run.chunks else "documents"
     question = min(plan.queries, key=lambda q: q.priority).text
+    if compares(question):
+        run.notes.append("no reading on: the question compares what it names, and its searches read those")
+        return
     asked = " ".join(q.text for q in plan.queries)
     sources = (run.chunks or run.documents)[:LINK_SOURCES]
     ahead = {hit.document_id for hit in sources}  # never read on to: the sources, and earlier rounds' finds

@@ -6,7 +6,7 @@ import pytest
 
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import ingest
-from agent_retrieval.links import bridge_names, find_links, names, title_forms
+from agent_retrieval.links import bridge_names, compares, find_links, names, title_forms
 from agent_retrieval.models import Document, Hit
 from agent_retrieval.planning import PlannedQuery, QueryPlan, run_plan
 from agent_retrieval.retrieval import Retrieval
@@ -105,6 +105,33 @@ async def test_a_name_that_is_no_title_is_searched_beside_the_question(chain):
     assert "exercise" in [hit.document_id for hit in run.chunks[3:]]
     # Maureen O'Hara was searched too, but nothing else holds her name: only what holds it is read on to
     assert run.searches[-1].hit_ids == ["exercise#0"]
+
+
+@pytest.mark.parametrize(
+    ("question", "comparison"),
+    [
+        ("Which magazine was started first, Arthur's Magazine or First for Women?", True),
+        ("Were Scott Derrickson and Ed Wood of the same nationality?", True),
+        ("Are the Laleli Mosque and Esma Sultan Mansion located in the same neighborhood?", True),
+        # multi-hop questions that only say "same" or "both", and choices that name nothing
+        ("What is the salary of a citizen of the same nationality as the author of Walden?", False),
+        ("Who has played for both West Ham and the team that Adam Hammill is on?", False),
+        ("Is the deposit protected or not?", False),
+        ("Should I pay the fee or the deposit first?", False),
+    ],
+)
+def test_a_comparison_is_a_question_joining_two_names(question, comparison):
+    assert compares(question) is comparison
+
+
+async def test_a_comparison_is_not_read_on_from(chain):
+    # Green's passage names Steve Hillage, whom a comparison of two albums never asked about
+    question = "Which album came first, Green or Blue?"
+    run = await ask(chain(), question)
+    assert "hillage" not in [hit.document_id for hit in run.chunks] and len(run.searches) == 1
+    assert any("compares what it names" in note for note in run.notes)
+    named = await ask(chain(), "Which album did Green follow?")  # the control: the same names, no comparison
+    assert "hillage" in [hit.document_id for hit in named.chunks]
 
 
 async def test_reading_on_keeps_to_the_plans_filters(chain):
