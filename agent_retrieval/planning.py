@@ -530,7 +530,11 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
         except AgentRetrievalError as error:
             run.notes.append(f"following links stopped: {error}")
             return
-        found = found[: context.follow_links]
+        # What the question's own searches ranked too comes first, best first: a document both read on to
+        # and found by the question is likelier needed, and moving it up pushes nothing out of the top k.
+        ranked = list(dict.fromkeys(hit.document_id for hit in run.chunks or run.documents))
+        place = {document_id: n for n, document_id in enumerate(ranked)}
+        found = sorted(found, key=lambda hit: place.get(hit.document_id, len(place)))[: context.follow_links]
         if not found:
             return
         ahead |= {hit.document_id for hit in found}

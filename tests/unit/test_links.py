@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from agent_retrieval.context import Context
@@ -132,6 +134,29 @@ async def test_a_comparison_is_not_read_on_from(chain):
     assert any("compares what it names" in note for note in run.notes)
     named = await ask(chain(), "Which album did Green follow?")  # the control: the same names, no comparison
     assert "hillage" in [hit.document_id for hit in named.chunks]
+
+
+async def test_what_the_question_found_too_is_read_on_to_first(tmp_path, embedder):
+    # Green's passage names Steve Hillage first and The Manor second; the question's own search found The
+    # Manor (fourth): with room for one, reading on moves it up rather than push in a document from outside
+    corpus = {
+        "green": ("Green (album)", "Green is an album by Steve Hillage, recorded at The Manor in 1978."),
+        "hillage": ("Steve Hillage", "Steve Hillage is an English guitarist."),
+        "manor": ("The Manor", "The Manor is a house in Oxfordshire; an album was once recorded there."),
+        "day": ("Green Day", "Green Day is a punk band from California."),
+        "blue": ("Blue (album)", "Blue is an album recorded by a performer live."),
+        "red": ("Red (album)", "Red is an album by a performer."),
+    }
+    context = Context(db_path=str(tmp_path / "order.db"), follow_links=1)
+    retrieval = Retrieval(context, embedder=embedder)
+    docs = [Document(i, title, text) for i, (title, text) in corpus.items()]
+    ingest(docs, retrieval.store, embedder, context, progress=False)
+    question = "Who is the performer of the album Green?"
+    alone = Retrieval(replace(context, follow_links=0), store=retrieval.store, embedder=embedder)
+    own = [hit.document_id for hit in (await ask(alone, question)).chunks]
+    assert own.index("manor") > 2 and "hillage" not in own
+    run = await ask(retrieval, question)
+    assert run.searches[-1].hit_ids == ["manor#0"] and "hillage" not in [h.document_id for h in run.chunks]
 
 
 async def test_reading_on_keeps_to_the_plans_filters(chain):
