@@ -4,6 +4,7 @@ functions of stores/sql/ (the same ones Supabase serves by RPC)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -53,6 +54,16 @@ class _SharedPool:
 
 _POOLS: dict[tuple[str, float, int], _SharedPool] = {}
 _POOLS_LOCK = threading.Lock()
+
+
+def _forget_pools() -> None:
+    """In a forked child: its parent's connections are not its own (two processes on one socket garble
+    both), so its stores open pools of their own. The lock is new too: another thread may have held it."""
+    global _POOLS, _POOLS_LOCK
+    _POOLS, _POOLS_LOCK = {}, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools)
 
 
 class PostgresStore(RPCStore):

@@ -4,6 +4,7 @@ vector search that still fills k, and clear errors for what goes wrong."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -303,6 +304,26 @@ def test_the_stores_of_a_process_share_one_pool_per_dsn(postgres, schema):
     while connections() > before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert connections() <= before  # the last store closed the pool
+
+
+def _search_in_a_new_store(dsn: str, schema: str) -> tuple[bool, list[str]]:
+    """In a forked child: whether a new store starts with no pool of its own yet, and what it finds."""
+    with PostgresStore(dsn, schema=schema) as store:
+        fresh = store._shared.pool is None
+        return fresh, [hit.id for hit in store.keyword_search("chunks", "deposit", 3)]
+
+
+def test_a_forked_process_never_borrows_its_parents_connections(postgres, schema):
+    # Two processes on one connection garble each other's replies: a worker forked from a server that had
+    # searched already opens its own pool.
+    with PostgresStore(postgres.dsn, schema=schema) as store:
+        store.init(4)
+        doc = Document("lease", "Lease", "the tenancy deposit is protected", content_hash="h")
+        store.upsert([doc], [Chunk("lease#0", "lease", 0, doc.content, "Lease", {})], "test/none")
+        assert store._shared.pool is not None  # the parent's pool is open
+        with multiprocessing.get_context("fork").Pool(1) as worker:
+            assert worker.apply(_search_in_a_new_store, (postgres.dsn, schema)) == (True, ["lease#0"])
+        assert [hit.id for hit in store.keyword_search("chunks", "deposit", 3)] == ["lease#0"]
 
 
 def test_term_counts_follow_every_write(postgres, schema):
