@@ -5,6 +5,7 @@ chunk_retriever share one HyDE call.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -86,6 +87,7 @@ class SearchResources:
         self.hyde_cache = SharedValues(context.hyde_cache_size)
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0  # the process that started the pool's threads
         self._noticed: set[str] = set()
 
     def __repr__(self) -> str:
@@ -95,10 +97,12 @@ class SearchResources:
     def search_pool(self) -> ThreadPoolExecutor:
         """The search threads, started on first use (async searches never need them)."""
         with self._lock:
-            if self._pool is None:
+            # A forked child inherits the pool but not its threads: work sent there would never run.
+            if self._pool is None or self._pool_pid != os.getpid():
                 self._pool = ThreadPoolExecutor(
                     max_workers=self.search_threads, thread_name_prefix="agent-retrieval-search"
                 )
+                self._pool_pid = os.getpid()
             return self._pool
 
     def first_notice(self, what: str) -> bool:

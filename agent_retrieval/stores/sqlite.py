@@ -116,6 +116,8 @@ class _FileCaches:
 
 
 _FILE_CACHES = _FileCaches()
+# Connections a forked child inherited and let go of: never used or closed there (see SQLiteStore.close)
+_PARENTS_CONNECTIONS: list[sqlite3.Connection] = []
 
 
 def release_file_caches() -> None:
@@ -143,7 +145,7 @@ class SQLiteStore(Store):
         self.tenant = tenant
         self.timeout = timeout
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: list[tuple[int, sqlite3.Connection]] = []  # each with the process that opened it
         self._guard_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._cache_bytes = int(cache_mb * 2**20)
@@ -162,14 +164,15 @@ class SQLiteStore(Store):
     # --- connections and transactions ------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
-        if conn is None:
+        # A forked child must not use its parent's connection: SQLite's locks are per process.
+        if conn is None or self._local.pid != os.getpid():
             if self._closed:
                 raise StoreError("the store is closed")
             with self._errors():
                 conn = self._open()
-            self._local.conn = conn
+            self._local.conn, self._local.pid = conn, os.getpid()
             with self._guard_lock:
-                self._connections.append(conn)
+                self._connections.append((os.getpid(), conn))
         return conn
 
     def _open(self) -> sqlite3.Connection:
@@ -304,8 +307,11 @@ class SQLiteStore(Store):
     def close(self) -> None:
         self._closed = True
         with self._guard_lock:
-            for conn in self._connections:
-                conn.close()
+            for pid, conn in self._connections:
+                if pid == os.getpid():
+                    conn.close()
+                else:  # a parent's, in a forked child: closing it here could act on the parent's locks
+                    _PARENTS_CONNECTIONS.append(conn)
             self._connections.clear()
         self._cache = _FileCache()  # what the file's other stores share stays theirs
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 
 from agent_retrieval.context import Context
 from agent_retrieval.models import ChunkSearchRequest, SearchRequest
@@ -26,6 +27,19 @@ def test_resources_take_their_sizes_from_the_context():
         assert resources.hyde_cache._values.maxsize == 5
     assert shared_resources(Context(search_threads=3)) is shared_resources(Context(search_threads=3))
     assert shared_resources(Context(search_threads=3)) is not shared_resources(Context(search_threads=4))
+
+
+def _search_threads_answer() -> int:
+    """What the process's shared search threads answer (a forked child finds the same object)."""
+    return shared_resources(Context(search_threads=2)).search_pool.submit(lambda: 7).result(timeout=5)
+
+
+def test_a_forked_process_starts_search_threads_of_its_own():
+    # A worker forked from a process that had searched inherits its pool, but not the threads behind it:
+    # sync searches sent there would wait until the tool's deadline, every time.
+    assert _search_threads_answer() == 7  # the parent's threads are running
+    with multiprocessing.get_context("fork").Pool(1) as worker:
+        assert worker.apply(_search_threads_answer) == 7
 
 
 def test_retrievals_made_per_run_share_the_default_resources_and_one_hyde_call(retrieval, chat):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 import sqlite3
 import threading
@@ -291,3 +292,28 @@ def test_what_is_kept_between_stores_fits_the_budget(tmp_path):
     write(small, "a", axis(0))
     small.vector_search("chunks", axis(0), 1)
     assert SQLiteStore(tmp_path / "small.db", cache_mb=1)._cache is small._cache  # within it: kept
+
+
+_FORKED: list[SQLiteStore] = []  # the store a forked child finds, as it was in its parent
+
+
+def _child_reads_through_its_own_connection() -> tuple[bool, list[str]]:
+    store = _FORKED[0]
+    inherited = store._local.conn
+    return store._conn() is not inherited, [hit.id for hit in store.keyword_search("chunks", "deposit", 3)]
+
+
+def test_a_forked_process_opens_its_own_connection_to_the_store(tmp_path):
+    # SQLite's locks belong to a process: a child writing or reading through its parent's connection could
+    # see half a write. A server that searched before forking its workers hands each a store to reuse.
+    store = SQLiteStore(tmp_path / "fork.db")
+    store.upsert(
+        [Document("lease", "Lease", "the deposit is protected", content_hash="h")],
+        [Chunk("lease#0", "lease", 0, "the deposit is protected", "Lease", text_hash="h")],
+        "test/none",
+    )
+    _FORKED[:] = [store]
+    with multiprocessing.get_context("fork").Pool(1) as worker:
+        assert worker.apply(_child_reads_through_its_own_connection) == (True, ["lease#0"])
+    assert [hit.id for hit in store.keyword_search("chunks", "deposit", 3)] == ["lease#0"]
+    store.close()
