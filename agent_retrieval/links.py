@@ -26,17 +26,28 @@ NAME = re.compile(rf"(?<![\w'’]){_WORD}(?:[ \t]+(?:{_JOIN}[ \t]+)*{_WORD})*")
 LOOKUP_DEPTH = 3  # documents read per name looked up: a title outranks prose that merely mentions it
 
 
-# A comparison names what it compares: "Which came first, Green or Blue?", "Were X and Y born in the same
-# town?" (two names joined by "or" at the end, or by "and" after an opening auxiliary verb).
-_COMPARED = rf"{NAME.pattern}\s*,?\s+or\s+(?:the\s+)?{NAME.pattern}\s*[?.]?\s*$"
-_PAIRED = rf"^(?i:is|are|was|were|do|does|did|has|have|had|can|could)\s+(?:the\s+)?{NAME.pattern}\s+and\s+"
-COMPARISON = re.compile(rf"{_COMPARED}|{_PAIRED}(?:the\s+)?{NAME.pattern}")
+_AUXILIARY = re.compile(r"(?:is|are|was|were|do|does|did|has|have|had|can|could)\s+(?:the\s+)?", re.I)
+_OR = re.compile(r"\s*,?\s+or\s+(?:the\s+)?")
+_AND = re.compile(r"\s+and\s+(?:the\s+)?")
 
 
 def compares(question: str) -> bool:
-    """Whether the question compares things it names: every document it needs is one it names, so reading
-    on from them only adds documents it did not ask for."""
-    return COMPARISON.search(question.strip()) is not None
+    """Whether the question compares things it names: two names joined by "or" at its end ("Which came
+    first, Green or Blue?"), or by "and" after an opening auxiliary verb ("Were X and Y born in the same
+    town?"). Every document it needs is one it names, so reading on from them adds only what it did not
+    ask for. Read in one pass of the names (a question may be thousands of characters)."""
+    text = question.strip().rstrip("?.").rstrip()
+    if opening := _AUXILIARY.match(text):
+        rest = text[opening.end() :]
+        first = NAME.match(rest)
+        if first and (joined := _AND.match(rest, first.end())) and NAME.match(rest, joined.end()):
+            return True
+    found = list(NAME.finditer(text))
+    return (
+        len(found) >= 2
+        and found[-1].end() == len(text)
+        and _OR.fullmatch(text, found[-2].end(), found[-1].start()) is not None
+    )
 
 
 def names(text: str) -> list[str]:
