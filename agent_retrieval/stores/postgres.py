@@ -57,8 +57,8 @@ _POOLS_LOCK = threading.Lock()
 
 
 def _forget_pools() -> None:
-    """In a forked child: its parent's connections are not its own (two processes on one socket garble
-    both), so its stores open pools of their own. The lock is new too: another thread may have held it."""
+    """In a forked child: its parent's connections are not its own, so its stores open pools of their own
+    (PostgresStore._shared). The lock is new too: another thread may have held it at the fork."""
     global _POOLS, _POOLS_LOCK
     _POOLS, _POOLS_LOCK = {}, threading.Lock()
 
@@ -107,8 +107,8 @@ class PostgresStore(RPCStore):
         self.dsn = dsn
         protect(self._conninfo.get("password", ""))  # never in a log or an error, psycopg's included
         self.pool_size = pool_size
-        with _POOLS_LOCK:
-            self._shared = _POOLS.setdefault((dsn, self.timeout, pool_size), _SharedPool())
+        self._pool_key = (dsn, self.timeout, pool_size)
+        self._shared_in: tuple[int, _SharedPool] | None = None  # (process, its shared pool), see _shared
         self._using = False  # whether this store counts among its shared pool's users
         self._use_pool()
         self._loading: Any = None  # the connection of an initial load, while one runs (initial_load)
@@ -124,6 +124,17 @@ class PostgresStore(RPCStore):
         return f"postgresql://{info.get('user') or ''}@{host}{port}/{info.get('dbname') or ''}#{self.schema}"
 
     # --- connections -------------------------------------------------------------------------------
+    @property
+    def _shared(self) -> _SharedPool:
+        """This process's pool for the store's DSN: in a forked child, the child's own (two processes on
+        one connection garble each other's replies), even for a store the parent made."""
+        pid = os.getpid()
+        if self._shared_in is None or self._shared_in[0] != pid:
+            with _POOLS_LOCK:
+                self._shared_in = (pid, _POOLS.setdefault(self._pool_key, _SharedPool()))
+            self._using = False  # not yet among this process's users of it
+        return self._shared_in[1]
+
     def _connect_options(self) -> dict[str, Any]:
         # The statement timeout bounds every call on the server side; the pool bounds waiting for a slot.
         # The application name (unless the DSN gives one) tells an operator our connections apart.

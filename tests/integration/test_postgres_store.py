@@ -306,23 +306,33 @@ def test_the_stores_of_a_process_share_one_pool_per_dsn(postgres, schema):
     assert connections() <= before  # the last store closed the pool
 
 
-def _search_in_a_new_store(dsn: str, schema: str) -> tuple[bool, list[str]]:
-    """In a forked child: whether a new store starts with no pool of its own yet, and what it finds."""
-    with PostgresStore(dsn, schema=schema) as store:
-        fresh = store._shared.pool is None
-        return fresh, [hit.id for hit in store.keyword_search("chunks", "deposit", 3)]
+_PARENTS: list[PostgresStore] = []  # the store a forked child finds, as it was in its parent
+
+
+def _search_in_a_forked_child(dsn: str, schema: str) -> list[tuple[bool, list[str]]]:
+    """Through the parent's store and a new one: whether each starts without a pool (the parent's is not
+    theirs), and what it finds."""
+
+    def search(store: PostgresStore) -> tuple[bool, list[str]]:
+        with store:
+            fresh = store._shared.pool is None
+            return fresh, [hit.id for hit in store.keyword_search("chunks", "deposit", 3)]
+
+    return [search(_PARENTS[0]), search(PostgresStore(dsn, schema=schema))]
 
 
 def test_a_forked_process_never_borrows_its_parents_connections(postgres, schema):
     # Two processes on one connection garble each other's replies: a worker forked from a server that had
-    # searched already opens its own pool.
+    # searched already opens its own pool, for the parent's store as for its own.
     with PostgresStore(postgres.dsn, schema=schema) as store:
         store.init(4)
         doc = Document("lease", "Lease", "the tenancy deposit is protected", content_hash="h")
         store.upsert([doc], [Chunk("lease#0", "lease", 0, doc.content, "Lease", {})], "test/none")
         assert store._shared.pool is not None  # the parent's pool is open
+        _PARENTS[:] = [store]
         with multiprocessing.get_context("fork").Pool(1) as worker:
-            assert worker.apply(_search_in_a_new_store, (postgres.dsn, schema)) == (True, ["lease#0"])
+            found = worker.apply(_search_in_a_forked_child, (postgres.dsn, schema))
+        assert found == [(True, ["lease#0"]), (True, ["lease#0"])]
         assert [hit.id for hit in store.keyword_search("chunks", "deposit", 3)] == ["lease#0"]
 
 
