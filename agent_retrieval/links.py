@@ -26,7 +26,7 @@ NAME = re.compile(rf"(?<![\w'’]){_WORD}(?:[ \t]+(?:{_JOIN}[ \t]+)*{_WORD})*")
 LOOKUP_DEPTH = 3  # documents read per name looked up: a title outranks prose that merely mentions it
 
 
-_AUXILIARY = re.compile(r"(?:is|are|was|were|do|does|did|has|have|had|can|could)\s+(?:the\s+)?", re.I)
+_YES_NO_OPENING = re.compile(r"(?:is|are|was|were|do|does|did|has|have|had|can|could)\s+(?:the\s+)?", re.I)
 _OR = re.compile(r"\s*,?\s+or\s+(?:the\s+)?")
 _AND = re.compile(r"\s+and\s+(?:the\s+)?")
 
@@ -37,7 +37,7 @@ def compares(question: str) -> bool:
     town?"). Every document it needs is one it names, so reading on from them adds only what it did not
     ask for. Read in one pass of the names (a question may be thousands of characters)."""
     text = question.strip().rstrip("?.").rstrip()
-    if opening := _AUXILIARY.match(text):
+    if opening := _YES_NO_OPENING.match(text):
         rest = text[opening.end() :]
         first = NAME.match(rest)
         if first and (joined := _AND.match(rest, first.end())) and NAME.match(rest, joined.end()):

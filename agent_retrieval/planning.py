@@ -532,7 +532,7 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
             return
         # What the question's own searches ranked too comes first, best first: a document both read on to
         # and found by the question is likelier needed, and moving it up pushes nothing out of the top k.
-        ranked = list(dict.fromkeys(hit.document_id for hit in run.chunks or run.documents))
+        ranked = dict.fromkeys(hit.document_id for hit in run.chunks or run.documents)
         place = {document_id: n for n, document_id in enumerate(ranked)}
         found = sorted(found, key=lambda hit: place.get(hit.document_id, len(place)))[: context.follow_links]
         if not found:
