@@ -1,4 +1,5 @@
-"""What the graphs' nodes work with: a Retrieval and a chat model, given once or made per run.
+"""What the graphs' nodes work with: a Retrieval and a chat model, given once or made per run; and the
+graphs' edge, where everything a node writes passes the redactor.
 
 A graph module builds its graph with `GraphParts()` at import, so nothing is created until a run starts;
 tests, notebooks and apps that already hold a store, embedder or model pass them in instead.
@@ -8,15 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AnyMessage, HumanMessage
+from langgraph.errors import GraphBubbleUp
+from langgraph.graph import StateGraph
 from langgraph.runtime import Runtime
+from pydantic import TypeAdapter, ValidationError
 
 from agent_retrieval.context import Context, RunSettings
+from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
 from agent_retrieval.llm import make_chat_model
+from agent_retrieval.models import explain
+from agent_retrieval.redaction import redact, redact_value
 from agent_retrieval.retrieval import Retrieval
 
 
@@ -29,10 +38,26 @@ def run_context(runtime: Runtime[RunSettings]) -> Context:
     """
     if isinstance(runtime.context, Context):
         return runtime.context
+    if runtime.server_info is None:  # code running the graph with run settings of its own
+        return Context().with_run(runtime.context)
     from agent_retrieval.auth import deployment_for
 
-    user = runtime.server_info.user if runtime.server_info is not None else None
-    return deployment_for(user).with_run(runtime.context)
+    return deployment_for(runtime.server_info.user).with_run(runtime.context)
+
+
+def read_state(name: str, value: Any, kind: Any) -> Any:
+    """A field of a thread's state as `kind` (a type pydantic validates), checked where a node uses it: on
+    a server a caller can write any field before any node. InvalidRequest names the field and the fault."""
+    try:
+        return _adapter(kind).validate_python(value)
+    except ValidationError as error:
+        problem = explain(error).removeprefix("Invalid arguments: ")
+        raise InvalidRequest(f"the thread's state holds an invalid {name}: {problem}"[:1000]) from None
+
+
+@functools.cache
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(kind)
 
 
 def last_question(messages: list[AnyMessage]) -> str:
@@ -67,3 +92,34 @@ class GraphParts:
             return self.chat_model
         # Building a client imports lazily and loads certificates: file reads, so not on the event loop.
         return await asyncio.to_thread(make_chat_model, context, timeout=context.chat_timeout_seconds)
+
+
+Node = Callable[..., Awaitable[dict[str, Any]]]
+
+
+class NodeFailed(AgentRetrievalError):
+    """A node's error whose message held a secret, re-raised with the secret masked."""
+
+
+def add_nodes(builder: StateGraph[Any, Any, Any, Any], *nodes: Node) -> None:
+    """Add each node under its function's name, with what it writes and the errors it raises passing the
+    redactor: a graph's one edge to state and output, whatever a provider's error message quoted."""
+    for node in nodes:
+        builder.add_node(node.__name__, _redacted(node))
+
+
+def _redacted(node: Node) -> Node:
+    @functools.wraps(node)  # LangGraph reads the node's signature (state type, runtime) through the wrapper
+    async def run(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            update = await node(*args, **kwargs)
+        except GraphBubbleUp:  # LangGraph's own control flow (interrupts, commands), not an error
+            raise
+        except Exception as error:
+            message = redact(str(error))
+            if message == str(error):
+                raise
+            raise NodeFailed(f"{type(error).__name__}: {message}") from None
+        return redact_value(update)
+
+    return run

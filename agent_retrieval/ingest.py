@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_text_splitters import MarkdownHeaderTextSplitter, RecursiveCharacterTextSplitter
+from pydantic import ValidationError
 
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
-from agent_retrieval.errors import EmbeddingError, InvalidRequest, StoreError
-from agent_retrieval.models import Chunk, Document, Level
+from agent_retrieval.errors import AgentRetrievalError, EmbeddingError, InvalidRequest, StoreError
+from agent_retrieval.models import Chunk, Document, IndexDocumentRequest, Level, explain
 from agent_retrieval.progress import bar as progress_bar
 from agent_retrieval.stores.base import Store, check_rows
 
@@ -188,9 +189,106 @@ def ingest(
     return report
 
 
-# Sources of documents a caller wrote (an agent's index_document, a run's pasted documents): such a writer may
-# replace what callers wrote before, never what the operator ingested or published.
+# Sources of documents a caller wrote (an agent's index_document, a run of the indexer graph): such a writer
+# may replace what callers wrote before, never what the operator ingested or published.
 REQUEST_SOURCES = ("index_document", "indexer")
+# What one tool call or indexer run may write: enough for a manual, not enough to hold a server's CPU for
+# minutes while other users wait.
+MAX_CALLER_DOCUMENTS = 100
+MAX_CALLER_CHARS = 2_000_000
+DOCUMENT_FIELDS = tuple(IndexDocumentRequest.model_fields)
+
+
+def ingest_for_caller(
+    items: Sequence[tuple[str, Any]],
+    store: Store,
+    embedder: Embedder,
+    context: Context,
+    *,
+    source: str,
+    on_batch: Callable[[IngestReport], None] | None = None,
+) -> IngestReport:
+    """The one way a caller's documents reach the store (index_document, the indexer graph, and whatever a
+    thread's state holds when the indexer reads it): untrusted, so checked here, where they are written.
+
+    Each item is (where, value): `where` names it in error lines ("documents[2]") and in its source
+    (`source` and `where`, one of REQUEST_SOURCES). A value must be an IndexDocumentRequest's fields (title,
+    content, optional metadata and id; no reserved metadata); it is written private, and never in place of
+    a document the operator ingested or published. Past MAX_CALLER_DOCUMENTS documents or MAX_CALLER_CHARS
+    characters the rest are refused. Each refused item is one line of the report's errors, in order,
+    before the ingest's own; the others are ingested. A store or embedder that stops the ingest adds a
+    last line ("ingest stopped: ..."), and what was written before it stays counted."""
+    if source.split(" ", 1)[0] not in REQUEST_SOURCES:
+        raise ValueError(f"a caller's documents are recorded under one of {REQUEST_SOURCES} (got {source!r})")
+    refused: list[str] = []
+    named: list[tuple[str, Document]] = []
+    characters = 0
+    for where, value in items:
+        if len(named) == MAX_CALLER_DOCUMENTS:
+            refused.append(
+                _line(where, f"not written: one run writes at most {MAX_CALLER_DOCUMENTS} documents")
+            )
+            continue
+        try:
+            request = _caller_request(value)
+        except InvalidRequest as error:
+            refused.append(_line(where, str(error)))
+            continue
+        if characters + len(request.content) > MAX_CALLER_CHARS:
+            refused.append(
+                _line(
+                    where,
+                    f"not written: one run writes at most {MAX_CALLER_CHARS:,} characters of text; index "
+                    "the rest in another run",
+                )
+            )
+            continue
+        characters += len(request.content)
+        named.append((where, request.document(source=" ".join(part for part in (source, where) if part))))
+    written = IngestReport()
+
+    def note(report: IngestReport) -> None:
+        nonlocal written
+        written = report
+
+    try:
+        protected = set(protected_ids(store, [d for _, d in named])) if named else set()
+        refused += [
+            _line(
+                where,
+                f"id {d.id!r} names a document a caller may not replace (the store's operator ingested or "
+                "published it); give another id or title",
+            )
+            for where, d in named
+            if d.id in protected
+        ]
+        kept = [d for _, d in named if d.id not in protected]
+        if kept:
+            written = ingest(kept, store, embedder, context, progress=False, on_batch=note)
+    except AgentRetrievalError as error:  # the batches written before it are kept, and counted
+        written.errors.append(f"ingest stopped: {error}")
+    written.documents = len(items)
+    written.errors[:0] = refused
+    return written
+
+
+def _line(where: str, problem: str) -> str:
+    return f"{where}: {problem}" if where else problem
+
+
+def _caller_request(value: Any) -> IndexDocumentRequest:
+    """One document a caller gave, as an IndexDocumentRequest, or InvalidRequest saying what is wrong."""
+    if not isinstance(value, dict):
+        raise InvalidRequest(f'must be an object with "title" and "content" (got {type(value).__name__})')
+    unknown = [str(key)[:60] for key in value if key not in DOCUMENT_FIELDS]
+    if unknown:
+        raise InvalidRequest(
+            f"unknown field(s) {', '.join(unknown)}; a document has {', '.join(DOCUMENT_FIELDS)}"
+        )
+    try:
+        return IndexDocumentRequest.model_validate(value)
+    except ValidationError as error:
+        raise InvalidRequest(explain(error).removeprefix("Invalid arguments: ")) from None
 
 
 def protected_ids(store: Store, documents: Sequence[Document]) -> list[str]:

@@ -41,6 +41,7 @@ from agent_retrieval.validation import MAX_QUERY_CHARS, check_question, one_line
 log = logging.getLogger(__name__)
 
 MAX_ENTITY_CHARS = 80
+MAX_PURPOSE_CHARS = 200  # a plan's intent and a query's purpose: a few words, shown and prompted
 Facets = dict[str, list[MetadataValue]]  # Store.metadata_values: each key the documents carry, its values
 
 
@@ -74,7 +75,7 @@ class PlannedQuery(BaseModel):
         description="A value of the documents' `category` metadata to "
         "search within, or null for every category.",
     )
-    purpose: str = Field("", description="What this query is meant to find.")
+    purpose: str = Field("", description="What this query is meant to find, in a few words.")
     priority: int = Field(1, ge=1, le=5, description="1 (run first, most important) to 5.")
     resolves: str | None = Field(
         None,
@@ -89,6 +90,11 @@ class PlannedQuery(BaseModel):
         if not value:
             raise ValueError("must not be empty")
         return value[:MAX_QUERY_CHARS]
+
+    @field_validator("purpose")
+    @classmethod
+    def _purpose(cls, value: str) -> str:
+        return one_line(value)[:MAX_PURPOSE_CHARS]
 
     @field_validator("resolves")
     @classmethod
@@ -121,6 +127,11 @@ class QueryPlan(BaseModel):
         "later queries need names found by earlier ones; filtered: "
         "metadata filters narrow the search.",
     )
+
+    @field_validator("intent")
+    @classmethod
+    def _intent(cls, value: str) -> str:
+        return one_line(value)[:MAX_PURPOSE_CHARS]
 
     @field_validator("filters", mode="before")
     @classmethod
@@ -424,6 +435,8 @@ async def run_plan(
     nothing is run again without its filters (planner-chosen filters can be wrong), and says so.
     """
     context = retrieval.context
+    capped = _capped(Planned(plan, "llm"), context)  # a plan from a thread's state may hold any number
+    plan = capped.plan
     waiting, resolved = list(plan.queries), dict[str, str]()
     declared = {q.resolves for q in plan.queries}
     ran: list[tuple[PlannedQuery, Search, list[Hit]]] = []
@@ -460,6 +473,7 @@ async def run_plan(
         _fuse(ran, "documents", top_k, context),
         _fuse(ran, "chunks", top_k, context),
         resolved,
+        capped.notes,
     )
     if context.follow_links and hops < context.max_hops:
         await _follow_links(run, retrieval, first_hop=hops)

@@ -1,4 +1,5 @@
-"""Keeps configured keys out of every log record in the process, the provider SDKs' included.
+"""Keeps configured keys out of every log record in the process, the provider SDKs' included, and out of
+what a graph writes (`redact_value`, applied to every node's update at the graph's edge).
 
 Some SDKs log a provider's error message verbatim, and a refused key is often named in it; so once a
 Context holds a key, each new log record's message is checked for it and the key replaced. The check is one
@@ -14,6 +15,8 @@ import threading
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
+
+from pydantic import BaseModel
 
 from agent_retrieval.errors import ConfigError
 
@@ -76,6 +79,25 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, MASK)
     return text
+
+
+def redact_value(value: Any) -> Any:
+    """`value` with every protected value masked in each string it holds: in dicts, lists, tuples and
+    pydantic models (LangChain's messages) at any depth. Unchanged parts are returned as they are."""
+    if not (_secrets or _recent):
+        return value
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact_value(key): redact_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact_value(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(redact_value(item) for item in value)
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        return value.model_copy(update={name: redact_value(getattr(value, name)) for name in fields})
+    return value
 
 
 def dsn_password(dsn: str) -> str:

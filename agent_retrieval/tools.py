@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
-from agent_retrieval.ingest import IngestReport, ingest, protected_ids
+from agent_retrieval.ingest import IngestReport, ingest_for_caller
 from agent_retrieval.models import (
     MAX_NESTING,
     ChunkSearchRequest,
@@ -188,21 +188,20 @@ class IndexDocumentTool(_StoreTool):
     args_schema: type[IndexDocumentRequest] = IndexDocumentRequest
 
     def _run(self, run_manager: Any = None, **arguments: Any) -> tuple[str, dict[str, Any]]:
-        document = self._parse(IndexDocumentRequest, arguments).document(source=self.name)
+        request = self._parse(IndexDocumentRequest, arguments)
         retrieval = self.retrieval
+        # LangChain validated the arguments already; the write checks them again, as every caller's write is.
+        given = request.model_dump(exclude_none=True)
         try:
-            if protected_ids(retrieval.store, [document]):
-                raise ToolException(
-                    f"id {document.id!r} names a document this tool may not replace (it was "
-                    "ingested or published by the store's operator); index under another title "
-                    "or id"
-                )
-            report = ingest(
-                [document], retrieval.store, retrieval.embedder, retrieval.context, progress=False
+            report = ingest_for_caller(
+                [("", given)], retrieval.store, retrieval.embedder, retrieval.context, source=self.name
             )
-        except AgentRetrievalError as error:
+        except AgentRetrievalError as error:  # the store could not be opened
             raise ToolException(str(error)) from None
-        return _describe_indexing(document.id, document.title, report), {"id": document.id, **asdict(report)}
+        if not (report.written or report.unchanged):
+            raise ToolException("; ".join(report.errors) or "nothing was written")
+        doc_id = request.document(source=self.name).id
+        return _describe_indexing(doc_id, request.title, report), {"id": doc_id, **asdict(report)}
 
     async def _arun(self, run_manager: Any = None, **arguments: Any) -> tuple[str, dict[str, Any]]:
         # Opening the store, embedding and writing all block: a worker thread keeps the event loop free.

@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 
 from agent_retrieval.answer import NOTHING_FOUND, extractive_answer
 from agent_retrieval.context import RunSettings
-from agent_retrieval.graph_parts import GraphParts, last_question, run_context
+from agent_retrieval.graph_parts import GraphParts, add_nodes, last_question, run_context
 from agent_retrieval.models import Hit
 from agent_retrieval.planning import check_request
 from agent_retrieval.prompts import load_prompt
@@ -28,6 +28,8 @@ from agent_retrieval.quoting import quote_id
 from agent_retrieval.tools import make_retrieval_tools
 
 OFFLINE_NOTE = "(No chat model is configured: searched with a fixed policy and answered extractively.)"
+MAX_TOOL_CALLS = 8  # run in one step; a caller may write a message asking for any number
+MAX_CONVERSATION_CHARS = 400_000  # sent to the model in one call: about 100K tokens
 
 
 @dataclass(kw_only=True)
@@ -56,6 +58,15 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSett
             check_request(question)
         except ValueError as error:
             return {"messages": [AIMessage(str(error))]}
+        if (size := sum(len(str(m.content)) for m in state.messages)) > MAX_CONVERSATION_CHARS:
+            return {
+                "messages": [
+                    AIMessage(
+                        f"This conversation has grown to {size:,} characters, past the "
+                        f"{MAX_CONVERSATION_CHARS:,} sent to the model at once: ask in a new thread."
+                    )
+                ]
+            }
         context = run_context(runtime)
         model = await parts.chat(context)
         if model is None:
@@ -89,16 +100,24 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSett
         calls = last.tool_calls if isinstance(last, AIMessage) else []
         async with parts.open_retrieval(run_context(runtime)) as retrieval:
             tools = {tool.name: tool for tool in make_retrieval_tools(retrieval=retrieval)}
-            results = await asyncio.gather(*(_call(tools, call) for call in calls))
-        return {"messages": list(results)}
+            results = await asyncio.gather(*(_call(tools, call) for call in calls[:MAX_TOOL_CALLS]))
+        refused = [
+            ToolMessage(
+                f"Not run: one step runs at most {MAX_TOOL_CALLS} tool calls; ask again for the rest.",
+                tool_call_id=call["id"],
+                name=call["name"],
+                status="error",
+            )
+            for call in calls[MAX_TOOL_CALLS:]
+        ]
+        return {"messages": [*results, *refused]}
 
     def route_model_output(state: State) -> Literal["run_tools", "__end__"]:
         last = state.messages[-1]
         return "run_tools" if isinstance(last, AIMessage) and last.tool_calls else "__end__"
 
     builder = StateGraph(State, input_schema=InputState, context_schema=RunSettings)
-    builder.add_node(call_model)
-    builder.add_node(run_tools)
+    add_nodes(builder, call_model, run_tools)
     builder.add_edge(START, "call_model")
     builder.add_conditional_edges("call_model", route_model_output)
     builder.add_edge("run_tools", "call_model")

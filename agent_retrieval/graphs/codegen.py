@@ -13,23 +13,28 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TypedDict
+from dataclasses import dataclass, field, fields, replace
+from typing import Annotated, Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+from typing_extensions import TypedDict  # pydantic validates typing's TypedDict from Python 3.12 on
 
 from agent_retrieval.context import RunSettings
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
-from agent_retrieval.graph_parts import GraphParts, run_context
-from agent_retrieval.models import ChunkSearchRequest, parse_request
+from agent_retrieval.graph_parts import GraphParts, add_nodes, read_state, run_context
+from agent_retrieval.models import MAX_TOP_K, ChunkSearchRequest, parse_request
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import element, passage, quote
-from agent_retrieval.validation import check_question
+from agent_retrieval.validation import Question, Text, check_question
 
 MAX_ATTEMPTS = 2  # the first answer and one fix
+MAX_PASSAGE_CHARS = 20_000  # a chunk at the largest chunk_size
+MAX_CODE_CHARS = 100_000
+MAX_ERRORS, MAX_ERROR_CHARS = 20, 4_000
 OFFLINE_NOTE = "no chat model configured: set OPENAI_API_KEY or OPENAI_BASE_URL"
 
 
@@ -37,8 +42,8 @@ class Passage(TypedDict):
     """One retrieved chunk, as the model saw it."""
 
     id: str
-    heading_path: str
-    content: str
+    heading_path: Annotated[str, Text(0, MAX_PASSAGE_CHARS)]
+    content: Annotated[str, Text(0, MAX_PASSAGE_CHARS)]
 
 
 def add_notes(left: list[str], right: list[str]) -> list[str]:
@@ -89,14 +94,39 @@ class State(InputState):
     """How the result came about: earlier failed attempts, skipped schema statements, offline mode."""
 
 
+class Readable(BaseModel):
+    """What the nodes after check_request read of a thread's state, held to the bounds a run's own writes
+    keep: on a server a caller can write any of it before any node."""
+
+    request: Question
+    language: Literal["sql", "python"]
+    passages: Annotated[list[Passage], Field(max_length=MAX_TOP_K)]
+    code: Annotated[str, Text(0, MAX_CODE_CHARS)]
+    errors: Annotated[list[Annotated[str, Text(0, MAX_ERROR_CHARS)]], Field(max_length=MAX_ERRORS)]
+    attempts: Annotated[int, Field(ge=0, le=MAX_ATTEMPTS)]
+
+
+def readable(state: State) -> State:
+    """`state` with the fields the nodes use checked (InvalidRequest naming the first that is not)."""
+    given = {name: getattr(state, name) for name in Readable.model_fields}
+    return replace(state, **read_state("state", given, Readable).model_dump())
+
+
 # --- validation (plain functions, run in a worker thread) ------------------------------------------
 
 _CREATE = re.compile(r"(?im)^[ \t]*CREATE\s+(?:TEMP(?:ORARY)?\s+)?(?:TABLE|VIEW)\b")
 _LEADING_COMMENTS = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
 _READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 _WRITES = {sqlite3.SQLITE_INSERT: "INSERT", sqlite3.SQLITE_UPDATE: "UPDATE", sqlite3.SQLITE_DELETE: "DELETE"}
-SCHEMA_SECONDS = 5.0  # CREATE TABLE ... AS SELECT runs a query: retrieved text must not hang the graph
-SCHEMA_MAX_PAGES = 10_000  # nor fill memory (about 40 MB)
+_SCHEMA_TABLES = {"sqlite_master", "sqlite_temp_master"}  # what CREATE writes: the schema itself
+# Retrieved text builds the schema database, so it may only declare: a statement that computes data (CREATE
+# TABLE ... AS SELECT) could take gigabytes of memory in one expression, and is skipped. The deadline, the
+# size of any one value and the database's size bound what is left.
+SCHEMA_SECONDS = 5.0
+SCHEMA_MAX_PAGES = 10_000  # about 40 MB
+SCHEMA_MAX_VALUE_BYTES = 1_000_000  # SQLite's limit on any one string or blob (and statement)
+MAX_SCHEMA_STATEMENTS = 200
+COMPUTES_DATA = "it computes data (CREATE TABLE ... AS SELECT): only declared columns are read"
 
 
 def schema_statements(passages: list[Passage]) -> tuple[list[str], list[str]]:
@@ -120,15 +150,32 @@ def schema_statements(passages: list[Passage]) -> tuple[list[str], list[str]]:
 def schema_database(passages: list[Passage]) -> tuple[sqlite3.Connection, list[str], list[str]]:
     """An in-memory database of the passages' schemas, the names of its tables and views, and notes."""
     statements, notes = schema_statements(passages)
+    if len(statements) > MAX_SCHEMA_STATEMENTS:
+        notes.append(f"read the first {MAX_SCHEMA_STATEMENTS} of {len(statements)} schema statements")
+        statements = statements[:MAX_SCHEMA_STATEMENTS]
     db = sqlite3.connect(":memory:")
+    db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SCHEMA_MAX_VALUE_BYTES)
+    db.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, SCHEMA_MAX_VALUE_BYTES)
+    db.execute(f"PRAGMA max_page_count = {SCHEMA_MAX_PAGES}")
+    computes: list[bool] = []
+
+    def declare_only(action: int, table: str | None, *_: object) -> int:
+        if action == sqlite3.SQLITE_SELECT or (action in _WRITES and table not in _SCHEMA_TABLES):
+            computes.append(True)
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
     deadline = time.monotonic() + SCHEMA_SECONDS
     db.set_progress_handler(lambda: time.monotonic() > deadline, 10_000)
-    db.execute(f"PRAGMA max_page_count = {SCHEMA_MAX_PAGES}")
+    db.set_authorizer(declare_only)
     for statement in statements:
+        computes.clear()
         try:
             db.execute(statement)
         except sqlite3.Error as error:
-            notes.append(f"skipped schema statement {statement.splitlines()[0][:80]!r}: {error}")
+            reason = COMPUTES_DATA if computes else str(error)
+            notes.append(f"skipped schema statement {statement.splitlines()[0][:80]!r}: {reason}")
+    db.set_authorizer(None)
     db.set_progress_handler(None, 0)
     names = [
         name
@@ -278,7 +325,12 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSett
         except AgentRetrievalError as error:
             return {"errors": [f"retrieval failed: {error}"]}
         passages = [
-            Passage(id=h.id, heading_path=h.heading_path or h.title, content=h.content) for h in result.hits
+            Passage(
+                id=h.id,
+                heading_path=(h.heading_path or h.title)[:MAX_PASSAGE_CHARS],
+                content=h.content[:MAX_PASSAGE_CHARS],
+            )
+            for h in result.hits
         ]
         empty = "nothing was retrieved: ingest your schemas first (agent-retrieval ingest)"
         return {
@@ -291,6 +343,14 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSett
 
     async def generate_code(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Ask the chat model for code, showing it the errors of the previous attempt if there was one."""
+        try:
+            state = readable(state)
+            if state.attempts >= MAX_ATTEMPTS:
+                raise InvalidRequest(
+                    f"the thread's state holds {state.attempts} attempts, the most there are"
+                )
+        except InvalidRequest as error:
+            return {"valid": False, "errors": [str(error)]}
         context = run_context(runtime)
         model = await parts.chat(context)
         if model is None:
@@ -320,27 +380,28 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSett
                 "attempts": attempt,
                 "valid": False,
                 "notes": notes,
-                "errors": [f"the chat model failed: {type(error).__name__}: {str(error)[:300]}"],
+                "errors": [f"the chat model failed: {type(error).__name__}: {error}"],
             }
         return {
             "attempts": attempt,
-            "code": extract_code(answer.text, state.language),
+            "code": extract_code(answer.text, state.language)[:MAX_CODE_CHARS],
             "errors": [],
             "notes": notes,
         }
 
     async def validate_code(state: State) -> dict[str, Any]:
         """Check the code without running it; a compiler's thread keeps the event loop free."""
+        try:
+            state = readable(state)
+        except InvalidRequest as error:
+            return {"valid": False, "errors": [str(error)]}
         if not state.code:
             return {"valid": False, "errors": ["the model returned no code"]}
         errors, notes = await asyncio.to_thread(VALIDATORS[state.language], state.code, state.passages)
         return {"valid": not errors, "errors": errors, "notes": add_notes(state.notes, notes)}
 
     builder = StateGraph(State, input_schema=InputState, context_schema=RunSettings)
-    builder.add_node(check_request)
-    builder.add_node(retrieve_context)
-    builder.add_node(generate_code)
-    builder.add_node(validate_code)
+    add_nodes(builder, check_request, retrieve_context, generate_code, validate_code)
     builder.add_edge(START, "check_request")
     builder.add_conditional_edges(
         "check_request", route_on_errors, {"continue": "retrieve_context", END: END}

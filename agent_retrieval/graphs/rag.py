@@ -14,13 +14,18 @@ from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.graph import END, START, StateGraph, add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
+from pydantic import Field
 
 from agent_retrieval.answer import write_answer
 from agent_retrieval.context import RunSettings
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
-from agent_retrieval.graph_parts import GraphParts, last_question, run_context
-from agent_retrieval.models import ChunkSearchRequest, Hit, parse_request
+from agent_retrieval.graph_parts import GraphParts, add_nodes, last_question, read_state, run_context
+from agent_retrieval.models import MAX_TOP_K, ChunkSearchRequest, Hit, parse_request
 from agent_retrieval.planning import QueryPlan, check_request, make_plan, run_plan
+
+# The most passages an answer is written from: answer_chunks, and what reading on adds beside them.
+MAX_ANSWER_PASSAGES = 2 * MAX_TOP_K
+AnswerPassages = Annotated[list[Hit], Field(max_length=MAX_ANSWER_PASSAGES)]
 
 
 @dataclass(kw_only=True)
@@ -69,7 +74,9 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSett
         try:
             question = check_request(question)
         except InvalidRequest as error:
-            return {"question": question[:200], "answer": str(error), "notes": [str(error)]}
+            # nothing of a thread's earlier run stays to be routed on or answered from
+            cleared: dict[str, Any] = {"plan": {}, "searches": [], "hits": [], "citations": []}
+            return {"question": question[:200], "answer": str(error), "notes": [str(error)], **cleared}
         context = run_context(runtime)
         notes: list[str] = []
         try:  # what the caller's documents are tagged with: the filters a plan may use
@@ -88,20 +95,20 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSett
 
     async def retrieve(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Run the plan; if it found documents but no passages, read passages inside those documents."""
+        try:  # the thread's state, which a server's caller may have written: checked like input
+            plan = read_state("plan", state.plan, QueryPlan)
+            question = check_request(state.question)
+        except InvalidRequest as error:
+            return {"searches": [], "hits": [], "notes": [*state.notes, str(error)]}
         context = run_context(runtime)
         async with parts.open_retrieval(context) as retrieval:
-            run = await run_plan(
-                QueryPlan.model_validate(state.plan),
-                retrieval,
-                top_k=context.answer_chunks,
-                llm=await parts.chat(context),
-            )
+            run = await run_plan(plan, retrieval, top_k=context.answer_chunks, llm=await parts.chat(context))
             chunks, notes = run.chunks, list(run.notes)
             if not chunks and run.documents:
                 request = parse_request(
                     ChunkSearchRequest,
                     {
-                        "query": state.question,
+                        "query": question,
                         "top_k": context.answer_chunks,
                         "document_ids": [hit.id for hit in run.documents],
                     },
@@ -116,9 +123,13 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSett
 
     async def answer(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
         """Write the answer from the passages (or extract it offline), citing them."""
-        hits = [Hit.from_dict(h) for h in state.hits]
+        try:  # the thread's state, which a server's caller may have written: checked like input
+            question = check_request(state.question)
+            hits = read_state("hits", state.hits, AnswerPassages)
+        except InvalidRequest as error:
+            return {"answer": str(error), "citations": [], "messages": [AIMessage(str(error))]}
         context = run_context(runtime)
-        written = await write_answer(state.question, hits, await parts.chat(context), context)
+        written = await write_answer(question, hits, await parts.chat(context), context)
         return {
             "answer": written.text,
             "citations": written.citations,
@@ -134,10 +145,7 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSett
         return "retrieve" if state.plan else "refuse"
 
     builder = StateGraph(State, input_schema=InputState, context_schema=RunSettings)
-    builder.add_node(plan_searches)
-    builder.add_node(retrieve)
-    builder.add_node(answer)
-    builder.add_node(refuse)
+    add_nodes(builder, plan_searches, retrieve, answer, refuse)
     builder.add_edge(START, "plan_searches")
     builder.add_conditional_edges("plan_searches", route_question)
     builder.add_edge("retrieve", "answer")

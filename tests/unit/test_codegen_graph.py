@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -292,15 +294,39 @@ def test_schema_statements_that_do_not_load_or_end_are_skipped_and_noted():
     assert "no such table: broken" in errors[0]
 
 
-def test_a_schema_statement_that_runs_forever_is_stopped(monkeypatch):
-    monkeypatch.setattr(codegen, "SCHEMA_SECONDS", 0.2)
+def test_a_schema_statement_that_computes_data_is_not_run():
     forever = (
         "CREATE TABLE forever AS\n"
         "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT x FROM n;"
     )
-    errors, notes = validate_sql("SELECT name FROM customers", [passage(forever), *all_schema_passages()])
-    assert errors == []
-    assert notes[0].startswith("skipped schema statement 'CREATE TABLE forever") and "interrupted" in notes[0]
+    declared = "CREATE TABLE kept (id INTEGER, note TEXT DEFAULT (printf('%.*c', 900000000, 'x')));"
+    errors, notes = validate_sql(
+        "SELECT name FROM customers JOIN kept", [passage(forever), passage(declared), *all_schema_passages()]
+    )
+    assert errors == []  # the declared table loaded: its default is an expression, never evaluated here
+    assert notes[0] == f"skipped schema statement 'CREATE TABLE forever AS': {codegen.COMPUTES_DATA}"
+
+
+HUNGRY = "CREATE TABLE hungry AS SELECT length(printf('%.*c', 900000000, 'x')) AS n;"
+
+
+def test_a_schema_statement_cannot_take_the_servers_memory():
+    """One expression of a CREATE TABLE ... AS SELECT took 900 MB; measured in a process of its own."""
+    script = (
+        "import resource\n"
+        "from agent_retrieval.graphs.codegen import Passage, validate_sql\n"
+        f"validate_sql('SELECT 1', [Passage(id='x', heading_path='x', content={HUNGRY!r})])\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert int(done.stdout.split()[-1]) < 400_000, "peak memory (KB) of validating one passage"
+
+
+def test_no_value_of_a_declared_schema_is_larger_than_the_limit():
+    """What does run is bounded too: one value of at most SCHEMA_MAX_VALUE_BYTES."""
+    db, _, _ = codegen.schema_database([])
+    with pytest.raises(sqlite3.DataError, match="too big"):
+        db.execute("SELECT zeroblob(?)", (codegen.SCHEMA_MAX_VALUE_BYTES + 1,)).fetchone()
 
 
 def test_with_no_schemas_retrieved_every_table_is_unknown():

@@ -11,6 +11,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs.indexer import build
+from agent_retrieval.ingest import ingest
+from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import ChunkSearchRequest, title_document_id
 from agent_retrieval.retrieval import Retrieval
 from tests.conftest import WordHashEmbeddings
@@ -121,7 +123,13 @@ async def test_bad_items_are_reported_one_line_each_and_good_ones_still_ingested
         },
         context=context,
     )
-    assert out["errors"] == [
+    assert out["errors"] == [  # what could not be loaded, then what could not be written
+        f"paths[0]: {files / 'missing.md'}: no such file or folder",
+        (
+            f"paths[1]: {files / 'docs' / 'ignored.csv'}: unsupported file type .csv; "
+            "supported: .md, .markdown, .rst, .txt, .html, .htm, .jsonl, .pdf"
+        ),
+        "paths[2]: must be a file or folder path (got '')",
         'documents[1]: must be an object with "title" and "content" (got str)',
         "documents[2]: content: must not be empty: give the document's full text",
         "documents[3]: title: Field required",
@@ -130,12 +138,6 @@ async def test_bad_items_are_reported_one_line_each_and_good_ones_still_ingested
             "starting with a letter or '_', at most 64 characters"
         ),
         "documents[5]: unknown field(s) body; a document has title, content, metadata, id",
-        f"paths[0]: {files / 'missing.md'}: no such file or folder",
-        (
-            f"paths[1]: {files / 'docs' / 'ignored.csv'}: unsupported file type .csv; "
-            "supported: .md, .markdown, .rst, .txt, .html, .htm, .jsonl, .pdf"
-        ),
-        "paths[2]: must be a file or folder path (got '')",
     ]
     assert out["report"]["written"] == 3
     stored = [title_document_id("Letting fees"), "notes/valid", "repairs"]
@@ -282,7 +284,8 @@ async def test_a_run_without_its_own_context_loads_files_only_inside_the_ingest_
 
 
 async def test_pasted_documents_cannot_replace_what_the_operator_ingested(graph, store, files, context):
-    await graph.ainvoke({"paths": [str(files / "repairs.md")]}, context=context)  # the operator's file
+    # the operator's file, ingested as the CLI does
+    ingest(load_documents([files / "repairs.md"]), store.store, store.embedder, context, progress=False)
     (target,) = store.store.document_states(
         [
             h.document_id
