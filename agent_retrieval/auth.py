@@ -7,16 +7,22 @@ security; on Postgres and the embedded store it reads and writes the user's tena
 assistants users make are private to their owner. No caller may set a deployment setting (an endpoint, key,
 store path or tenant) through a run's or an assistant's context.
 
-LangGraph Studio's own requests (a developer on `langgraph dev`, or a LangSmith member on a deployment) run
-as the operator, with the server's environment; `"disable_studio_auth": true` in langgraph.json turns that
-off. AGENT_RETRIEVAL_AUTH=off trusts every caller as the operator: only for a server nobody else can reach.
+LangGraph Studio's own requests run as the operator, with the server's environment, only when they come from
+this machine and from no other web page: langgraph.json hands Studio's requests to this handler
+(`"disable_studio_auth": true`) and closes CORS to other origins, since any page a browser opens could
+otherwise send Studio's header. AGENT_RETRIEVAL_AUTH=off trusts every caller as the operator: only for a
+server nobody else can reach. The operator is a type (`Operator`), never an identity string a token could
+name. Callers may not set or change the `owner` of threads, runs, assistants or crons.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import logging
+import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -29,10 +35,26 @@ from agent_retrieval.identity import tenant_of_claims
 
 log = logging.getLogger(__name__)
 
-OPERATOR = "operator"  # the identity of every caller when AGENT_RETRIEVAL_AUTH=off
 ALGORITHMS = ("HS256", "RS256", "ES256")  # what Supabase signs access tokens with
+# Where LangGraph Studio's page is served from: the only web origins besides this machine's own.
+STUDIO_ORIGINS = frozenset({"https://smith.langchain.com", "https://eu.smith.langchain.com"})
+MAX_REQUEST_BYTES = 16 * 1024 * 1024  # of one request's body: a run's input, a state update, a store item
 
 auth = Auth()
+
+
+class Operator:
+    """The operator: every caller when auth is off, or LangGraph Studio on this machine. A type, so no
+    token can name it: a user whose id is "operator" is a user like any other."""
+
+    identity = "operator"
+    display_name = "operator"
+    is_authenticated = True
+    permissions: tuple[str, ...] = ()
+    tenant = None
+
+    def dict(self) -> dict[str, Any]:
+        return {"identity": self.identity, "kind": "operator"}
 
 
 def _refuse(status: int, detail: str) -> Auth.exceptions.HTTPException:
@@ -40,8 +62,14 @@ def _refuse(status: int, detail: str) -> Auth.exceptions.HTTPException:
 
 
 @auth.authenticate
-async def authenticate(authorization: str | None) -> dict[str, Any]:
-    """The request's user, from its verified Supabase access token (or the operator, with auth off)."""
+async def authenticate(
+    authorization: str | None,
+    headers: Mapping[bytes, bytes] | None = None,
+    scope: Mapping[str, Any] | None = None,
+) -> Any:
+    """The request's user, from its verified Supabase access token: a dict with identity and tenant; or the
+    Operator (auth off, or Studio on this machine)."""
+    headers = headers or {}
     try:
         settings = await asyncio.to_thread(Context)  # the server's environment, read as the operator set it
     except ConfigError as error:
@@ -49,8 +77,11 @@ async def authenticate(authorization: str | None) -> dict[str, Any]:
         raise _refuse(
             403, "the server's settings are invalid; its operator must check `agent-retrieval config`"
         ) from None
+    _check_size(headers)
     if settings.server_auth == "off":
-        return {"identity": OPERATOR, "tenant": None, "permissions": []}
+        return Operator()
+    if headers.get(b"x-auth-scheme") == b"langsmith":
+        return _studio_on_this_machine(headers, scope or {})
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise _refuse(
@@ -75,6 +106,53 @@ async def authenticate(authorization: str | None) -> dict[str, Any]:
     }
 
 
+def _check_size(headers: Mapping[bytes, bytes]) -> None:
+    """Refuse a body past MAX_REQUEST_BYTES before the server reads it (or one of unstated length)."""
+    length = headers.get(b"content-length")
+    if headers.get(b"transfer-encoding", b"").lower() == b"chunked" and length is None:
+        raise _refuse(403, "send the request with a Content-Length (chunked bodies are not accepted)")
+    if length is not None and (not length.isdigit() or int(length) > MAX_REQUEST_BYTES):
+        raise _refuse(
+            403,
+            f"the request's body is {length.decode(errors='replace')[:20]} bytes, over the "
+            f"{MAX_REQUEST_BYTES:,} allowed; send less at once (several runs, or files by path)",
+        )
+
+
+def _studio_on_this_machine(headers: Mapping[bytes, bytes], scope: Mapping[str, Any]) -> Operator:
+    """Studio's header makes a request the operator's only from this machine, not forwarded by a proxy,
+    and from no web page but Studio's own (a browser sends the page's Origin, which a page cannot set)."""
+    client = scope.get("client") or ("", 0)
+    loopback = _is_loopback(str(client[0]))
+    forwarded = any(name in headers for name in (b"forwarded", b"x-forwarded-for", b"x-real-ip"))
+    if not loopback or forwarded:
+        raise _refuse(
+            403,
+            "LangGraph Studio's operator access is for requests from the server's own machine; "
+            "others sign in with an access token",
+        )
+    origin = headers.get(b"origin", b"").decode(errors="replace")
+    if origin and origin not in STUDIO_ORIGINS and not _loopback_origin(origin):
+        raise _refuse(403, f"requests from the web page at {origin[:100]} may not act as the operator")
+    return Operator()
+
+
+def _loopback_origin(origin: str) -> bool:
+    """A page served from this machine (http://localhost:5173, http://127.0.0.1:8000)."""
+    try:
+        host = urllib.parse.urlsplit(origin).hostname or ""
+    except ValueError:
+        return False
+    return host == "localhost" or _is_loopback(host)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 async def _verified_claims(token: str, settings: Context) -> dict[str, Any]:
     """The token's claims once its signature, expiry, audience and role are checked; 401 otherwise."""
     import jwt
@@ -94,8 +172,18 @@ async def _verified_claims(token: str, settings: Context) -> dict[str, Any]:
                 raise jwt.InvalidTokenError("the server has no SUPABASE_URL to fetch the project's keys from")
             jwks = _jwks_client(f"{settings.supabase_url.rstrip('/')}/auth/v1/.well-known/jwks.json")
             key = (await asyncio.to_thread(jwks.get_signing_key_from_jwt, token)).key
+        if not settings.token_issuer:
+            raise jwt.InvalidTokenError(
+                "the server knows no issuer to check tokens against: its operator sets SUPABASE_URL or "
+                "SUPABASE_JWT_ISSUER"
+            )
         claims = jwt.decode(
-            token, key, algorithms=[algorithm], audience="authenticated", options={"require": ["exp", "sub"]}
+            token,
+            key,
+            algorithms=[algorithm],
+            audience="authenticated",
+            issuer=settings.token_issuer,
+            options={"require": ["exp", "sub", "iss"]},
         )
     except (jwt.PyJWTError, ValueError) as error:
         # The reason is PyJWT's own (expired, bad signature, wrong audience): never the token.
@@ -118,12 +206,13 @@ def _jwks_client(url: str) -> Any:
 
 
 def is_operator(user: Any) -> bool:
-    """Studio's developer (or LangSmith member), or any caller when auth is off: the server's own settings."""
-    return (
-        user is None
-        or isinstance(user, Auth.types.StudioUser)
-        or (_get(user, "identity") == OPERATOR and _get(user, "tenant") is None)
-    )
+    """The operator's own request: an Operator this module made (LangGraph hands it to a run wrapped in a
+    proxy), or Studio's user where LangSmith authenticated it (a deployment; on `langgraph dev` anyone can
+    send Studio's header, which is why langgraph.json hands those requests to this module)."""
+    if isinstance(user, Operator) or isinstance(getattr(user, "_user", None), Operator):
+        return True
+    studio = isinstance(user, Auth.types.StudioUser)
+    return studio and os.environ.get("LANGSMITH_LANGGRAPH_API_VARIANT") != "local_dev"
 
 
 def deployment_for(user: Any) -> Context:
@@ -133,7 +222,7 @@ def deployment_for(user: Any) -> Context:
     row-level security applies); a user of another auth handler must carry a `tenant` the same way.
     """
     settings = Context()
-    if is_operator(user):
+    if settings.server_auth == "off" or is_operator(user):
         return settings
     tenant = _get(user, "tenant")
     if not isinstance(tenant, str) or not tenant:
@@ -156,13 +245,14 @@ def _get(user: Any, key: str) -> Any:
 
 def refused_settings(value: Mapping[str, Any]) -> list[str]:
     """Deployment settings a request tries to set through a context or configurable (either may carry
-    settings: the server reads `configurable` as the context when no context is given)."""
-    kwargs = value.get("kwargs") or {}
+    settings: the server reads `configurable` as the context when no context is given), in a run, an
+    assistant, or a cron's payload (checked when the cron is made, not each time it fires)."""
+    holders = [value, value.get("kwargs"), value.get("payload")]
     sources = [
-        value.get("context"),
-        (value.get("config") or {}).get("configurable"),
-        kwargs.get("context"),
-        (kwargs.get("config") or {}).get("configurable"),
+        source
+        for holder in holders
+        if isinstance(holder, Mapping)
+        for source in (holder.get("context"), (holder.get("config") or {}).get("configurable"))
     ]
     return sorted(
         {
@@ -177,12 +267,13 @@ def refused_settings(value: Mapping[str, Any]) -> list[str]:
 
 @auth.on
 async def private_to_owner(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.FilterType | None:
-    """Refuse deployment settings from callers; make threads, runs and user-made assistants private."""
+    """Refuse deployment settings from callers; make threads, runs, crons and user-made assistants private,
+    their `owner` set here and never by a caller."""
     if isinstance(value, Mapping) and (refused := refused_settings(value)):
         raise _refuse(
             403,
-            f"{', '.join(refused)}: deployment settings cannot be set by a run or an "
-            f"assistant; a run's context may set only {', '.join(RUN_SETTINGS)}",
+            f"{', '.join(refused)}: deployment settings cannot be set by a run, an assistant or a "
+            f"cron; a run's context may set only {', '.join(RUN_SETTINGS)}",
         )
     if is_operator(ctx.user):
         return None
@@ -192,9 +283,22 @@ async def private_to_owner(ctx: Auth.types.AuthContext, value: Any) -> Auth.type
         _own_namespace(ctx, value)
         return None
     owner = {"owner": ctx.user.identity}
-    if ctx.action in ("create", "create_run") and isinstance(value, dict):
-        value.setdefault("metadata", {}).update(owner)
+    if isinstance(value, dict):
+        for where, metadata in _metadata_of(value):
+            if metadata.get("owner", ctx.user.identity) != ctx.user.identity:
+                raise _refuse(403, f"{where}.owner: the owner is set by the server, never by a request")
+        if ctx.action in ("create", "create_run"):
+            value.setdefault("metadata", {}).update(owner)
     return owner
+
+
+def _metadata_of(value: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The metadata a request writes: its own, and a cron's runs' (in its payload)."""
+    payload = value.get("payload")
+    found = [("metadata", value.get("metadata"))]
+    if isinstance(payload, Mapping):
+        found.append(("payload.metadata", payload.get("metadata")))
+    return [(where, metadata) for where, metadata in found if isinstance(metadata, Mapping)]
 
 
 def _own_namespace(ctx: Auth.types.AuthContext, value: Any) -> None:

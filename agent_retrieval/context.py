@@ -338,6 +338,11 @@ class Context(RunSettings):
         "signed with the project's asymmetric keys are verified by its JWKS at SUPABASE_URL.",
         secret=True,
     )
+    supabase_jwt_issuer: str = setting(
+        "",
+        "The issuer (iss) an access token must name (blank: SUPABASE_URL/auth/v1, as Supabase Auth signs "
+        "them); a token of another issuer is refused even when its signature checks out.",
+    )
     ingest_root: str = setting(
         "",
         "Folder whose files the indexer graph may load when a server run names paths (blank: server "
@@ -375,6 +380,13 @@ class Context(RunSettings):
     def store_backend(self) -> str:
         """Which store the settings select: postgres, supabase or sqlite."""
         return "postgres" if self.postgres_dsn else "supabase" if self.supabase_url else "sqlite"
+
+    @property
+    def token_issuer(self) -> str:
+        """The issuer an access token must name: the configured one, else the Supabase project's Auth."""
+        if self.supabase_jwt_issuer or not self.supabase_url:
+            return self.supabase_jwt_issuer
+        return f"{self.supabase_url.rstrip('/')}/auth/v1"
 
     @property
     def hyde_chat_model(self) -> str:

@@ -24,7 +24,7 @@ import pytest
 from dotenv import dotenv_values
 
 from agent_retrieval.context import Context, env_name
-from tests.stack import _free_port, mint_jwt
+from tests.stack import ISSUER, _free_port, mint_jwt
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 60.0
@@ -73,6 +73,7 @@ def server_environment(settings: dict[str, str]) -> dict[str, str]:
             "LANGGRAPH_NO_VERSION_CHECK": "true",  # the server otherwise asks PyPI for a newer langgraph-api
             "HF_HUB_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
+            "SUPABASE_JWT_ISSUER": ISSUER,  # what the tests' tokens name (tests.stack.mint_jwt)
             **settings,
         }
     )

@@ -559,10 +559,11 @@ def mint_jwt(
     sub: str | None = None,
     app_metadata: dict[str, Any] | None = None,
     expires_in: int = 3600,
+    issuer: str = ISSUER,
 ) -> str:
     """An HS256 JWT shaped like Supabase's: API keys carry only `role`; user tokens add `sub` and `aud`."""
     now = int(time.time())
-    claims: dict[str, Any] = {"iss": ISSUER, "role": role, "iat": now, "exp": now + expires_in}
+    claims: dict[str, Any] = {"iss": issuer, "role": role, "iat": now, "exp": now + expires_in}
     if sub is not None:
         claims["sub"] = sub
     if role == "authenticated" or sub is not None:

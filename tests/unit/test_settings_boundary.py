@@ -106,8 +106,15 @@ def test_a_verified_user_searches_in_their_tenant_with_their_token(monkeypatch):
     user = {"identity": "u1", "tenant": "acme", "supabase_token": "eyJ.user.token"}
     settings = deployment_for(user)
     assert (settings.tenant_id, settings.supabase_user_token) == ("acme", "eyJ.user.token")
-    assert deployment_for(StudioUser("langgraph-studio-user")).tenant_id == "operator-tenant"
-    assert deployment_for(None).tenant_id == "operator-tenant"
+    studio = StudioUser("langgraph-studio-user")  # one that LangSmith authenticated, on a deployment
+    assert deployment_for(studio).tenant_id == "operator-tenant"
+    monkeypatch.setenv(
+        "LANGSMITH_LANGGRAPH_API_VARIANT", "local_dev"
+    )  # langgraph dev: anyone sends its header
+    with pytest.raises(ConfigError, match="carries no tenant"):
+        deployment_for(studio)
+    with pytest.raises(ConfigError, match="carries no tenant"):
+        deployment_for(None)  # a run on a server with no user is nobody's, not the operator's
     with pytest.raises(ConfigError, match="carries no tenant"):
         deployment_for({"identity": "someone"})  # another auth handler's user, with no tenant: refused
 
