@@ -325,6 +325,15 @@ class Context(RunSettings):
     chunk_overlap: int = setting(150, "Characters shared by neighbouring chunks.", bounds=(0, 5000))
 
     # --- serving the graphs (langgraph dev, a deployment) --------------------------------------
+    caller_write_seconds: float = setting(
+        120.0,
+        "Most seconds one caller's write (an indexer run, an index_document call) embeds for; what is left "
+        "is stored without vectors (keyword search finds it at once; `agent-retrieval reembed` adds them). "
+        "Callers' writes take turns, one at a time per process, the next turn to whoever wrote least "
+        "recently; a caller's second write while the first runs is refused, and none waits longer than this.",
+        env="AGENT_RETRIEVAL_CALLER_WRITE_SECONDS",
+        bounds=(1, 86_400),
+    )
     server_auth: ServerAuth = setting(
         "supabase",
         "Who may run the graphs on a LangGraph server: supabase (each request carries a user's "

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,8 @@ from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import AgentRetrievalError, EmbeddingError, InvalidRequest, StoreError
 from agent_retrieval.models import Chunk, Document, IndexDocumentRequest, Level, explain
 from agent_retrieval.progress import bar as progress_bar
+from agent_retrieval.redaction import fingerprint
+from agent_retrieval.resources import NoTurn, shared_turns
 from agent_retrieval.stores.base import Store, check_rows
 
 log = logging.getLogger(__name__)
@@ -251,25 +254,48 @@ def ingest_for_caller(
         nonlocal written
         written = report
 
+    seconds = context.caller_write_seconds
+    writer = (context.tenant_id, fingerprint(context.supabase_user_token))
     try:
-        protected = set(protected_ids(store, [d for _, d in named])) if named else set()
-        refused += [
-            _line(
-                where,
-                f"id {d.id!r} names a document a caller may not replace (the store's operator ingested or "
-                "published it); give another id or title",
-            )
-            for where, d in named
-            if d.id in protected
-        ]
-        kept = [d for _, d in named if d.id not in protected]
-        if kept:
-            written = ingest(kept, store, embedder, context, progress=False, on_batch=note)
+        with shared_turns().turn(writer, seconds):
+            protected = set(protected_ids(store, [d for _, d in named])) if named else set()
+            refused += [
+                _line(
+                    where,
+                    f"id {d.id!r} names a document a caller may not replace (the store's operator "
+                    "ingested or published it); give another id or title",
+                )
+                for where, d in named
+                if d.id in protected
+            ]
+            if kept := [d for _, d in named if d.id not in protected]:
+                timed = _Timed(embedder, seconds)
+                written = ingest(kept, store, timed, context, progress=False, on_batch=note)
+    except NoTurn as refusal:
+        written.errors.append(f"not written: {refusal}; try again once it is done")
     except AgentRetrievalError as error:  # the batches written before it are kept, and counted
         written.errors.append(f"ingest stopped: {error}")
     written.documents = len(items)
     written.errors[:0] = refused
     return written
+
+
+class _Timed(Embedder):
+    """The embedder of one caller's write, which stops embedding once its time is spent (between batches):
+    the ingest then stores the rest without vectors, as it does when a provider fails."""
+
+    def __init__(self, embedder: Embedder, seconds: float):
+        super().__init__(
+            embedder.embeddings, embedder.model_id, batch_size=embedder.batch_size, endpoint=embedder.endpoint
+        )
+        self.seconds, self.deadline = seconds, time.monotonic() + seconds
+
+    def _call(self, fn: Any, arg: Any) -> Any:
+        if time.monotonic() > self.deadline:
+            raise EmbeddingError(
+                f"the {self.seconds:g} s one caller's write may embed for are spent (caller_write_seconds)"
+            )
+        return super()._call(fn, arg)
 
 
 def _line(where: str, problem: str) -> str:
@@ -363,16 +389,24 @@ def _embed_missing(
     report: IngestReport,
     on_texts: Callable[[int], None] | None = None,
 ) -> None:
-    """Embed each missing text once and give it to every row holding it (EmbeddingError: none is given)."""
+    """Embed each missing text once and give it to every row holding it, a batch at a time: when the provider
+    fails (EmbeddingError) or a caller's write runs out of time, the batches before keep their vectors."""
     if not missing:
         return
     done = on_texts or (lambda count: None)
-    vectors = dict(zip(missing, embedder.embed_documents(list(missing.values()), on_batch=done), strict=True))
-    report.embedded += len(missing)
-    waiting = [r for r in rows if r.embedding is None and r.text_hash in vectors]
-    done(len(waiting) - len(missing))  # rows repeating a text embedded once here
-    for row in waiting:
-        row.embedding = vectors[row.text_hash]
+    holding: dict[str, list[Document | Chunk]] = {}
+    for row in rows:
+        if row.embedding is None and row.text_hash in missing:
+            holding.setdefault(row.text_hash, []).append(row)
+    texts = list(missing.items())
+    for start in range(0, len(texts), embedder.batch_size):
+        batch = texts[start : start + embedder.batch_size]
+        vectors = embedder.embed_documents([text for _, text in batch], on_batch=done)
+        report.embedded += len(batch)
+        for (text_hash, _), vector in zip(batch, vectors, strict=True):
+            for row in holding[text_hash]:
+                row.embedding = vector
+    done(sum(len(held) for held in holding.values()) - len(missing))  # rows repeating a text embedded once
 
 
 def _write(
@@ -394,12 +428,12 @@ def _write(
     failed = not _embed_part(rows, parts[0] if parts else {}, embedder, report, on_texts)
     store.upsert(documents, chunks, embedder.model_id)  # whole: keyword search finds every row at once
     for part in parts[1:]:
-        if failed or not _embed_part(rows, part, embedder, report, on_texts):
-            failed = True
-            continue
-        if done_documents := [d for d in documents if d.text_hash in part]:
+        if failed:
+            break
+        failed = not _embed_part(rows, part, embedder, report, on_texts)
+        if done_documents := [d for d in documents if d.text_hash in part and d.embedding is not None]:
             store.set_embeddings("documents", done_documents, embedder.model_id)
-        if done_chunks := [c for c in chunks if c.text_hash in part]:
+        if done_chunks := [c for c in chunks if c.text_hash in part and c.embedding is not None]:
             store.set_embeddings("chunks", done_chunks, embedder.model_id)
     if failed:
         report.unembedded += len({r.text_hash for r in rows if r.embedding is None})

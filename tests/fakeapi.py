@@ -25,12 +25,13 @@ recorded before any fault applies.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
@@ -63,12 +64,14 @@ class _Fault:
     retry_after_ms: float | None = None
     kind: str | None = None  # "malformed_json", "wrong_dimension", "empty_data"
     delay: float = 0.0
+    batches_only: bool = False  # only requests embedding more than one text (an ingest's, not a query's)
 
-    def matches(self, api: str, endpoint: str) -> bool:
+    def matches(self, api: str, endpoint: str, texts: int) -> bool:
         return (
             (self.times is None or self.times > 0)
             and self.endpoint in (None, endpoint)
             and self.api in (None, api)
+            and (texts > 1 or not self.batches_only)
         )
 
 
@@ -84,6 +87,9 @@ class FakeAPI:
         # like compatible servers (Ollama, vLLM) that ignore encoding_format
         self.encoding = "auto"
         self.requests: list[Recorded] = []
+        # the most requests to an endpoint answered at the same time ("embeddings batches": of several texts)
+        self.peak: dict[str, int] = {}
+        self._active: dict[str, int] = {}
         self._faults: list[_Fault] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -166,16 +172,40 @@ class FakeAPI:
         self._add(_Fault(endpoint, api, times, kind=kind))
 
     def delay_next(
-        self, seconds: float, *, times: int | None = 1, endpoint: str | None = None, api: str | None = None
+        self,
+        seconds: float,
+        *,
+        times: int | None = 1,
+        endpoint: str | None = None,
+        api: str | None = None,
+        batches_only: bool = False,
     ) -> None:
-        """The next matching requests wait `seconds` (interrupted by stop) before a normal answer."""
-        self._add(_Fault(endpoint, api, times, delay=seconds))
+        """The next matching requests wait `seconds` (interrupted by stop) before a normal answer;
+        `batches_only`: only embedding requests of more than one text."""
+        self._add(_Fault(endpoint, api, times, delay=seconds, batches_only=batches_only))
 
     def clear(self) -> None:
         """Forget the recorded requests and script errors (a server shared by several tests)."""
         with self._lock:
             self.requests.clear()
             self.script_errors.clear()
+            self.peak.clear()
+
+    def heal(self) -> None:
+        """Drop every fault still programmed (a module's server shared by several tests)."""
+        with self._lock:
+            self._faults.clear()
+
+    @contextlib.contextmanager
+    def _handling(self, endpoint: str) -> Iterator[None]:
+        with self._lock:
+            self._active[endpoint] = self._active.get(endpoint, 0) + 1
+            self.peak[endpoint] = max(self.peak.get(endpoint, 0), self._active[endpoint])
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active[endpoint] -= 1
 
     def script_chat(self, script: ChatScript | None) -> None:
         """Decide each chat reply with `script(body)` from now on (None: the fixed `chat_reply` again)."""
@@ -185,10 +215,10 @@ class FakeAPI:
         with self._lock:
             self._faults.append(fault)
 
-    def _take_fault(self, api: str, endpoint: str) -> _Fault | None:
+    def _take_fault(self, api: str, endpoint: str, texts: int = 1) -> _Fault | None:
         with self._lock:
             for fault in self._faults:
-                if fault.matches(api, endpoint):
+                if fault.matches(api, endpoint, texts):
                     if fault.times is not None:
                         fault.times -= 1
                     return fault
@@ -270,8 +300,14 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
         if not isinstance(body, dict):
             return self._error(api, 400, "the body must be a JSON object")
+        inputs = body.get("input")
+        batch = isinstance(inputs, list) and len(inputs) > 1
+        with self.api._handling(f"{endpoint} batches" if batch else endpoint):
+            self._answer(api, endpoint, body)
 
-        fault = self.api._take_fault(api, endpoint)
+    def _answer(self, api: str, endpoint: str, body: dict[str, Any]) -> None:
+        inputs = body.get("input")
+        fault = self.api._take_fault(api, endpoint, len(inputs) if isinstance(inputs, list) else 1)
         if fault is not None and fault.delay and self.api._stopping.wait(fault.delay):
             return
         if fault is not None and fault.status is not None:

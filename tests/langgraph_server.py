@@ -98,8 +98,9 @@ def check_dotenv(env: dict[str, str]) -> None:
 
 
 @contextlib.contextmanager
-def serve(folder: Path, settings: dict[str, str]) -> Iterator[Server]:
-    """`langgraph dev` with these settings (SUPABASE_JWT_SECRET among them), until the block ends."""
+def serve(folder: Path, settings: dict[str, str], *, jobs: int = 1) -> Iterator[Server]:
+    """`langgraph dev` with these settings (SUPABASE_JWT_SECRET among them), until the block ends, running
+    `jobs` runs at a time (langgraph dev's default is one; a deployment's, ten)."""
     env = server_environment(settings)
     check_dotenv(env)
     log = folder / "server.log"
@@ -115,6 +116,8 @@ def serve(folder: Path, settings: dict[str, str]) -> Iterator[Server]:
         str(port),
         "--config",
         "langgraph.json",
+        "--n-jobs-per-worker",
+        str(jobs),
     ]
     started = time.monotonic()
     with log.open("wb") as out:

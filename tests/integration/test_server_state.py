@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,7 +79,7 @@ def server(postgres, api, tmp_path_factory) -> Iterator[Server]:
         "OPENAI_API_KEY": SERVER_KEY,
         "SUPABASE_JWT_SECRET": secrets.token_urlsafe(32),
     }
-    with serve(tmp_path_factory.mktemp("langgraph-state"), settings) as running:
+    with serve(tmp_path_factory.mktemp("langgraph-state"), settings, jobs=6) as running:
         yield running
 
 
@@ -306,7 +307,7 @@ def test_a_key_a_provider_echoes_reaches_no_graphs_output_state_or_log(client, s
             seen.append(list(client.runs.list(thread)))
         refused = [len(api.requests_to(endpoint)) for endpoint in ("chat/completions", "embeddings")]
     finally:
-        api.clear()
+        api.heal()
     text = json.dumps(seen) + server.log_text()
     assert all(refused), refused
     assert "Incorrect API key provided: ['[redacted]']" in text  # codegen says what went wrong ...
@@ -403,3 +404,38 @@ def test_one_indexer_run_writes_at_most_its_share_of_text(client):
         sum("one run writes at most 2,000,000 characters" in e for e in out["errors"])
         == 4 - out["report"]["written"]
     )
+
+
+def test_one_callers_writes_cannot_hold_the_server_from_the_others(server, api):
+    """Callers' writes embed one at a time (the others' searches keep the rest of the machine); a caller's
+    second write while the first runs is refused at once, so no caller holds the server's run slots; and
+    another caller's write and search go ahead."""
+    api.heal()
+    api.clear()
+    api.delay_next(0.5, times=None, endpoint="embeddings", batches_only=True)  # a write's, not a search's
+    lines = " ".join(f"Line {n} of the budget was agreed." for n in range(12_000))  # 400K characters
+    minutes = {"documents": [{"title": "Minutes", "content": lines}]}
+    note = {"documents": [{"title": "Note", "content": "Hi."}]}
+    question = {"messages": [{"role": "user", "content": QUESTION}]}
+    try:
+        with (
+            get_sync_client(url=server.url, headers=server.headers("mallory", "acme")) as mallory,
+            get_sync_client(url=server.url, headers=server.headers("bob", "globex")) as bob,
+        ):
+            thread = mallory.threads.create()["thread_id"]
+            first = mallory.runs.create(thread, "indexer", input=minutes)
+            while not api.requests_to("embeddings"):  # the first write is embedding
+                time.sleep(0.05)
+            second = mallory.runs.wait(mallory.threads.create()["thread_id"], "indexer", input=minutes)
+            asked = bob.runs.wait(None, "rag", input=question)
+            during = mallory.runs.get(thread, first["run_id"])["status"]
+            written = bob.runs.wait(None, "indexer", input=note)  # waits for its turn
+            first_status = mallory.runs.join(thread, first["run_id"])
+    finally:
+        api.heal()
+    assert second["errors"] == [
+        "not written: an earlier write of the same caller is still running; try again once it is done"
+    ]
+    assert asked["answer"] and during == "running"  # bob's search ran while mallory's write did
+    assert written["report"]["written"] == first_status["report"]["written"] == 1
+    assert api.peak["embeddings batches"] == 1  # never two writes embedding at once

@@ -1,0 +1,82 @@
+"""A caller's writes (index_document, the indexer graph) share a server fairly: they take turns, the next
+turn to whoever wrote least recently, and each embeds for a bounded time, storing the rest unembedded."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from agent_retrieval.context import Context
+from agent_retrieval.embeddings import Embedder
+from agent_retrieval.ingest import ingest_for_caller
+from agent_retrieval.models import ChunkSearchRequest
+from agent_retrieval.resources import NoTurn, Turns
+from agent_retrieval.retrieval import Retrieval
+from tests.conftest import WordHashEmbeddings
+
+
+def test_the_next_turn_goes_to_whoever_wrote_least_recently():
+    turns, order, holding = Turns(), [], threading.Event()
+    with turns.turn("carol", 1):
+        pass  # carol has written before
+
+    def write(writer: str, started: threading.Event | None = None) -> None:
+        with turns.turn(writer, 10):
+            order.append(writer)
+            if started is not None:
+                started.set()
+                holding.wait(10)
+
+    first_started = threading.Event()
+    first = threading.Thread(target=write, args=("mallory", first_started))
+    first.start()
+    first_started.wait(10)
+    waiting = []
+    for writer in ["carol", "bob"]:  # carol comes first, but bob has never written
+        waiting.append(threading.Thread(target=write, args=(writer,)))
+        waiting[-1].start()
+        while len(turns._waiting) < len(waiting):
+            time.sleep(0.01)
+    refused = pytest.raises(NoTurn, match="an earlier write of the same caller is still running")
+    with refused, turns.turn("carol", 10):  # one turn held or awaited per writer: refused at once
+        pass
+    holding.set()
+    for thread in [first, *waiting]:
+        thread.join(10)
+    assert order == ["mallory", "bob", "carol"]
+
+
+def test_a_turn_that_does_not_come_in_time_is_refused_and_lets_the_next_one_go():
+    turns = Turns()
+    with turns.turn("mallory", 1):
+        with pytest.raises(NoTurn), turns.turn("bob", 0.05):
+            pass
+        assert turns._waiting == []
+    with turns.turn("bob", 0.05):
+        pass
+
+
+class SlowEmbeddings(WordHashEmbeddings):
+    def embed_documents(self, texts):
+        time.sleep(0.3)
+        return super().embed_documents(texts)
+
+
+def test_a_callers_write_embeds_for_its_time_and_stores_the_rest_for_keyword_search(tmp_path):
+    context = Context(db_path=str(tmp_path / "store.db"), caller_write_seconds=1, embedding_batch_size=8)
+    embedder = Embedder(SlowEmbeddings(), "test/word-hash", batch_size=8)
+    content = "\n\n".join(f"Paragraph {n} about the Zephyrine quokka sanctuary. " * 8 for n in range(200))
+    with Retrieval(context, embedder=embedder) as retrieval:
+        report = ingest_for_caller(
+            [("documents[0]", {"title": "Sanctuary", "content": content})],
+            retrieval.store,
+            embedder,
+            context,
+            source="indexer",
+        )
+        hits = retrieval.search(ChunkSearchRequest(query="Paragraph 199 Zephyrine", top_k=1), "chunks").hits
+    assert report.written == 1 and report.embedded > 0 and report.unembedded > 0
+    assert "the 1 s one caller's write may embed for are spent (caller_write_seconds)" in report.errors[0]
+    assert hits and "Paragraph 199" in hits[0].content  # stored whole: keyword search finds the last part
