@@ -14,6 +14,7 @@ from agent_retrieval import __version__
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.models import ChunkSearchRequest, HydeMode, SearchRequest, parse_request
+from agent_retrieval.text import printable
 
 log = logging.getLogger("agent_retrieval")
 
@@ -35,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = {"db_path": args.db} if getattr(args, "db", None) else {}
         return args.run(args, Context(**overrides))
     except AgentRetrievalError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {printable(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -90,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
             help=f"in folders, {meaning} this pattern, matched against the path relative to the folder "
             "given (e.g. 'guides/*.md'; * crosses folders too); repeatable",
         )
+    ingest.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="also read a folder's files that are symlinks to files outside it (by default they are "
+        "skipped by name: a link to ~/.ssh/id_rsa must not become a searchable document)",
+    )
     ingest.add_argument(
         "--prune",
         action="store_true",
@@ -277,15 +284,19 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
         prune=args.prune,
         include=args.include,
         exclude=args.exclude,
+        follow_symlinks=args.follow_symlinks,
     )
+    # File names and ids are the files' authors': printed with their control characters escaped.
     for old, new in report.renamed:
-        print(f"renamed: {old} -> {new}", file=sys.stderr)
+        print(f"renamed: {printable(old)} -> {printable(new)}", file=sys.stderr)
     for doc_id in report.removed:
-        print(f"removed: {doc_id} (its file is gone)", file=sys.stderr)
+        print(f"removed: {printable(doc_id)} (its file is gone)", file=sys.stderr)
     for problem in report.skipped_files:
-        print(f"skipped: {problem}", file=sys.stderr)
+        print(f"skipped: {printable(problem)}", file=sys.stderr)
+    if any(": leads outside " in problem for problem in report.skipped_files) and not args.follow_symlinks:
+        print("note: --follow-symlinks reads a folder's symlinks to files outside it", file=sys.stderr)
     for line in describe_unsupported(report.unsupported_files):
-        print(f"not a supported type, passed over: {line}", file=sys.stderr)
+        print(f"not a supported type, passed over: {printable(line)}", file=sys.stderr)
     if not report.documents and not report.skipped_files:
         raise _bad(
             f"nothing to ingest in {', '.join(args.paths)}: no files of a supported type "
@@ -354,13 +365,13 @@ def _ask(args: argparse.Namespace, context: Context) -> int:
     if not state.get("plan"):  # the question itself was refused (empty, too long)
         raise _bad(state["answer"])
     hits = {hit["id"]: hit for hit in state["hits"]}
-    print(state["answer"])
+    print(printable(state["answer"], lines=True))  # quotes the documents' words: escaped as file names are
     if state["citations"]:
         print("\nSources:")
         for cited in state["citations"]:
-            print(f"  [{cited}] {hits[cited]['heading_path'] or hits[cited]['document_id']}")
+            print(printable(f"  [{cited}] {hits[cited]['heading_path'] or hits[cited]['document_id']}"))
     for note in state["notes"]:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {printable(note)}", file=sys.stderr)
     return 0
 
 

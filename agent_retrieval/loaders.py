@@ -22,6 +22,8 @@ from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_de
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".rst", ".txt", ".html", ".htm", ".jsonl", ".pdf")
 MAX_METADATA_CHARS = 20_000  # of a document's metadata as JSON: every one of its chunks stores a copy
+MAX_FILE_BYTES = 100 * 1024 * 1024  # of one file read whole (JSONL is read a line at a time)
+MAX_PDF_PAGES = 2_000  # a long manual; 100,000 pages of nothing took 145 s and 435 MB
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # in JSON text; usually half of a valid pair
 _LONE_SURROGATE = (
     "a lone surrogate (an unpaired \\ud800 to \\udfff escape), which is not text; fix or remove that escape"
@@ -36,6 +38,7 @@ def load_documents(
     unsupported: list[Path] | None = None,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    follow_symlinks: bool = False,
 ) -> Iterator[Document]:
     """Documents from files and folders (searched recursively for the supported suffixes).
 
@@ -47,7 +50,9 @@ def load_documents(
     one line there instead and the other files still load. With `root`, every file read must lie inside
     that folder once symlinks are resolved (those met inside a folder too): a path or symlink leading out
     is refused, naming it. A path given that names nothing, an unsupported file or a place outside `root`
-    is always raised: the caller named it. Files of other types met in a folder are passed over and, given
+    is always raised: the caller named it. Without `root`, a folder's files are confined to the folder the
+    same way (a `deploy-key.txt` linking to ~/.ssh is refused by name) unless `follow_symlinks`; a file named
+    directly is read wherever it leads. Files of other types met in a folder are passed over and, given
     `unsupported`, listed there; hidden files and folders (".git", ".DS_Store") are not looked at.
     `include` and `exclude` are shell-style patterns (fnmatch: `*` crosses folders too) matched against a
     folder's files' paths relative to it ("guides/*.md", "*/drafts/*"): with `include`, only files matching
@@ -65,12 +70,13 @@ def load_documents(
         if inside is not None:
             _inside(path, inside)  # first, so nothing tells whether a path outside exists
         if path.is_dir():
-            for file in _folder_files(path, inside, refuse, unsupported):
+            confined = inside or (None if follow_symlinks else Path(os.path.realpath(path)))
+            for file in _folder_files(path, confined, refuse, unsupported):
                 relative = file.relative_to(path).as_posix()
                 if not _selected(relative, include, exclude):
                     continue
                 doc_id = file.relative_to(path).with_suffix("").as_posix()
-                yield from _load_or_refuse(file, doc_id, inside, refuse)
+                yield from _load_or_refuse(file, doc_id, confined, refuse)
         elif path.is_file():
             if path.suffix.lower() not in SUPPORTED_SUFFIXES:
                 raise InvalidRequest(
@@ -149,7 +155,15 @@ def _load_or_refuse(
         return load_file(path, doc_id, root=root)
     except InvalidRequest as problem:
         refuse(problem)
-        return []
+    except Exception as error:  # a parser's own failure (pypdf's limits, lxml, docutils, a recursion)
+        refuse(InvalidRequest(f"{path}: could not be read ({_reason(error)}); nothing of it was loaded"))
+    return []
+
+
+def _reason(error: BaseException) -> str:
+    """A library's error in one short line: its type, and the start of its message."""
+    message = " ".join(str(error).split())[:160]
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
 def _inside(path: Path, root: Path) -> Path:
@@ -212,9 +226,13 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
         return list(_load_jsonl(path, root))
     try:
         with _open(path, root, binary=suffix == ".pdf") as file:
-            data = file.read()
+            data = file.read(MAX_FILE_BYTES + 1)
     except OSError as error:
         raise InvalidRequest(_unreadable(path, error)) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise InvalidRequest(
+            f"{path}: larger than the {MAX_FILE_BYTES // 2**20} MB one file may be; split it into several"
+        )
     if isinstance(data, bytes):
         return [_load_pdf(path, doc_id, data)]
     if not is_unicode(data):
@@ -406,8 +424,14 @@ def _load_pdf(path: Path, doc_id: str, data: bytes) -> Document:
         ) from None
     try:
         reader = PdfReader(io.BytesIO(data))
+        if (count := len(reader.pages)) > MAX_PDF_PAGES:
+            raise InvalidRequest(
+                f"{path}: {count:,} pages, over the {MAX_PDF_PAGES:,} one PDF may have; split it into parts"
+            )
         pages = [(page.extract_text() or "").strip() for page in reader.pages]
         title = str(reader.metadata.get("/Title") or "").strip() if reader.metadata else ""
+    except InvalidRequest:
+        raise
     except (PdfReadError, ValueError, OSError) as error:
         raise InvalidRequest(f"{path}: not a readable PDF ({type(error).__name__})") from None
     text = "\n\n".join(p for p in pages if p)

@@ -34,6 +34,7 @@ def ingest_paths(
     prune: bool = False,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    follow_symlinks: bool = False,
     retrieval: Retrieval | None = None,
 ) -> IngestReport:
     """Load files and folders (as `agent-retrieval ingest` does) into the store `context` configures.
@@ -44,7 +45,8 @@ def ingest_paths(
     deleted (`removed`); one whose content reappears under another id is reported in `renamed`. A file that
     exists but could not be loaded is never pruned. See `ingest` for `public` and for what is embedded.
     `include` and `exclude` select a folder's files by pattern (see `load_documents`); a file they leave out
-    is never pruned. `retrieval` gives the store and embedder to use (default: the ones `context`
+    is never pruned. A folder's files that lead out of it through a symlink are skipped by name unless
+    `follow_symlinks`. `retrieval` gives the store and embedder to use (default: the ones `context`
     configures, as the tools'), and is left open.
     """
     from agent_retrieval.loaders import load_documents
@@ -65,7 +67,12 @@ def ingest_paths(
             stored.update(states)
             loaded = list(
                 load_documents(
-                    [raw], skipped=skipped, unsupported=unsupported, include=include, exclude=exclude
+                    [raw],
+                    skipped=skipped,
+                    unsupported=unsupported,
+                    include=include,
+                    exclude=exclude,
+                    follow_symlinks=follow_symlinks,
                 )
             )
             _name_by_root(loaded, given, states)

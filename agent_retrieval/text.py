@@ -1,9 +1,10 @@
 """Words in text: the terms keyword search looks for, the names, quoted phrases and numbers in a query, and
-text cut short for display."""
+text cut short, or made safe, for display."""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 
 # The Postgres and Supabase stores pick a query's words in SQL (stores/sql/002_search.per-level.sql) by the
@@ -71,3 +72,17 @@ def entity_matches(text: str, terms: Sequence[str]) -> int:
     """How many of the terms appear in the text, case-insensitively."""
     haystack = " ".join(text.lower().split())
     return sum(1 for term in terms if " ".join(term.lower().split()) in haystack)
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """`text` for a terminal: each control or format character (escape sequences, line breaks, bidi
+    overrides) written as its escape, so a file's name cannot move the cursor, retitle the terminal or
+    print a line of its own. `lines` keeps the line breaks of text meant to span several."""
+    if lines:
+        return "\n".join(printable(line) for line in text.split("\n"))
+    if text.isprintable():
+        return text
+    return "".join(
+        repr(char)[1:-1] if unicodedata.category(char) in ("Cc", "Cf", "Cs", "Zl", "Zp") else char
+        for char in text
+    )

@@ -409,6 +409,13 @@ def test_a_file_swapped_between_the_check_and_the_open_is_refused(tree, monkeypa
     ]
 
 
-def test_without_a_root_symlinks_are_followed_as_before(tree):
-    ids = [d.id for d in load_documents([tree / "root" / "docs"])]
+def test_without_a_root_a_folder_confines_its_symlinks_unless_told_to_follow_them(tree):
+    docs, skipped = tree / "root" / "docs", []
+    assert [d.id for d in load_documents([docs], skipped=skipped)] == ["a", "b", "c"]
+    assert [line.split(": ")[0] for line in skipped] == [
+        str(docs / n) for n in ("escape-folder", "escape.md", "linked.md")
+    ]
+    assert all(f": leads outside {docs};" in line for line in skipped)
+    ids = [d.id for d in load_documents([docs], follow_symlinks=True)]
     assert ids == ["a", "b", "c", "escape", "linked"]
+    assert [d.id for d in load_documents([docs / "escape.md"])] == ["escape"]  # a file named is read

@@ -16,6 +16,7 @@ from agent_retrieval.loaders import load_documents
 from agent_retrieval.models import ChunkSearchRequest, title_document_id
 from agent_retrieval.retrieval import Retrieval
 from tests.conftest import WordHashEmbeddings
+from tests.unit.test_cli_files import deep_pdf
 
 FEES = {
     "title": "Letting fees",
@@ -299,3 +300,15 @@ async def test_pasted_documents_cannot_replace_what_the_operator_ingested(graph,
     assert out["report"]["written"] == 1 and len(out["errors"]) == 1
     assert out["errors"][0].startswith("documents[0]: id") and "operator" in out["errors"][0]
     assert search(store, "boiler faults")[0] == target
+
+
+async def test_a_pdf_past_pypdfs_limits_is_an_error_line_and_the_rest_is_ingested(
+    graph, store, context, files
+):
+    (files / "docs" / "deep.pdf").write_bytes(deep_pdf(150))  # pypdf refuses page trees over 100 deep
+    out = await graph.ainvoke({"paths": [str(files / "docs")]}, context=context)
+    assert out["report"]["written"] == 2
+    assert out["errors"] == [
+        f"paths[0]: {files / 'docs' / 'deep.pdf'}: could not be read (LimitReachedError: Maximum page tree "
+        "depth reached: 101 > 100.); nothing of it was loaded"
+    ]
