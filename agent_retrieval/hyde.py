@@ -31,6 +31,7 @@ from agent_retrieval.errors import EmbeddingError
 from agent_retrieval.llm import make_chat_model
 from agent_retrieval.models import HydeMode, HydeStatus
 from agent_retrieval.prompts import load_prompt, prompt_version
+from agent_retrieval.quoting import quote_json
 from agent_retrieval.redaction import endpoint_id, fingerprint
 from agent_retrieval.resources import SearchResources, SharedValues, clear_shared_caches, shared_resources
 from agent_retrieval.steps import Steps, arun, blocking, bounded, call, run
@@ -73,11 +74,11 @@ def _passages_messages(query: str, num: int) -> list[Any]:
 
 
 def _schema_messages(query: str, input_schema: Any, output_schema: Any) -> list[Any]:
-    parts = [f"Request: {query}"]
+    parts = [f"Request: {query}"]  # the schemas are a model's tool arguments: structured data, quoted
     if input_schema:
-        parts.append(f"Input schema: {json.dumps(input_schema, sort_keys=True, default=str)}")
+        parts.append(f"Input schema: {quote_json(input_schema)}")
     if output_schema:
-        parts.append(f"Output schema: {json.dumps(output_schema, sort_keys=True, default=str)}")
+        parts.append(f"Output schema: {quote_json(output_schema)}")
     return [SystemMessage(load_prompt("schema_query")), HumanMessage("\n".join(parts))]
 
 

@@ -32,7 +32,7 @@ from agent_retrieval.models import (
     validate_filters,
 )
 from agent_retrieval.prompts import load_prompt
-from agent_retrieval.quoting import clean, element, quote, unquote
+from agent_retrieval.quoting import clean, element, quote, quote_json, unquote
 from agent_retrieval.retrieval import Retrieval
 from agent_retrieval.stores.base import FACET_VALUES, MetadataValue
 from agent_retrieval.text import entity_matches
@@ -178,7 +178,7 @@ async def make_plan(
 
 async def _llm_plan(request: str, context: Context, llm: BaseChatModel, facets: Facets | None) -> QueryPlan:
     # The documents' tags are their authors' words: quoted as data, as passages are.
-    tags = element("metadata", quote(json.dumps(facets, ensure_ascii=False))) if facets is not None else ""
+    tags = element("metadata", quote_json(facets)) if facets is not None else ""
     messages = [
         SystemMessage(load_prompt("planner").replace("{max_queries}", str(context.max_plan_queries))),
         HumanMessage(element("request", quote(request)) + ("\n" + tags if tags else "")),
@@ -689,11 +689,12 @@ async def resolve_placeholder(
 async def _llm_entity(
     name: str, purpose: str, hits: list[Hit], llm: BaseChatModel, context: Context
 ) -> str | None:
-    system = load_prompt("entity").replace("{placeholder}", name).replace("{purpose}", purpose)
+    system = load_prompt("entity").replace("{placeholder}", name)
+    # The purpose is the planner model's words: quoted data beside the passages, never the instructions.
+    asked = element("purpose", quote(purpose)) + "\n\n" + format_passages(hits)
     try:
         reply = await asyncio.wait_for(
-            llm.ainvoke([SystemMessage(system), HumanMessage(format_passages(hits))]),
-            context.chat_timeout_seconds,
+            llm.ainvoke([SystemMessage(system), HumanMessage(asked)]), context.chat_timeout_seconds
         )
     except Exception as error:
         log.warning("placeholder resolution failed (%s); trying entity metadata", type(error).__name__)

@@ -3,9 +3,10 @@
 Retrieved text reaches a model only inside tags such as <passage>, and nothing in it may open or close
 a tag. The rule, used for every field (text, title, heading path, metadata, ids):
 
-- Look-alikes are normalised first: NFKC (fullwidth ＜／passage＞ becomes </passage>), characters
-  that look like '<' but NFKC leaves alone become '<', and invisible characters (zero-width, bidi and
-  other format characters, controls, lone surrogates) are removed, so nothing hides inside a tag.
+- Look-alikes are normalised first: NFKC (fullwidth ＜／passage＞ becomes </passage>), every character
+  Unicode names angle-shaped that NFKC leaves alone (❬ ❭ « » ≺ ≻ 《 》 ...) becomes '<' or '>' as it
+  points, and invisible characters (zero-width, bidi and other format characters, controls, lone
+  surrogates) are removed, so nothing hides inside a tag or poses as one.
 - Then '<' is written &lt;, and '&' is written &amp; where it would otherwise read as a character
   reference: '&lt;' in a prompt is then always our escape, never the author's. Only '<' can start a
   tag, so '>' and other '&' stay as written: code (`a >= 0`, `&&`), heading paths ("Fees > Referral")
@@ -22,13 +23,43 @@ from __future__ import annotations
 import functools
 import json
 import re
+import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-# Characters that look like '<' and survive NFKC (fullwidth and small forms do not). Letters of
-# scripts that merely resemble it (Canadian syllabics ᐸ) are left alone: they are someone's text.
-_LESS_THAN_LOOKALIKES = str.maketrans(dict.fromkeys("\u2039\u02c2\u276e\u3008\u27e8", "<"))
+# What Unicode names angle-shaped: angle brackets and quotation marks in every style, the bare less-than,
+# much-less-than and precedes signs, arrowhead modifier letters. Letters of scripts that merely resemble
+# '<' (Canadian syllabics ᐸ) are left alone: they are someone's text. This is angle_lookalikes()'s output,
+# kept here so that no process scans Unicode to start; a test checks it against the Python's Unicode data.
+_ANGLE_NAME = re.compile(
+    r"ANGLE (?:BRACKET|QUOTATION MARK)"
+    r"|^(?:SMALL |FULLWIDTH |MUCH |VERY MUCH |DOUBLE NESTED |TRIPLE NESTED )?(?:LESS|GREATER)-THAN(?: SIGN)?$"
+    r"|^(?:DOUBLE )?(?:PRECEDES|SUCCEEDS)$"
+    r"|^MODIFIER LETTER (?:LOW )?(?:LEFT|RIGHT) ARROWHEAD$"
+)
+_POINTING_LEFT = (
+    "\u00ab\u02c2\u02f1\u2039\u226a\u227a\u22d8\u2329\u276c\u276e\u2770\u27e8"
+    "\u27ea\u2991\u29fc\u2aa1\u2abb\u2af7\u3008\u300a\ufe3d\ufe3f\ufe64\uff1c"
+)
+_POINTING_RIGHT = (
+    "\u00bb\u02c3\u02f2\u203a\u226b\u227b\u22d9\u232a\u276d\u276f\u2771\u27e9"
+    "\u27eb\u2992\u29fd\u2aa2\u2abc\u2af8\u3009\u300b\ufe3e\ufe40\ufe65\uff1e"
+)
+_ANGLES = str.maketrans(dict.fromkeys(_POINTING_LEFT, "<") | dict.fromkeys(_POINTING_RIGHT, ">"))
+
+
+def angle_lookalikes() -> tuple[str, str]:
+    """The characters Unicode names angle-shaped, pointing left and pointing right, from unicodedata."""
+    left: list[str] = []
+    right: list[str] = []
+    for code in range(0x80, sys.maxunicode + 1):
+        name = unicodedata.name(chr(code), "")
+        if _ANGLE_NAME.search(name):
+            (left if re.search("LEFT|LESS|PRECEDES", name) else right).append(chr(code))
+    return "".join(left), "".join(right)
+
+
 # Invisible code points that are not format or control characters (Unicode's Default_Ignorable_Code_Point,
 # less those categories): Hangul fillers, variation selectors, the combining grapheme joiner ...
 _IGNORABLE = re.compile(
@@ -42,13 +73,13 @@ _NAMED = {"lt": "<", "amp": "&", "quot": '"'}
 
 
 def clean(text: str) -> str:
-    """`text` with look-alikes normalised (NFKC, then '<' look-alikes) and invisible characters removed."""
+    """`text` with look-alikes normalised (NFKC, then angle look-alikes) and invisible characters removed."""
     text = _NEWLINES.sub("\n", text)
     if text.isascii():
         return _visible(text)
     # Invisible characters go before NFKC too: one between a letter and its accent would keep them apart.
     text = unicodedata.normalize("NFKC", _visible(text))
-    return _visible(text.translate(_LESS_THAN_LOOKALIKES))
+    return _visible(text.translate(_ANGLES))
 
 
 def _visible(text: str) -> str:
