@@ -154,11 +154,13 @@ class Planned:
 async def make_plan(
     request: str, context: Context, llm: BaseChatModel | None = None, *, facets: Facets | None = None
 ) -> Planned:
-    """Plan the searches for a request (already checked). Never raises for LLM failures: it falls back.
+    """Plan the searches for a request, held to the question rule first (InvalidRequest if it breaks it).
+    Never raises for LLM failures: it falls back.
 
     `facets` (Store.metadata_values: the keys the caller's documents are tagged with, and their values) are
     what filters may name: the planner is shown them, and a filter on a key no document carries, or on a
     value a key's complete list lacks, is dropped with a note. None: filters are not checked."""
+    request = check_request(request)
     if llm is None:
         planned = Planned(
             heuristic_plan(request, facets), "heuristic", ["no chat model configured: heuristic plan"]
@@ -296,8 +298,9 @@ def heuristic_plan(request: str, facets: Facets | None = None) -> QueryPlan:
     answer is written; the question as asked stays first, since keyword search wants the user's words.
     With the store's `facets`, a `key:value` whose key no document carries stays part of the question, and
     a year the question restricts by ("policies from 2024") filters on the one key tagged with it.
+    The request is held to the question rule first (check_request), so any input costs linear time.
     """
-    filters, text = _operators(request, facets)
+    filters, text = _operators(check_request(request), facets)
     if facets is not None:
         filters = _restricting_years(text, facets) | filters
     parts = [p for p in (part.strip(" ,.") for part in _SPLIT.split(text)) if p]

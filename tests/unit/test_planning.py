@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import time
+from collections.abc import Iterator
 
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -12,6 +15,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from agent_retrieval.answer import format_passages
 from agent_retrieval.context import Context
 from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.links import compares
 from agent_retrieval.models import Hit, RetrievalResult
 from agent_retrieval.planning import (
     READING_ON,
@@ -483,3 +487,40 @@ async def test_plan_fusion_keeps_the_same_id_of_two_tenants_apart():
         ("press", "press handbook"),
     ]
     assert all(h.queries == ["staff handbook", "annual leave handbook"] for h in run.documents)
+
+
+@contextlib.contextmanager
+def hang_guard(seconds: int) -> Iterator[None]:
+    """Stop a call that hangs (a regex that backtracks), instead of holding the suite: not a speed test,
+    as what is guarded takes milliseconds and the fault it guards against took minutes."""
+
+    def stop(*_: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        " " * 3990 + "what",
+        "\t " * 1995 + "who",
+        " ," * 1990 + " and what",
+        "Was Alpha" + " " * 3980 + "or Beta?",
+    ],
+    ids=["spaces", "tabs", "commas", "or"],
+)
+def test_planning_takes_linear_time_on_any_white_space(request_):
+    """3,990 spaces before a word took 213 s: the sub-question splitter tried every way to share each run of
+    white space between its parts, so a plan starts from the question with its white space made single
+    spaces (the comparison check, public too, anchors its pattern and stays linear)."""
+    with hang_guard(30):
+        plan = heuristic_plan(request_)
+        compares(request_)
+    assert plan.queries[0].text == " ".join(request_.split())
