@@ -130,7 +130,10 @@ class RunSettings:
         bounds=(0.1, 120),
     )
     summarize_max_chunks: int = setting(
-        200, "Most chunks returned by chunk_retriever's summarize mode.", bounds=(1, 10000)
+        200,
+        "Most chunks returned by chunk_retriever's summarize mode (at most 300: about 360,000 characters, "
+        "all a tool message should carry).",
+        bounds=(1, 300),
     )
     tool_timeout_seconds: float = setting(
         30.0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import urllib.parse
 from pathlib import Path
 
@@ -60,4 +62,15 @@ def sqlite_path(context: Context) -> Path:
             f"tenant_id is too long for a file name on the embedded store ({len(name)} characters "
             "once encoded; at most 200): use a shorter id, or Postgres"
         )
-    return path.with_name(f"{path.stem}.tenants") / f"{name}{path.suffix or '.db'}"
+    path = path.with_name(f"{path.stem}.tenants") / f"{name}{path.suffix or '.db'}"
+    # Tenant ids are exact ("ACME" is not "acme"), but many file systems fold letter case: two such tenants
+    # would share one file, so the second is refused wherever it opens.
+    with contextlib.suppress(FileNotFoundError), os.scandir(path.parent) as entries:
+        for entry in entries:
+            if entry.name != path.name and entry.name.casefold() == path.name.casefold():
+                raise ConfigError(
+                    f"tenant_id {context.tenant_id!r} differs only in letter case from the tenant stored "
+                    f"in {entry.name}, and many file systems cannot tell the two files apart: use tenant "
+                    "ids that differ in more than case, or Postgres"
+                )
+    return path

@@ -163,3 +163,9 @@ def test_the_hyde_cache_is_not_shared_across_chat_or_embedding_endpoints(embedde
     raw = Context(use_hyde=False)
     assert not hyde.get_query_embedding_for_retrieval(LONG, raw, embedder=embedder).cached
     assert not hyde.get_query_embedding_for_retrieval(LONG, raw, embedder=elsewhere).cached
+
+
+def test_a_run_cannot_ask_for_a_summary_larger_than_a_tool_message_should_carry():
+    """summarize_max_chunks=10,000 from a run's context made a 1.6 MB tool message."""
+    with pytest.raises(ConfigError, match="summarize_max_chunks must be between 1 and 300"):
+        RunSettings(summarize_max_chunks=10_000)

@@ -12,7 +12,7 @@ from agent_retrieval.errors import ConfigError
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document
 from agent_retrieval.retrieval import Retrieval
-from agent_retrieval.stores import sqlite_path
+from agent_retrieval.stores import open_store, sqlite_path
 from agent_retrieval.tools import make_retrieval_tools
 
 SECRETS = {"acme": "BLUEHERON", "globex": "REDFALCON"}
@@ -138,3 +138,17 @@ def test_a_tenant_id_that_is_not_one_line_of_text_is_refused_by_name(tmp_path, t
 def test_a_tenant_id_too_long_for_a_file_name_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="tenant_id is too long"):
         sqlite_path(Context(db_path=str(tmp_path / "store.db"), tenant_id="é" * 100))
+
+
+def test_tenants_differing_only_in_letter_case_never_share_a_file(tmp_path):
+    """On a file system that folds case (macOS, Windows), ACME.db and acme.db are one file."""
+    settings = {"db_path": str(tmp_path / "store.db")}
+    with open_store(Context(**settings, tenant_id="acme")):
+        pass
+    with pytest.raises(
+        ConfigError, match=r"'ACME' differs only in letter case from the tenant stored in acme\.db"
+    ):
+        sqlite_path(Context(**settings, tenant_id="ACME"))
+    assert (
+        sqlite_path(Context(**settings, tenant_id="acme")).name == "acme.db"
+    )  # the first one keeps its file
