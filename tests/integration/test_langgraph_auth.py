@@ -141,3 +141,29 @@ def test_a_users_indexer_run_writes_nothing_into_another_tenant(server):
             },
         )
     assert out["report"]["written"] == 0 and "tenant_id cannot be set" in " ".join(out["errors"])
+
+
+def test_state_a_user_writes_cannot_replace_another_tenants_document_or_widen_visibility(
+    server, supabase_stack
+):
+    """The indexer attack through state (update_state before the writing node), on Supabase: the write is
+    checked where it happens, and row-level security would refuse the rest anyway."""
+    before = supabase_stack.postgres.execute(
+        f"select tenant_id, content, is_public, source from {SCHEMA}.documents where id = 'acme-plan'"
+    )
+    with get_sync_client(url=server.url, headers=server.headers("u-globex", "globex")) as client:
+        thread = client.threads.create()["thread_id"]
+        client.runs.wait(thread, "indexer", input={"documents": [{"title": "Notes", "content": "Ours."}]})
+        hostile = {
+            "id": "acme-plan",
+            "title": "acme acquisition plan",
+            "content": "Cancelled.",
+            "metadata": {"public": True},
+        }
+        client.threads.update_state(thread, {"documents": [hostile]}, as_node="__start__")
+        out = client.runs.wait(thread, "indexer", input=None)
+    assert out["report"]["written"] == 0 and "public cannot be set" in out["errors"][0]
+    after = supabase_stack.postgres.execute(
+        f"select tenant_id, content, is_public, source from {SCHEMA}.documents where id = 'acme-plan'"
+    )
+    assert after == before

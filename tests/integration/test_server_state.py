@@ -439,3 +439,24 @@ def test_one_callers_writes_cannot_hold_the_server_from_the_others(server, api):
     assert asked["answer"] and during == "running"  # bob's search ran while mallory's write did
     assert written["report"]["written"] == first_status["report"]["written"] == 1
     assert api.peak["embeddings batches"] == 1  # never two writes embedding at once
+
+
+def test_a_user_named_operator_reads_nothing_of_the_operators_in_a_cron_run(server):
+    """A cron's run carries only its creator's id; an id equal to "operator" once made it the operator,
+    reading every tenant. The run must fail for want of a tenant, or find nothing of the handbook."""
+    question = {"messages": [{"role": "user", "content": QUESTION}]}
+    with get_sync_client(url=server.url, headers=server.headers("operator", None)) as user:
+        thread = user.threads.create()["thread_id"]
+        cron = user.crons.create_for_thread(
+            thread, "rag", schedule="* * * * * */2", input=question, context={"answer_chunks": 2}
+        )
+        try:
+            deadline = time.monotonic() + 120  # waits for the scheduler: not a speed measurement
+            while not (runs := user.runs.list(thread)) or runs[0]["status"] in ("pending", "running"):
+                assert time.monotonic() < deadline, "the cron never ran"
+                time.sleep(0.5)
+        finally:
+            user.crons.delete(cron["cron_id"])
+        state = user.threads.get_state(thread)["values"]
+    assert runs[0]["status"] == "error" or state.get("hits") == []
+    assert "handbook" not in json.dumps(state)
