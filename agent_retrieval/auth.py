@@ -87,7 +87,8 @@ async def authenticate(
         raise _refuse(
             401,
             "this server needs a signed-in user's Supabase access token: send the header "
-            "'Authorization: Bearer <access_token>'",
+            "'Authorization: Bearer <access_token>' (a server only its operator can reach may run with "
+            "AGENT_RETRIEVAL_AUTH=off instead)",
         )
     claims = await _verified_claims(token.strip(), settings)
     tenant = tenant_of_claims(claims)

@@ -83,7 +83,7 @@ def redact(text: str) -> str:
 
 def redact_value(value: Any) -> Any:
     """`value` with every protected value masked in each string it holds: in dicts, lists, tuples and
-    pydantic models (LangChain's messages) at any depth. Unchanged parts are returned as they are."""
+    pydantic models (LangChain's messages) at any depth, copied; anything else is returned as it is."""
     if not (_secrets or _recent):
         return value
     if isinstance(value, str):
