@@ -203,13 +203,7 @@ DOCUMENT_FIELDS = tuple(IndexDocumentRequest.model_fields)
 
 
 def ingest_for_caller(
-    items: Sequence[tuple[str, Any]],
-    store: Store,
-    embedder: Embedder,
-    context: Context,
-    *,
-    source: str,
-    on_batch: Callable[[IngestReport], None] | None = None,
+    items: Sequence[tuple[str, Any]], store: Store, embedder: Embedder, context: Context, *, source: str
 ) -> IngestReport:
     """The one way a caller's documents reach the store (index_document, the indexer graph, and whatever a
     thread's state holds when the indexer reads it): untrusted, so checked here, where they are written.
@@ -218,36 +212,13 @@ def ingest_for_caller(
     (`source` and `where`, one of REQUEST_SOURCES). A value must be an IndexDocumentRequest's fields (title,
     content, optional metadata and id; no reserved metadata); it is written private, and never in place of
     a document the operator ingested or published. Past MAX_CALLER_DOCUMENTS documents or MAX_CALLER_CHARS
-    characters the rest are refused. Each refused item is one line of the report's errors, in order,
-    before the ingest's own; the others are ingested. A store or embedder that stops the ingest adds a
-    last line ("ingest stopped: ..."), and what was written before it stays counted."""
+    characters the rest are refused. Callers' writes take turns (resources.Turns) and embed for at most
+    `caller_write_seconds`, the rest stored without vectors. Each refused item is one line of the report's
+    errors, in order, before the ingest's own; a store or embedder that stops the ingest adds a last line
+    ("ingest stopped: ..."), and what was written before it stays counted."""
     if source.split(" ", 1)[0] not in REQUEST_SOURCES:
         raise ValueError(f"a caller's documents are recorded under one of {REQUEST_SOURCES} (got {source!r})")
-    refused: list[str] = []
-    named: list[tuple[str, Document]] = []
-    characters = 0
-    for where, value in items:
-        if len(named) == MAX_CALLER_DOCUMENTS:
-            refused.append(
-                _line(where, f"not written: one run writes at most {MAX_CALLER_DOCUMENTS} documents")
-            )
-            continue
-        try:
-            request = _caller_request(value)
-        except InvalidRequest as error:
-            refused.append(_line(where, str(error)))
-            continue
-        if characters + len(request.content) > MAX_CALLER_CHARS:
-            refused.append(
-                _line(
-                    where,
-                    f"not written: one run writes at most {MAX_CALLER_CHARS:,} characters of text; index "
-                    "the rest in another run",
-                )
-            )
-            continue
-        characters += len(request.content)
-        named.append((where, request.document(source=" ".join(part for part in (source, where) if part))))
+    named, refused = _caller_documents(items, source)
     written = IngestReport()
 
     def note(report: IngestReport) -> None:
@@ -278,6 +249,39 @@ def ingest_for_caller(
     written.documents = len(items)
     written.errors[:0] = refused
     return written
+
+
+def _caller_documents(
+    items: Sequence[tuple[str, Any]], source: str
+) -> tuple[list[tuple[str, Document]], list[str]]:
+    """The items that are documents a caller may write, as (where, Document), within one run's bounds; and
+    a line for each that is not."""
+    named: list[tuple[str, Document]] = []
+    refused: list[str] = []
+    characters = 0
+    for where, value in items:
+        if len(named) == MAX_CALLER_DOCUMENTS:
+            refused.append(
+                _line(where, f"not written: one run writes at most {MAX_CALLER_DOCUMENTS} documents")
+            )
+            continue
+        try:
+            request = _caller_request(value)
+        except InvalidRequest as error:
+            refused.append(_line(where, str(error)))
+            continue
+        if characters + len(request.content) > MAX_CALLER_CHARS:
+            refused.append(
+                _line(
+                    where,
+                    f"not written: one run writes at most {MAX_CALLER_CHARS:,} characters of text; index "
+                    "the rest in another run",
+                )
+            )
+            continue
+        characters += len(request.content)
+        named.append((where, request.document(source=" ".join(part for part in (source, where) if part))))
+    return named, refused
 
 
 class _Timed(Embedder):
