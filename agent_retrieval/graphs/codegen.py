@@ -29,6 +29,7 @@ from agent_retrieval.graph_parts import GraphParts, add_nodes, read_state, run_c
 from agent_retrieval.models import MAX_TOP_K, ChunkSearchRequest, parse_request
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import element, passage, quote
+from agent_retrieval.text import shorten
 from agent_retrieval.validation import Question, Text, check_question
 
 MAX_ATTEMPTS = 2  # the first answer and one fix
@@ -398,6 +399,8 @@ def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSett
         if not state.code:
             return {"valid": False, "errors": ["the model returned no code"]}
         errors, notes = await asyncio.to_thread(VALIDATORS[state.language], state.code, state.passages)
+        # within what the next attempt reads back (a schema may name hundreds of tables)
+        errors = [shorten(error, MAX_ERROR_CHARS) for error in errors[:MAX_ERRORS]]
         return {"valid": not errors, "errors": errors, "notes": add_notes(state.notes, notes)}
 
     builder = StateGraph(State, input_schema=InputState, context_schema=RunSettings)

@@ -21,6 +21,7 @@ from agent_retrieval.graphs import codegen
 from agent_retrieval.graphs.codegen import OFFLINE_NOTE, Passage, State, build, codegen_messages, validate_sql
 from agent_retrieval.ingest import chunk_document, ingest
 from agent_retrieval.loaders import load_documents
+from agent_retrieval.models import Document
 from agent_retrieval.retrieval import Retrieval
 from tests.conftest import CountingChatModel, chat_text
 from tests.promptcheck import PAYLOADS, as_read, assert_quoted, hostile_document, outline, passages_outline
@@ -102,6 +103,18 @@ async def test_two_bad_answers_end_invalid_after_two_attempts(schemas, context):
     assert out["code"] == UNKNOWN_TABLE_SQL
     assert len(out["errors"]) == 1 and "no such table: refunds" in out["errors"][0]
     assert "customers, invoices" in out["errors"][0]  # names what the schemas do define
+
+
+async def test_a_schema_of_hundreds_of_tables_still_gets_its_second_attempt(schemas, context, embedder):
+    """The validator names every retrieved table; its error is held to what the next attempt reads back."""
+    tables = "\n".join(f"CREATE TABLE {'invoice_archive_' * 3}{n} (id INTEGER);" for n in range(400))
+    document = Document("archive", "Invoice archive tables", f"# Invoice archives\n\n{tables}")
+    ingest([document], schemas.store, embedder, context, progress=False)
+    wide = Context(db_path=context.db_path, answer_chunks=30)  # 30 passages: hundreds of tables named
+    chat = CountingChatModel(responses=[UNKNOWN_TABLE_SQL, GOOD_SQL])
+    out = await run(schemas, wide, chat, request="total paid invoice amount per customer from archive")
+    assert len(out["context_ids"]) == 30 and out["attempts"] == 2 and chat.calls == 2
+    assert "invalid state" not in " ".join(out["errors"])
 
 
 async def test_a_destructive_answer_is_rejected(schemas, context):
