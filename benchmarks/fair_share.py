@@ -52,7 +52,7 @@ def measure(jobs: int, writes: int = WRITES, characters: int = CHARACTERS) -> di
     with serve(folder, settings, jobs=jobs) as server:
         with get_sync_client(url=server.url, headers=server.headers("bob", "globex"), timeout=3600) as bob:
             bob.runs.wait(None, "rag", input=question)  # the model loaded, the store made
-        writes: list[dict[str, Any]] = []
+        done: list[dict[str, Any]] = []
 
         def write(number: int) -> None:
             headers = server.headers("mallory", "acme")
@@ -60,9 +60,7 @@ def measure(jobs: int, writes: int = WRITES, characters: int = CHARACTERS) -> di
                 started = time.monotonic()
                 document = {"title": f"Minutes {number}", "content": text(characters, number)}
                 out = mallory.runs.wait(None, "indexer", input={"documents": [document]})
-                writes.append(
-                    {"seconds": time.monotonic() - started, **out["report"], "errors": out["errors"]}
-                )
+                done.append({"seconds": time.monotonic() - started, **out["report"], "errors": out["errors"]})
 
         threads = [threading.Thread(target=write, args=(n,)) for n in range(writes)]
         for thread in threads:
@@ -74,7 +72,7 @@ def measure(jobs: int, writes: int = WRITES, characters: int = CHARACTERS) -> di
             asked = time.monotonic() - started
         for thread in threads:
             thread.join()
-    return {"jobs": jobs, "question_seconds": asked, "writes": sorted(writes, key=lambda w: w["seconds"])}
+    return {"jobs": jobs, "question_seconds": asked, "writes": sorted(done, key=lambda w: w["seconds"])}
 
 
 def main() -> None:
