@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, get_args
@@ -14,7 +15,7 @@ from agent_retrieval import __version__
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.models import ChunkSearchRequest, HydeMode, SearchRequest, parse_request
-from agent_retrieval.text import printable
+from agent_retrieval.text import counted, printable
 
 log = logging.getLogger("agent_retrieval")
 
@@ -25,9 +26,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 failure, 2 bad input)."""
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(_Printable("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
+    if not args.verbose:  # a parser's notes on what it dropped of a page ("discarding data: None")
+        logging.getLogger("trafilatura").setLevel(logging.ERROR)
     from agent_retrieval.progress import show_notices
 
     # "loading the embedding model ..." and the like, on stderr; `db init` has no --no-progress
@@ -41,6 +44,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `... | head -1` stopped reading: the rest goes nowhere, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a command ended by SIGPIPE
+
+
+class _Printable(logging.Formatter):
+    """Log lines quote file names and documents' words: their control characters are escaped."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), lines=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -304,7 +317,8 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
         )
     passed_over = len(report.skipped_files) + len(report.unsupported_files)
     print(report.summary() + (f"; {passed_over} files not ingested (listed above)" if passed_over else ""))
-    return 1 if report.unembedded or passed_over else 0
+    # report.errors (a document the store could not take, an embedding failure) are logged as they happen
+    return 1 if report.unembedded or passed_over or report.errors else 0
 
 
 def _delete(args: argparse.Namespace, context: Context) -> int:
@@ -319,7 +333,7 @@ def _delete(args: argparse.Namespace, context: Context) -> int:
         print(
             f"not in the store (nothing deleted for them): {', '.join(map(repr, unknown))}", file=sys.stderr
         )
-    print(f"{len(held)} documents deleted")
+    print(f"{counted(len(held), 'document')} deleted")
     return 1 if unknown else 0
 
 

@@ -32,6 +32,7 @@ from agent_retrieval.progress import bar as progress_bar
 from agent_retrieval.redaction import fingerprint
 from agent_retrieval.resources import NoTurn, shared_turns
 from agent_retrieval.stores.base import Store, check_rows
+from agent_retrieval.text import counted, has_words
 
 log = logging.getLogger(__name__)
 
@@ -109,16 +110,20 @@ class IngestReport:
     removed: list[str] = field(default_factory=list)  # ids whose files are gone (ingest_paths with prune)
 
     def summary(self) -> str:
+        chunks = counted(self.chunks, "chunk")
         text = (
-            f"{self.documents} documents: {self.written} written ({self.chunks} chunks), "
-            f"{self.unchanged} unchanged; {self.embedded} texts embedded, {self.reused} vectors reused"
+            f"{counted(self.documents, 'document')}: {self.written:,} written ({chunks}), "
+            f"{self.unchanged:,} unchanged; {counted(self.embedded, 'text')} embedded, "
+            f"{counted(self.reused, 'vector')} reused"
         )
         if self.renamed:
-            text += f"; {len(self.renamed)} renamed"
+            text += f"; {len(self.renamed):,} renamed"
         if self.removed:
-            text += f"; {len(self.removed)} removed"
+            text += f"; {len(self.removed):,} removed"
         if self.unembedded:
-            text += f"; {self.unembedded} texts left unembedded (run `agent-retrieval reembed` later)"
+            text += (
+                f"; {counted(self.unembedded, 'text')} left unembedded (run `agent-retrieval reembed` later)"
+            )
         return text
 
 
@@ -335,8 +340,10 @@ def protected_ids(store: Store, documents: Sequence[Document]) -> list[str]:
 def _storable(document: Document, chunks: Sequence[Chunk], report: IngestReport) -> bool:
     """Whether the store can hold the document (and these chunks of it); if not, it is skipped with a note
     saying why (a NUL in a text file, an id too long to name), so one bad document never stops an ingest.
-    The rule is the store's own (check_rows)."""
+    The rule is the store's own (check_rows), and a document with no words is nothing to find."""
     try:
+        if not has_words(document.content):
+            raise InvalidRequest("empty: no words to index")
         check_rows([document], chunks)
     except InvalidRequest as error:
         message = f"{document.source or document.id!r}: skipped: {error}"
@@ -410,7 +417,10 @@ def _embed_missing(
         for (text_hash, _), vector in zip(batch, vectors, strict=True):
             for row in holding[text_hash]:
                 row.embedding = vector
-    done(sum(len(held) for held in holding.values()) - len(missing))  # rows repeating a text embedded once
+    # Rows repeating a text embedded here count as reused: embedded + reused counts rows, as the bar does.
+    repeats = sum(len(held) for held in holding.values()) - len(missing)
+    report.reused += repeats
+    done(repeats)
 
 
 def _write(

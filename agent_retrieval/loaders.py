@@ -4,6 +4,8 @@ untrusted input: bounded in size and nesting, confined to a root folder when one
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import fnmatch
 import io
 import json
@@ -19,6 +21,7 @@ import yaml
 
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_depth
+from agent_retrieval.text import has_words
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".rst", ".txt", ".html", ".htm", ".jsonl", ".pdf")
 MAX_METADATA_CHARS = 20_000  # of a document's metadata as JSON: every one of its chunks stores a copy
@@ -225,7 +228,7 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
     if suffix == ".jsonl":
         return list(_load_jsonl(path, root))
     try:
-        with _open(path, root, binary=suffix == ".pdf") as file:
+        with _open(path, root, binary=True) as file:
             data = file.read(MAX_FILE_BYTES + 1)
     except OSError as error:
         raise InvalidRequest(_unreadable(path, error)) from None
@@ -233,11 +236,9 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
         raise InvalidRequest(
             f"{path}: larger than the {MAX_FILE_BYTES // 2**20} MB one file may be; split it into several"
         )
-    if isinstance(data, bytes):
+    if suffix == ".pdf":
         return [_load_pdf(path, doc_id, data)]
-    if not is_unicode(data):
-        raise InvalidRequest(f"{path}: not UTF-8 text")
-    text: str = data
+    text, encoding = _decoded(path, data)
     metadata: dict[str, Any] = {}
     if suffix in (".md", ".markdown"):
         metadata, text = _front_matter(path, text)
@@ -246,9 +247,61 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
         metadata = {"title": title} if title else {}
     elif suffix == ".rst":
         metadata, text = _rst_to_markdown(path, text)
+    if not has_words(text):
+        raise InvalidRequest(f"{path}: empty: no words to index (only white space, marks or markup)")
+    if encoding != "utf-8":
+        metadata["encoding"] = encoding
     title = str(metadata.pop("title", "") or _first_heading(text) or _name_as_title(path))
     doc_id = str(metadata.pop("id", doc_id))
     return [Document(id=doc_id, title=title, content=text.strip(), metadata=metadata, source=str(path))]
+
+
+# Byte order marks, longest first (UTF-32's little-endian mark begins with UTF-16's).
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+MAX_CONTROL_SHARE = 0.05  # of a text's characters: more control characters than this is not text
+MAX_LEGACY_MESS = 0.2  # charset-normalizer's mess ratio under which Windows-1252 reads a file cleanly
+
+
+def _decoded(path: Path, data: bytes) -> tuple[str, str]:
+    """A text file's text (line ends made "\n") and its encoding: a byte order mark's, else UTF-8, else
+    Windows-1252 where it reads the bytes cleanly (most legacy Western text, which charset detection often
+    takes for a Baltic or Central European code page), else what charset-normalizer finds. NUL bytes, a
+    text of control characters, or bytes no encoding reads are refused by name as binary."""
+    encoding = next((name for bom, name in _BOMS if data.startswith(bom)), None)
+    if encoding is None and b"\x00" in data:
+        raise InvalidRequest(f"{path}: holds NUL bytes: a binary file, not text")
+    try:
+        text = data.decode(encoding or "utf-8")
+        encoding = "utf-8" if encoding == "utf-8-sig" else encoding or "utf-8"
+    except UnicodeDecodeError:
+        if encoding is not None:
+            raise InvalidRequest(f"{path}: not {encoding} text, though it begins with that mark") from None
+        text, encoding = _legacy(path, data)
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    controls = sum(1 for char in text if char < " " and char not in "\n\t\f\v")
+    if controls > MAX_CONTROL_SHARE * len(text):
+        raise InvalidRequest(f"{path}: {controls:,} control characters: a binary file, not text")
+    return text, encoding
+
+
+def _legacy(path: Path, data: bytes) -> tuple[str, str]:
+    from charset_normalizer import from_bytes
+    from charset_normalizer.md import mess_ratio
+
+    with contextlib.suppress(UnicodeDecodeError):
+        text = data.decode("cp1252")
+        if mess_ratio(text, MAX_LEGACY_MESS) <= MAX_LEGACY_MESS:
+            return text, "cp1252"
+    found = from_bytes(data).best()
+    if found is None:
+        raise InvalidRequest(f"{path}: no text encoding reads it: a binary file, not text")
+    return str(found), found.encoding
 
 
 class _Refused(yaml.MarkedYAMLError):

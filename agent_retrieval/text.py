@@ -63,6 +63,16 @@ def entity_terms(query: str) -> list[str]:
     return list(seen.values())
 
 
+def counted(count: int, noun: str) -> str:
+    """ "1 document", "2 documents": a count and its noun, in the number the count takes."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
+def has_words(text: str) -> bool:
+    """Whether `text` holds anything to search: a letter or a digit."""
+    return any(char.isalnum() for char in text)
+
+
 def shorten(text: str, limit: int) -> str:
     """`text`, or if longer than `limit` characters, its words within them and " ..." marking the cut."""
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."

@@ -231,7 +231,7 @@ def test_delete_removes_the_named_documents_and_names_the_unknown(capsys, tmp_pa
     db = str(tmp_path / "d.db")
     run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
     code, out, err = run(capsys, "delete", "--db", db, "fees", "ghost")
-    assert (code, out) == (1, "1 documents deleted\n")
+    assert (code, out) == (1, "1 document deleted\n")
     assert err == "not in the store (nothing deleted for them): 'ghost'\n"
     code, out, _ = run(capsys, "query", "--db", db, "commission", "--level", "documents")
     assert 'id="fees"' not in out and run(capsys, "delete", "--db", db, "banda")[0] == 0

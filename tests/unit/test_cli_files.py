@@ -7,6 +7,7 @@ escaped."""
 from __future__ import annotations
 
 import io
+import re
 import zlib
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def folder(tmp_path: Path) -> Path:
 def test_a_folders_symlinks_to_files_outside_it_are_skipped_by_name(capsys, tmp_path, folder):
     db = str(tmp_path / "store.db")
     code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", str(folder))
-    assert code == 1 and "1 documents: 1 written" in out
+    assert code == 1 and "1 document: 1 written" in out
     for name in ("deploy-key.txt", "passwd.txt"):
         assert f"skipped: {folder / name}: leads outside {folder}" in err
     assert "--follow-symlinks" in err
@@ -119,7 +120,7 @@ def test_a_pdf_past_a_parsers_limits_is_skipped_by_name_and_the_good_file_beside
     (docs / "long.pdf").write_bytes(long_pdf(MAX_PDF_PAGES + 1))
     db = str(tmp_path / "store.db")
     code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", str(docs))
-    assert code == 1 and "Traceback" not in err and "1 documents: 1 written" in out
+    assert code == 1 and "Traceback" not in err and "1 document: 1 written" in out
     assert f"skipped: {docs / 'bomb.pdf'}: the PDF has no text layer" in err  # pypdf stopped inflating it
     assert (
         f"skipped: {docs / 'deep.pdf'}: could not be read (LimitReachedError: Maximum page tree depth" in err
@@ -142,3 +143,44 @@ def test_file_names_reach_the_terminal_with_their_control_characters_escaped(cap
         line.startswith("All files verified OK") for line in err.splitlines()
     )
     assert "title\\x1b]0;owned\\x07.md" in err and "x\\nAll files verified OK.md" in err
+
+
+def test_an_ingest_that_skipped_an_empty_or_binary_file_names_it_and_exits_1(capsys, tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text("# Guide\n\nRotate the deploy key every year.\n", encoding="utf-8")
+    (docs / "empty.md").write_bytes(b"")
+    (docs / "zeros.md").write_bytes(b"\x00" * 512)
+    code, out, err = run(capsys, "ingest", "--db", str(tmp_path / "store.db"), "--no-progress", str(docs))
+    assert code == 1 and out.startswith("1 document: 1 written (1 chunk)")
+    assert f"skipped: {docs / 'empty.md'}: empty: no words to index" in err
+    assert f"skipped: {docs / 'zeros.md'}: holds NUL bytes: a binary file, not text" in err
+
+
+def test_output_cut_short_by_a_pipe_ends_quietly():
+    """`agent-retrieval ... | head -1` ended in a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "agent_retrieval.cli", "db", "init", "--print"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.readline()
+        process.stdout.close()  # as `head -1` does once it has its line
+        err = process.stderr.read().decode()
+        code = process.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipeError" not in err
+    assert code in (0, 141)
+
+
+def test_the_progress_bar_and_the_summary_count_the_same_texts(capsys, tmp_path):
+    """The bar counted 633 texts where the summary said 631: rows repeating a text were in neither count."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a", "b"):  # two documents and their chunks, all the same text: embedded once
+        text = "---\ntitle: Key rotation\n---\nRotate the deploy key every year.\n"
+        (docs / f"{name}.md").write_text(text, encoding="utf-8")
+    code, out, _ = run(capsys, "ingest", "--db", str(tmp_path / "store.db"), "--no-progress", str(docs))
+    assert code == 0 and "2 documents: 2 written (2 chunks)" in out
+    embedded, reused = map(int, re.search(r"(\d+) texts? embedded, (\d+) vectors? reused", out).groups())
+    assert (embedded, reused) == (1, 3)  # four rows, as the bar counts: one embedded, three given it

@@ -120,4 +120,72 @@ def test_the_cli_takes_include_and_exclude(tmp_path, capsys, monkeypatch):
     shutil.copytree(HTML, tmp_path / "site")
     db = str(tmp_path / "s.db")
     code = cli.main(["ingest", "--db", db, "--no-progress", "--exclude", "[mg]*", str(tmp_path / "site")])
-    assert code == 0 and capsys.readouterr().out.startswith("1 documents: 1 written")
+    assert code == 0 and capsys.readouterr().out.startswith("1 document: 1 written")
+
+
+# --- nothing empty becomes a document; text in any encoding; binary refused -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "reason"),
+    [
+        ("empty.md", b"", "empty: no words to index"),
+        ("blank.txt", b" \n\t\n   \n", "empty: no words to index"),
+        ("marks.md", b"---\ntitle: x\n---\n# \n\n***\n", "empty: no words to index"),
+        ("nul.md", b"\x00" * 64, "holds NUL bytes: a binary file, not text"),
+        ("controls.txt", bytes(range(1, 32)) * 8, "control characters: a binary file, not text"),
+        (
+            "image.html",
+            bytes.fromhex("89504e470d0a1a0a") + bytes(range(128, 256)) * 8,
+            "a binary file, not text",
+        ),
+    ],
+)
+def test_a_file_with_nothing_to_index_is_skipped_by_name(tmp_path, name, data, reason):
+    (tmp_path / name).write_bytes(data)
+    (tmp_path / "real.md").write_text("# Real\n\nThe deposit is protected.\n", encoding="utf-8")
+    skipped: list[str] = []
+    loaded = list(load_documents([tmp_path], skipped=skipped))
+    assert [d.id for d in loaded] == ["real"]
+    assert len(skipped) == 1 and skipped[0].startswith(f"{tmp_path / name}: ") and reason in skipped[0]
+
+
+def test_no_search_returns_a_hit_without_words(tmp_path, embedder):
+    """A document given in code with nothing in it is not stored: empty hits once came first for a query."""
+    context = Context(db_path=str(tmp_path / "store.db"))
+    blank = [Document("blank", "Blank", "   \n "), Document("dots", "Dots", "... --- ***")]
+    with Retrieval(context, embedder=embedder) as retrieval:
+        report = ingest(
+            [*blank, Document("fees", "Fees", "A letting fee of 6%.")],
+            retrieval.store,
+            embedder,
+            context,
+            progress=False,
+        )
+        hits = retrieval.search(ChunkSearchRequest(query="Blank Dots letting fee", top_k=10), "chunks").hits
+    assert (
+        report.written == 1
+        and [e.split(": skipped: ")[1] for e in report.errors] == ["empty: no words to index"] * 2
+    )
+    assert [h.document_id for h in hits] == ["fees"] and all(h.content.strip() for h in hits)
+
+
+@pytest.mark.parametrize(
+    ("encoded", "encoding"),
+    [
+        ("Café crème, naïve façade, déjà vu: le garçon était très sûr.".encode("latin-1"), "cp1252"),
+        ("Smart “quotes” and – dashes cost €5.".encode("cp1252"), "cp1252"),
+        ("Привет, мир! Это документация по установке программы.".encode("cp1251"), "cp1251"),
+        ("Zażółć gęślą jaźń. Dokumentacja instalacji programu.".encode("cp1250"), "cp1250"),
+        ("Text with a byte order mark.".encode("utf-16"), "utf-16"),
+        ("Plain UTF-8, with é and 日本.".encode(), "utf-8"),
+    ],
+)
+def test_text_in_a_legacy_encoding_is_read_and_its_encoding_kept(tmp_path, encoded, encoding):
+    (tmp_path / "notes.md").write_bytes(b"# Notes\n\n" if encoding != "utf-16" else b"")
+    with (tmp_path / "notes.md").open("ab") as file:
+        file.write(encoded)
+    (document,) = load_documents([tmp_path / "notes.md"])
+    assert document.metadata.get("encoding", "utf-8") == encoding
+    words = encoded.decode(encoding).split()
+    assert all(word in document.content for word in words), document.content
