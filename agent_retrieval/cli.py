@@ -272,14 +272,11 @@ def _retrieval(context: Context, *, store_must_exist: bool = False) -> Any:
 def _check_store_path(context: Context, *, must_exist: bool) -> None:
     if context.store_backend != "sqlite":
         return
-    from agent_retrieval.stores import sqlite_path
+    from agent_retrieval.stores import missing_store, sqlite_path
 
     path = sqlite_path(context)
-    if must_exist and not path.is_file():
-        raise _bad(
-            f"no store at {path}: ingest into it first (`agent-retrieval ingest PATH --db {path}`), "
-            "or name an existing store with --db or $AGENT_RETRIEVAL_DB"
-        )
+    if must_exist and (problem := missing_store(context)):
+        raise _bad(problem)
     if not context.tenant_id and not path.parent.is_dir():  # a tenant's folder is the store's to make
         raise _bad(f"{path}: the folder {path.parent} does not exist; create it, or choose another --db")
 
@@ -549,7 +546,9 @@ def _demo(args: argparse.Namespace, context: Context) -> int:
                 print(f"\nMISSED: the answer is in {item['expected_document']!r}, under {sections}")
     print(
         f"\nThe answering document was among the top 3 for {documents_found} of {len(questions)} questions, "
-        f"and the answering passage among the 2 shown for {passages_found}."
+        f"and the answering passage among the 2 shown for {passages_found}.\n"
+        f"To ask the graphs in LangGraph Studio over this store: AGENT_RETRIEVAL_DB={context.db_path} "
+        "langgraph dev"
     )
     return 0
 

@@ -22,11 +22,12 @@ from langgraph.runtime import Runtime
 from pydantic import TypeAdapter, ValidationError
 
 from agent_retrieval.context import Context, RunSettings
-from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
+from agent_retrieval.errors import AgentRetrievalError, InvalidRequest, StoreError
 from agent_retrieval.llm import make_chat_model
 from agent_retrieval.models import explain
 from agent_retrieval.redaction import redact, redact_value
 from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.stores import missing_store
 
 
 def run_context(runtime: Runtime[RunSettings]) -> Context:
@@ -73,11 +74,17 @@ class GraphParts:
     chat_model: BaseChatModel | None = None
 
     @contextlib.asynccontextmanager
-    async def open_retrieval(self, context: Context) -> AsyncIterator[Retrieval]:
-        """The shared Retrieval, or one for this run, opened off the event loop and closed afterwards."""
+    async def open_retrieval(self, context: Context, *, writes: bool = False) -> AsyncIterator[Retrieval]:
+        """The shared Retrieval, or one for this run, opened off the event loop and closed afterwards. A run
+        that only reads refuses an embedded store that was never made (a tenant's may not be yet: it has
+        no documents), saying how to make it."""
         if self.retrieval is not None:
             yield self.retrieval
             return
+        if not writes and not context.tenant_id:
+            problem = await asyncio.to_thread(missing_store, context)
+            if problem:
+                raise StoreError(problem)
         retrieval = Retrieval(context)
         try:
             # Opening the store and loading a local model do file and network I/O: not on the event loop.

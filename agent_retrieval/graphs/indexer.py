@@ -96,7 +96,7 @@ def build(
         if not given:
             errors += [] if items or paths else [NOTHING_TO_INDEX]
             return {"report": _counts(IngestReport()), "errors": errors, **consumed}
-        async with parts.open_retrieval(run_context(runtime)) as retrieval:
+        async with parts.open_retrieval(run_context(runtime), writes=True) as retrieval:
             # Chunking, embedding and writing all block: a worker thread keeps the event loop free.
             report = await asyncio.to_thread(
                 lambda: ingest_for_caller(

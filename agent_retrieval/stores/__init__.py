@@ -46,6 +46,17 @@ def open_store(context: Context) -> Store:
     return SQLiteStore(sqlite_path(context), tenant=context.tenant_id, cache_mb=context.store_cache_mb)
 
 
+def missing_store(context: Context) -> str | None:
+    """What to do when the embedded store a context names was never made, or None (it exists, or the
+    store is not the embedded one): reading it would make an empty file and find nothing, in silence."""
+    if context.store_backend != "sqlite" or (path := sqlite_path(context)).is_file():
+        return None
+    return (
+        f"no store at {path}: ingest into it first (`agent-retrieval ingest PATH --db {path}`), or name "
+        "an existing store with --db or $AGENT_RETRIEVAL_DB"
+    )
+
+
 def sqlite_path(context: Context) -> Path:
     """The embedded store's file: `db_path`, or for a tenant its own file in a folder beside it.
 

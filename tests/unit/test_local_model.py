@@ -65,3 +65,5 @@ def test_the_demo_command_runs_offline(capsys, tmp_path):
     n = len(demo.questions())
     assert out.count("FOUND: passage") == n
     assert f"top 3 for {n} of {n} questions, and the answering passage among the 2 shown for {n}." in out
+    # Studio's server reads agent_retrieval.db unless told: the demo says how to open its own store there
+    assert f"AGENT_RETRIEVAL_DB={tmp_path / 'demo.db'} langgraph dev" in out

@@ -245,6 +245,27 @@ async def test_a_run_without_a_context_reads_the_environment(retrieval, monkeypa
     assert out["answer"] and len(out["hits"]) == 2
 
 
+@pytest.mark.parametrize("graph", ["rag", "agent", "codegen"])
+async def test_a_run_over_an_embedded_store_never_made_says_how_to_make_it(tmp_path, monkeypatch, graph):
+    """It made an empty agent_retrieval.db and answered "I found nothing" (on langgraph dev, after `make
+    demo` had written agent_retrieval_demo.db)."""
+    import importlib
+
+    from agent_retrieval.errors import StoreError
+
+    missing = tmp_path / "agent_retrieval.db"
+    monkeypatch.setenv("AGENT_RETRIEVAL_DB", str(missing))
+    built = importlib.import_module(f"agent_retrieval.graphs.{graph}").build()
+    said = f"no store at {missing}: ingest into it first"
+    if graph == "codegen":  # codegen reports a failed retrieval in its errors
+        out = await built.ainvoke({"request": QUESTION}, context={})
+        assert said in out["errors"][0]
+    else:
+        with pytest.raises(StoreError, match=said):
+            await built.ainvoke({"messages": [("user", QUESTION)]}, context={})
+    assert not missing.exists()
+
+
 def test_an_extractive_answer_carries_no_markup():
     from agent_retrieval.answer import extractive_answer
     from agent_retrieval.models import Hit
