@@ -247,6 +247,8 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
         metadata = {"title": title} if title else {}
     elif suffix == ".rst":
         metadata, text = _rst_to_markdown(path, text)
+    if suffix != ".txt":
+        text = tidy_markdown(text)
     if not has_words(text):
         raise InvalidRequest(f"{path}: empty: no words to index (only white space, marks or markup)")
     if encoding != "utf-8":
@@ -405,8 +407,63 @@ def _name_as_title(path: Path) -> str:
 
 
 def _first_heading(text: str) -> str | None:
-    match = re.search(r"^#\s+(.+?)\s*#*\s*$", text, re.MULTILINE)
-    return match.group(1) if match else None
+    """The words of the first top-level heading: its badges, images and link targets left out."""
+    for match in re.finditer(r"^#\s+(.+?)\s*#*\s*$", text, re.MULTILINE):
+        words = " ".join(_LINK.sub(r"\1", _IMAGE.sub("", match.group(1))).split())
+        if has_words(words):
+            return words
+    return None
+
+
+# Markdown as a writer marks it up, made plain for search and for a model to read: setext headings become
+# "#" headings (so the chunker splits there), backslash escapes ("Z\_OK") lose their backslash, and a
+# permalink mark ending a heading ("¶") goes; code, fenced or inline, is left exactly as written.
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+_SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
+_ESCAPE = re.compile(r"\\([!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])")
+_INLINE_CODE = re.compile(r"(`+)(.+?)\1")
+_PERMALINK = re.compile(r"\s*[¶§🔗]+\s*$")
+_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_BLOCK_MARKS = ("#", "|", "-", "*", "+", ">", "=")  # a line starting with one is a block, not a paragraph
+
+
+def tidy_markdown(text: str) -> str:
+    """`text` with setext headings as "#" headings, backslash escapes resolved and permalink marks dropped,
+    outside code."""
+    out: list[str] = []
+    fence = ""
+    for line in text.split("\n"):
+        if fence:
+            out.append(line)
+            if line.strip().startswith(fence):
+                fence = ""
+            continue
+        if opening := _FENCE.match(line):
+            fence = opening.group(1)[0] * 3
+            out.append(line)
+            continue
+        underline = _SETEXT.match(line)
+        if underline and out and out[-1].strip() and not out[-1].lstrip().startswith(_BLOCK_MARKS):
+            out[-1] = f"{'#' if underline.group(1)[0] == '=' else '##'} {out[-1].strip()}"
+            continue
+        if line.lstrip().startswith("#"):
+            line = _PERMALINK.sub("", line)
+        out.append(_unescaped(line))
+    return "\n".join(out)
+
+
+def _unescaped(line: str) -> str:
+    """A line's backslash escapes resolved, but inside `code` spans and where one keeps the line from
+    starting a block ("\\# not a heading")."""
+    indent = len(line) - len(line.lstrip())
+    if line[indent : indent + 1] == "\\" and line[indent + 1 : indent + 2] in _BLOCK_MARKS:
+        return line[: indent + 2] + _unescaped(line[indent + 2 :])
+    parts, position = [], 0
+    for code in _INLINE_CODE.finditer(line):
+        parts += [_ESCAPE.sub(r"\1", line[position : code.start()]), code.group(0)]
+        position = code.end()
+    return "".join([*parts, _ESCAPE.sub(r"\1", line[position:])])
 
 
 def jsonl_records(

@@ -189,3 +189,40 @@ def test_text_in_a_legacy_encoding_is_read_and_its_encoding_kept(tmp_path, encod
     assert document.metadata.get("encoding", "utf-8") == encoding
     words = encoded.decode(encoding).split()
     assert all(word in document.content for word in words), document.content
+
+
+# --- markdown as its writer meant it ------------------------------------------------------------------------
+
+
+def test_setext_headings_title_a_file_and_split_it_into_sections(tmp_path):
+    text = (
+        "Deploy guide\n============\n\nHow to ship.\n\nRolling back\n------------\n\n"
+        "Run `deploy --undo` within an hour.\n\nA paragraph\nthen a list:\n\n- item\n---\n"
+    )
+    (tmp_path / "guide.md").write_text(text, encoding="utf-8")
+    (document,) = load_documents([tmp_path / "guide.md"])
+    assert document.title == "Deploy guide"
+    paths = [c.heading_path for c in chunk_document(document)]
+    assert paths[:2] == ["Deploy guide", "Deploy guide > Rolling back"]
+    assert "- item\n---" in document.content  # a rule after a list is a rule, not a heading
+
+
+def test_a_title_is_the_headings_words_without_its_badges(tmp_path):
+    badges = "[![build](https://ci.example/badge.svg)](https://ci.example) ![cov](https://cov.example/c.svg)"
+    (tmp_path / "README.md").write_text(f"# Quokka tools {badges}\n\nTools for quokkas.\n", encoding="utf-8")
+    (tmp_path / "logo.md").write_text("# [![logo](logo.png)](https://q.example)\n\n# Real title\n\nText.\n")
+    assert [d.title for d in load_documents([tmp_path])] == ["Quokka tools", "Real title"]  # README, logo
+
+
+def test_escapes_and_permalink_marks_leave_the_text_but_code_is_kept_as_written(tmp_path):
+    text = (
+        "# Return codes ¶\n\nZ\\_OK means success; 2 \\* 3 is six.\n\n\\# is not a heading here.\n\n"
+        "```c\n#  define Z\\_OK 0\n```\n\nIn code: `Z\\_OK`.\n"
+    )
+    (tmp_path / "codes.md").write_text(text, encoding="utf-8")
+    (document,) = load_documents([tmp_path / "codes.md"])
+    assert document.title == "Return codes" and "¶" not in document.content
+    assert "Z_OK means success; 2 * 3 is six." in document.content
+    assert "\\# is not a heading here." in document.content  # an escape that keeps a line from being markup
+    assert "#  define Z\\_OK 0" in document.content and "`Z\\_OK`" in document.content
+    assert [c.heading_path for c in chunk_document(document)] == ["Return codes"]
