@@ -167,8 +167,7 @@ class Turns:
 
     def __init__(self) -> None:
         self._condition = threading.Condition()
-        self._holder: Hashable | None = None
-        self._busy = False
+        self._holder: Hashable | None = None  # the writer whose turn it is; None: nobody's
         self._waiting: list[tuple[Hashable, int]] = []  # (writer, arrival)
         self._last: OrderedDict[Hashable, int] = OrderedDict()  # writer -> its last turn's number
         self._count = itertools.count()
@@ -179,17 +178,17 @@ class Turns:
         writer holds or awaits one already."""
         deadline = time.monotonic() + wait_seconds
         with self._condition:
-            if (self._busy and self._holder == writer) or any(w == writer for w, _ in self._waiting):
+            if self._holder == writer or any(w == writer for w, _ in self._waiting):
                 raise NoTurn("an earlier write of the same caller is still running")
             ticket = (writer, next(self._count))
             self._waiting.append(ticket)
-            while self._busy or self._next() != ticket:
+            while self._holder is not None or self._next() != ticket:
                 if not self._condition.wait(deadline - time.monotonic()):
                     self._waiting.remove(ticket)
                     self._condition.notify_all()  # the one behind may be next now
                     raise NoTurn(f"other callers' writes held the server for {wait_seconds:g} s")
             self._waiting.remove(ticket)
-            self._busy, self._holder = True, writer
+            self._holder = writer
             self._last[writer] = next(self._count)
             self._last.move_to_end(writer)
             while len(self._last) > self.REMEMBERED:
@@ -198,7 +197,7 @@ class Turns:
             yield
         finally:
             with self._condition:
-                self._busy, self._holder = False, None
+                self._holder = None
                 self._condition.notify_all()
 
     def _next(self) -> tuple[Hashable, int]:

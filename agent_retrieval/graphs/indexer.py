@@ -93,8 +93,9 @@ def build(
                 f"paths: one run loads at most {MAX_CALLER_DOCUMENTS} paths; the rest were not read"
             )
         consumed: dict[str, list[Any]] = {"documents": [], "paths": []}
+        if not items and not paths:
+            errors.append(NOTHING_TO_INDEX)
         if not given:
-            errors += [] if items or paths else [NOTHING_TO_INDEX]
             return {"report": _counts(IngestReport()), "errors": errors, **consumed}
         async with parts.open_retrieval(run_context(runtime), writes=True) as retrieval:
             # Chunking, embedding and writing all block: a worker thread keeps the event loop free.
