@@ -24,7 +24,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 
-from langgraph_sdk import get_sync_client  # noqa: E402
 
 from tests.langgraph_server import serve  # noqa: E402
 
@@ -50,13 +49,12 @@ def measure(jobs: int, writes: int = WRITES, characters: int = CHARACTERS) -> di
     }
     question = {"messages": [{"role": "user", "content": "what does the policy say about deposits"}]}
     with serve(folder, settings, jobs=jobs) as server:
-        with get_sync_client(url=server.url, headers=server.headers("bob", "globex"), timeout=3600) as bob:
+        with server.signed_in("bob", "globex", timeout=3600) as bob:
             bob.runs.wait(None, "rag", input=question)  # the model loaded, the store made
         done: list[dict[str, Any]] = []
 
         def write(number: int) -> None:
-            headers = server.headers("mallory", "acme")
-            with get_sync_client(url=server.url, headers=headers, timeout=3600) as mallory:
+            with server.signed_in("mallory", "acme", timeout=3600) as mallory:
                 started = time.monotonic()
                 document = {"title": f"Minutes {number}", "content": text(characters, number)}
                 out = mallory.runs.wait(None, "indexer", input={"documents": [document]})
@@ -66,7 +64,7 @@ def measure(jobs: int, writes: int = WRITES, characters: int = CHARACTERS) -> di
         for thread in threads:
             thread.start()
         time.sleep(3)
-        with get_sync_client(url=server.url, headers=server.headers("bob", "globex"), timeout=3600) as bob:
+        with server.signed_in("bob", "globex", timeout=3600) as bob:
             started = time.monotonic()
             bob.runs.wait(None, "rag", input=question)
             asked = time.monotonic() - started

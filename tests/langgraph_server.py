@@ -18,10 +18,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from dotenv import dotenv_values
+from langgraph_sdk import get_sync_client
+from langgraph_sdk.client import SyncLangGraphClient
 
 from agent_retrieval.context import Context, env_name
 from tests.stack import ISSUER, _free_port, mint_jwt
@@ -55,6 +58,10 @@ class Server:
 
     def headers(self, sub: str, tenant: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token(sub, tenant)}"}
+
+    def signed_in(self, sub: str, tenant: str | None = None, **options: Any) -> SyncLangGraphClient:
+        """A langgraph-sdk client of this server, signed in as the user `sub` of `tenant`."""
+        return get_sync_client(url=self.url, headers=self.headers(sub, tenant), **options)
 
 
 def server_environment(settings: dict[str, str]) -> dict[str, str]:

@@ -94,7 +94,7 @@ def everything(out: dict) -> str:
 )  # a user named like a tenant, with no tenant claim
 def test_each_user_reads_only_their_tenant_and_public_rows_through_every_graph(server, api, sub, tenant, own):
     allowed = {"press", own} - {None}
-    with get_sync_client(url=server.url, headers=server.headers(sub, tenant)) as client:
+    with server.signed_in(sub, tenant) as client:
         rag = client.runs.wait(None, "rag", input={"messages": [{"role": "user", "content": QUESTION}]})
         agent = client.runs.wait(None, "agent", input={"messages": [{"role": "user", "content": QUESTION}]})
         codegen = client.runs.wait(None, "codegen", input={"request": QUESTION, "language": "sql"})
@@ -125,7 +125,7 @@ def test_the_server_key_goes_only_to_its_endpoint_and_no_key_or_token_reaches_th
 
 
 def test_a_users_indexer_run_writes_nothing_into_another_tenant(server):
-    with get_sync_client(url=server.url, headers=server.headers("u-globex", "globex")) as client:
+    with server.signed_in("u-globex", "globex") as client:
         out = client.runs.wait(
             None,
             "indexer",
@@ -151,7 +151,7 @@ def test_state_a_user_writes_cannot_replace_another_tenants_document_or_widen_vi
     before = supabase_stack.postgres.execute(
         f"select tenant_id, content, is_public, source from {SCHEMA}.documents where id = 'acme-plan'"
     )
-    with get_sync_client(url=server.url, headers=server.headers("u-globex", "globex")) as client:
+    with server.signed_in("u-globex", "globex") as client:
         thread = client.threads.create()["thread_id"]
         client.runs.wait(thread, "indexer", input={"documents": [{"title": "Notes", "content": "Ours."}]})
         hostile = {

@@ -85,7 +85,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, api: FakeAPI) -> Iterator[S
 def client(server: Server, api: FakeAPI) -> Iterator[SyncLangGraphClient]:
     """A client signed in as a user of tenant "demo"."""
     api.clear()
-    with get_sync_client(url=server.url, headers=server.headers("user-demo", TENANT)) as sdk:
+    with server.signed_in("user-demo", TENANT) as sdk:
         yield sdk
     assert api.script_errors == []
 
@@ -248,7 +248,7 @@ def test_a_user_sees_only_their_tenant_and_only_their_own_threads(client, server
     )
     assert mine["hits"]
     for sub, tenant in [("user-globex", "globex"), ("demo", None)]:  # another tenant; a user named like one
-        with get_sync_client(url=server.url, headers=server.headers(sub, tenant)) as other:
+        with server.signed_in(sub, tenant) as other:
             theirs = other.runs.wait(None, "rag", input={"messages": [{"role": "user", "content": QUESTION}]})
             assert theirs["hits"] == [] and "found nothing" in theirs["answer"], (sub, theirs)
             status, _ = refusal(lambda: other.threads.get_state(thread["thread_id"]))

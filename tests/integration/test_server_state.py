@@ -87,7 +87,7 @@ def server(postgres, api, tmp_path_factory) -> Iterator[Server]:
 def client(server: Server, api: FakeAPI) -> Iterator[SyncLangGraphClient]:
     """A client signed in as a user of the operator's tenant."""
     api.clear()
-    with get_sync_client(url=server.url, headers=server.headers("user-demo", TENANT)) as sdk:
+    with server.signed_in("user-demo", TENANT) as sdk:
         yield sdk
 
 
@@ -362,7 +362,7 @@ def test_a_token_of_another_issuer_is_refused_though_its_signature_checks_out(se
 
 
 def test_no_caller_can_plant_a_thread_in_another_users_list(server, client):
-    with get_sync_client(url=server.url, headers=server.headers("mallory", TENANT)) as mallory:
+    with server.signed_in("mallory", TENANT) as mallory:
         thread = mallory.threads.create()["thread_id"]
         for change in (
             lambda: mallory.threads.update(thread, metadata={"owner": "user-demo"}),
@@ -419,8 +419,8 @@ def test_one_callers_writes_cannot_hold_the_server_from_the_others(server, api):
     question = {"messages": [{"role": "user", "content": QUESTION}]}
     try:
         with (
-            get_sync_client(url=server.url, headers=server.headers("mallory", "acme")) as mallory,
-            get_sync_client(url=server.url, headers=server.headers("bob", "globex")) as bob,
+            server.signed_in("mallory", "acme") as mallory,
+            server.signed_in("bob", "globex") as bob,
         ):
             thread = mallory.threads.create()["thread_id"]
             first = mallory.runs.create(thread, "indexer", input=minutes)
@@ -445,7 +445,7 @@ def test_a_user_named_operator_reads_nothing_of_the_operators_in_a_cron_run(serv
     """A cron's run carries only its creator's id; an id equal to "operator" once made it the operator,
     reading every tenant. The run must fail for want of a tenant, or find nothing of the handbook."""
     question = {"messages": [{"role": "user", "content": QUESTION}]}
-    with get_sync_client(url=server.url, headers=server.headers("operator", None)) as user:
+    with server.signed_in("operator", None) as user:
         thread = user.threads.create()["thread_id"]
         cron = user.crons.create_for_thread(
             thread, "rag", schedule="* * * * * */2", input=question, context={"answer_chunks": 2}
