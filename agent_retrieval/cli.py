@@ -29,8 +29,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(_Printable("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
-    if not args.verbose:  # a parser's notes on what it dropped of a page ("discarding data: None")
-        logging.getLogger("trafilatura").setLevel(logging.ERROR)
     from agent_retrieval.progress import show_notices
 
     # "loading the embedding model ..." and the like, on stderr; `db init` has no --no-progress

@@ -19,11 +19,30 @@ from typing import IO, Any
 
 import yaml
 
+from agent_retrieval import formats
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_depth
 from agent_retrieval.text import has_words
 
-SUPPORTED_SUFFIXES = (".md", ".markdown", ".rst", ".txt", ".html", ".htm", ".jsonl", ".pdf")
+# Files read as text into markdown, and office files read from their bytes (each through an optional extra).
+_TEXT_READERS: dict[str, Callable[[Path, str], tuple[dict[str, Any], str]]] = {
+    ".html": formats.html_to_markdown,
+    ".htm": formats.html_to_markdown,
+    ".rst": formats.rst_to_markdown,
+    ".csv": formats.csv_to_markdown,
+    ".tsv": formats.csv_to_markdown,
+    ".ipynb": formats.ipynb_to_markdown,
+    ".json": formats.json_to_markdown,
+    **dict.fromkeys(formats.CODE_LANGUAGES, formats.code_to_markdown),
+}
+_BYTES_READERS: dict[str, Callable[[Path, bytes], tuple[dict[str, Any], str]]] = {
+    ".docx": formats.docx_to_markdown,
+    ".pptx": formats.pptx_to_markdown,
+    ".xlsx": formats.xlsx_to_markdown,
+}
+SUPPORTED_SUFFIXES = (
+    ".md", ".markdown", ".txt", ".jsonl", ".pdf", *_TEXT_READERS, *_BYTES_READERS
+)  # fmt: skip
 MAX_METADATA_CHARS = 20_000  # of a document's metadata as JSON: every one of its chunks stores a copy
 MAX_FILE_BYTES = 100 * 1024 * 1024  # of one file read whole (JSONL is read a line at a time)
 MAX_PDF_PAGES = 2_000  # a long manual; 100,000 pages of nothing took 145 s and 435 MB
@@ -238,17 +257,17 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
         )
     if suffix == ".pdf":
         return [_load_pdf(path, doc_id, data)]
-    text, encoding = _decoded(path, data)
+    encoding = "utf-8"
     metadata: dict[str, Any] = {}
-    if suffix in (".md", ".markdown"):
-        metadata, text = _front_matter(path, text)
-    elif suffix in (".html", ".htm"):
-        title, text = _html_to_markdown(path, text)
-        metadata = {"title": title} if title else {}
-    elif suffix == ".rst":
-        metadata, text = _rst_to_markdown(path, text)
-    if suffix != ".txt":
-        text = tidy_markdown(text)
+    if suffix in _BYTES_READERS:
+        metadata, text = _BYTES_READERS[suffix](path, data)
+    else:
+        text, encoding = _decoded(path, data)
+        if suffix in (".md", ".markdown"):
+            metadata, text = _front_matter(path, text)
+            text = tidy_markdown(text)  # markdown as its writer marked it up; other readers write it plain
+        elif suffix in _TEXT_READERS:
+            metadata, text = _TEXT_READERS[suffix](path, text)
     if not has_words(text):
         raise InvalidRequest(f"{path}: empty: no words to index (only white space, marks or markup)")
     if encoding != "utf-8":
@@ -423,7 +442,8 @@ _SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 _ESCAPE = re.compile(r"\\([!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1")
 _PERMALINK = re.compile(r"\s*[¶§🔗]+\s*$")
-_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
+_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+_BADGE = re.compile(r"\[!\[[^\]]*\]\([^)]*\)\]\([^)]*\)")  # an image that links somewhere: a status badge
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _BLOCK_MARKS = ("#", "|", "-", "*", "+", ">", "=")  # a line starting with one is a block, not a paragraph
 
@@ -447,8 +467,8 @@ def tidy_markdown(text: str) -> str:
         if underline and out and out[-1].strip() and not out[-1].lstrip().startswith(_BLOCK_MARKS):
             out[-1] = f"{'#' if underline.group(1)[0] == '=' else '##'} {out[-1].strip()}"
             continue
-        if line.lstrip().startswith("#"):
-            line = _PERMALINK.sub("", line)
+        if line.lstrip().startswith("#"):  # a heading's images are badges and logos, not its words
+            line = _IMAGE.sub("", _PERMALINK.sub("", line))
         out.append(_unescaped(line))
     return "\n".join(out)
 
@@ -461,9 +481,14 @@ def _unescaped(line: str) -> str:
         return line[: indent + 2] + _unescaped(line[indent + 2 :])
     parts, position = [], 0
     for code in _INLINE_CODE.finditer(line):
-        parts += [_ESCAPE.sub(r"\1", line[position : code.start()]), code.group(0)]
+        parts += [_as_words(line[position : code.start()]), code.group(0)]
         position = code.end()
-    return "".join([*parts, _ESCAPE.sub(r"\1", line[position:])])
+    return "".join([*parts, _as_words(line[position:])])
+
+
+def _as_words(text: str) -> str:
+    """Markdown outside code as words: escapes resolved, badges dropped, images as their alt text."""
+    return _ESCAPE.sub(r"\1", _IMAGE.sub(r"\1", _BADGE.sub("", text)))
 
 
 def jsonl_records(
@@ -554,93 +579,3 @@ def _load_pdf(path: Path, doc_id: str, data: bytes) -> Document:
         metadata={"pages": len(pages)},
         source=str(path),
     )
-
-
-# What a permalink inside a heading shows (Sphinx "¶", MkDocs "#"): anchors, not words of the heading.
-_PERMALINK_TEXT = frozenset({"", "¶", "#", "§", "🔗", "link"})
-
-
-def _html_to_markdown(path: Path, html: str) -> tuple[str, str]:
-    """A page's title and main content as markdown: navigation, tables of contents, sidebars and footers are
-    dropped (trafilatura), headings stay markdown headings for the chunker, permalink anchors go."""
-    import trafilatura
-    from lxml import etree
-    from lxml import html as lxml_html
-
-    html = re.sub(r"^\s*<\?xml[^>]*>", "", html)  # lxml refuses text that declares its own encoding
-    try:
-        tree = lxml_html.document_fromstring(html)
-    except (etree.ParserError, ValueError) as error:
-        raise InvalidRequest(f"{path}: not readable HTML ({error})") from None
-    for anchor in tree.xpath("//*[self::h1 or self::h2 or self::h3 or self::h4 or self::h5 or self::h6]//a"):
-        if (anchor.get("href") or "").startswith("#") and anchor.text_content().strip() in _PERMALINK_TEXT:
-            anchor.drop_tree()
-    title = " ".join((tree.findtext(".//title") or "").split())
-    text = trafilatura.extract(
-        tree,
-        output_format="markdown",
-        include_formatting=True,
-        include_links=False,
-        include_images=False,
-        include_comments=False,
-        include_tables=True,
-        favor_recall=True,
-    )
-    return title, (text or "").strip()
-
-
-def _rst_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
-    """reStructuredText as metadata and markdown. The field list that opens a document (`:author:`,
-    `:tags:`) is its metadata, as front matter is a markdown file's; section titles become headings by
-    nesting (# for the outermost), lists stay lists and literal blocks fences, the rest is plain text.
-    Directives that would read other files or pass raw markup through are off: a document is untrusted,
-    and `.. include:: /etc/passwd` must not read anything."""
-    from docutils import nodes
-    from docutils.core import publish_doctree
-
-    settings = {
-        "file_insertion_enabled": False,
-        "raw_enabled": False,
-        "doctitle_xform": False,  # the first title stays a heading, like the others
-        "report_level": 5,
-        "halt_level": 5,
-        "warning_stream": io.StringIO(),
-        "input_encoding": "unicode",
-    }
-    try:
-        tree = publish_doctree(text, source_path=str(path), settings_overrides=settings)
-    except Exception as error:  # docutils raises many kinds; any of them means the file cannot be read
-        raise InvalidRequest(f"{path}: not readable reStructuredText ({type(error).__name__})") from None
-
-    def block(node: Any) -> str:
-        if isinstance(node, nodes.bullet_list | nodes.enumerated_list):
-            items = []
-            for number, item in enumerate(node.children, start=1):
-                marker = f"{number}. " if isinstance(node, nodes.enumerated_list) else "- "
-                body = "\n".join(block(part) for part in item.children)
-                items.append(marker + body.replace("\n", "\n" + " " * len(marker)))
-            return "\n".join(items)
-        if isinstance(node, nodes.literal_block):
-            language = next((c for c in node.get("classes", []) if c != "code"), "")
-            return f"```{language}\n{node.astext()}\n```"
-        return str(node.astext())
-
-    metadata: dict[str, Any] = {}
-    parts: list[str] = []
-
-    def walk(node: Any, depth: int) -> None:
-        for child in node.children:
-            if isinstance(child, nodes.docinfo):  # bibliographic fields (author, date) and any others
-                for field in child.children:
-                    named = isinstance(field, nodes.field)
-                    name = field[0].astext() if named else field.tagname
-                    metadata[name] = (field[1] if named else field).astext().strip()
-            elif isinstance(child, nodes.section):
-                title = child.next_node(nodes.title)
-                parts.append("#" * min(depth, 6) + " " + (title.astext() if title else ""))
-                walk(child, depth + 1)
-            elif not isinstance(child, nodes.title | nodes.system_message | nodes.comment):
-                parts.append(block(child))
-
-    walk(tree, 1)
-    return metadata, "\n\n".join(part.strip() for part in parts if part.strip())

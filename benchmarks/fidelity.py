@@ -68,7 +68,8 @@ RESIDUE = {
     "html": re.compile(r"</?(?:div|span|p|a|img|br|table|tr|td|code|pre|em|strong|b|i)\b[^>]*>"),
     "entities": re.compile(r"&(?:amp|lt|gt|quot|nbsp|#\d+|#x[0-9a-f]+);", re.I),
 }
-CODE = re.compile(r"```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]+`", re.S)
+FENCED = re.compile(r"```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)", re.S)
+CODE = re.compile(FENCED.pattern + r"|`[^`\n]+`", re.S)
 
 
 def words(text: str) -> list[str]:
@@ -94,14 +95,26 @@ def make(spec: list[str], target: Path) -> None:
         book = Workbook()
         sheet = book.active
         sheet.title = Path(source).stem
-        for row in csv.reader(open(source, encoding="utf-8")):
-            sheet.append(row)
+        with open(source, encoding="utf-8") as rows:
+            for row in csv.reader(rows):
+                sheet.append(row)
         book.save(target)
     elif kind == "sdist":
         with tempfile.TemporaryDirectory() as folder:
             subprocess.run(
-                [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
-                + ["-d", folder, source],
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    "-d",
+                    folder,
+                    source,
+                ],
                 check=True,
             )
             archive = next(Path(folder).glob("*.tar.gz"))
@@ -162,24 +175,32 @@ def html_reference(page: str, entry: dict[str, Any]) -> tuple[str, list[str]]:
 # --- measuring ---------------------------------------------------------------------------------------
 
 
-def fidelity(stored: list[tuple[str, str]], title: str, main: str, headings: list[str]) -> dict[str, Any]:
+def fidelity(
+    stored: list[tuple[str, str]],
+    title: str,
+    content: str,
+    main: str,
+    headings: list[str],
+    *,
+    literal: bool = False,
+) -> dict[str, Any]:
+    """`stored` is the file's chunks (heading path, text), `content` its stored document text (where code
+    fences are whole: a chunk may begin inside one)."""
     reference_words = collections.Counter(words(main))
     stored_words = collections.Counter(words(title))
-    for heading_path, content in stored:
-        stored_words.update(words(heading_path + " " + content))
+    for heading_path, text in stored:
+        stored_words.update(words(heading_path + " " + text))
     kept = sum(min(count, stored_words[word]) for word, count in reference_words.items())
     total = sum(reference_words.values())
-    residue = collections.Counter()
-    for heading_path, content in stored:
-        prose = CODE.sub(" ", content) + "\n" + heading_path
-        for name, pattern in RESIDUE.items():
-            residue[name] += len(pattern.findall(prose))
-    stored_headings = set()
-    for heading_path, content in stored:
+    prose = CODE.sub(" ", content) + "\n" + "\n".join(sorted({path for path, _ in stored}))
+    residue = collections.Counter({name: len(pattern.findall(prose)) for name, pattern in RESIDUE.items()})
+    if literal:  # a backslash in code or data is what it says, not markup
+        del residue["escapes"]
+    stored_headings = {
+        " ".join(words(line.lstrip("#"))) for line in FENCED.sub("", content).split("\n") if line[:1] == "#"
+    }
+    for heading_path, _ in stored:
         stored_headings.update(" ".join(words(part)) for part in heading_path.split(" > "))
-        stored_headings.update(
-            " ".join(words(line.lstrip("#"))) for line in CODE.sub("", content).split("\n") if line[:1] == "#"
-        )
     recognised = sum(1 for heading in headings if " ".join(words(heading)) in stored_headings)
     missing = [word for word, count in reference_words.items() if stored_words[word] < count]
     return {
@@ -239,12 +260,16 @@ def main() -> None:
             database = sqlite3.connect(context.db_path)
             rows: dict[str, dict[str, Any]] = {}
             for key, path in present.items():
-                title_row = database.execute("SELECT title FROM documents WHERE id = ?", (key,)).fetchone()
+                title_row = database.execute(
+                    "SELECT title, content FROM documents WHERE id = ?", (key,)
+                ).fetchone()
                 stored = database.execute(
                     "SELECT heading_path, content FROM chunks WHERE document_id = ? ORDER BY ordinal", (key,)
                 ).fetchall()
                 main_text, headings = reference(path, entries[key])
-                row = fidelity(stored, title_row[0] if title_row else "", main_text, headings)
+                title, content = title_row or ("", "")
+                literal = entries[key]["kind"].split(",")[0] in ("code", "json", "csv", "text")
+                row = fidelity(stored, title, content, main_text, headings, literal=literal)
                 rows[key] = {"kind": entries[key]["kind"], "loaded": title_row is not None, **row}
                 if args.show:
                     print(f"===== {key}\n" + "\n---\n".join(f"[{h}]\n{c}" for h, c in stored))
@@ -264,10 +289,8 @@ def print_table(rows: dict[str, dict[str, Any]], answers: list[dict[str, Any]]) 
         kept = f"{row['kept']:.1f}%" if row["loaded"] else "not loaded"
         headings = f"{row['headings_recognised']}/{row['headings']}" if row["headings"] else "-"
         print(f"| {key} | {row['kind']} | {row['words']:,} | {kept} | {residue} | {headings} |")
-    kept_all = [row["kept"] if row["loaded"] else 0.0 for row in rows.values()]
-    print(
-        f"\nfiles: {len(rows)}; words kept: mean {sum(kept_all) / len(kept_all):.1f}%, min {min(kept_all):.1f}%"
-    )
+    kept = [row["kept"] if row["loaded"] else 0.0 for row in rows.values()]
+    print(f"\nfiles: {len(rows)}; words kept: mean {sum(kept) / len(kept):.1f}%, min {min(kept):.1f}%")
     print(f"files with residue: {sum(1 for row in rows.values() if row['residue'])}")
     if answers:
         first = sum(1 for a in answers if a["file_rank"] == 1)
@@ -278,9 +301,8 @@ def print_table(rows: dict[str, dict[str, Any]], answers: list[dict[str, Any]]) 
         )
         for a in answers:
             if a["file_rank"] != 1 or not a["passage_top3"]:
-                print(
-                    f"  miss: {a['file']}: file rank {a['file_rank']}, passage top 3 {a['passage_top3']}: {a['q']}"
-                )
+                found = f"file rank {a['file_rank']}, passage in top 3: {a['passage_top3']}"
+                print(f"  miss: {a['file']}: {found}: {a['q']}")
 
 
 if __name__ == "__main__":

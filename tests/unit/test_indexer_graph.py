@@ -12,7 +12,7 @@ from agent_retrieval.embeddings import Embedder
 from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs.indexer import build
 from agent_retrieval.ingest import ingest
-from agent_retrieval.loaders import load_documents
+from agent_retrieval.loaders import SUPPORTED_SUFFIXES, load_documents
 from agent_retrieval.models import ChunkSearchRequest, title_document_id
 from agent_retrieval.retrieval import Retrieval
 from tests.conftest import WordHashEmbeddings
@@ -46,7 +46,7 @@ def files(tmp_path: Path) -> Path:
         "every tenancy deposit in a protected scheme.\n"
     )
     (folder / "notice.txt").write_text("Rent reviews happen once a year, in March.\n")
-    (folder / "ignored.csv").write_text("a,b\n1,2\n")
+    (folder / "ignored.rtf").write_text("{\\rtf1 a}\n")
     single = tmp_path / "repairs.md"
     single.write_text("# Repairs\n\nReport boiler faults within 24 hours.\n")
     return tmp_path
@@ -117,7 +117,7 @@ async def test_bad_items_are_reported_one_line_each_and_good_ones_still_ingested
             ],
             "paths": [
                 str(files / "missing.md"),
-                str(files / "docs" / "ignored.csv"),
+                str(files / "docs" / "ignored.rtf"),
                 "",
                 str(files / "repairs.md"),
             ],
@@ -127,8 +127,8 @@ async def test_bad_items_are_reported_one_line_each_and_good_ones_still_ingested
     assert out["errors"] == [  # what could not be loaded, then what could not be written
         f"paths[0]: {files / 'missing.md'}: no such file or folder",
         (
-            f"paths[1]: {files / 'docs' / 'ignored.csv'}: unsupported file type .csv; "
-            "supported: .md, .markdown, .rst, .txt, .html, .htm, .jsonl, .pdf"
+            f"paths[1]: {files / 'docs' / 'ignored.rtf'}: unsupported file type .rtf; "
+            f"supported: {', '.join(SUPPORTED_SUFFIXES)}"
         ),
         "paths[2]: must be a file or folder path (got '')",
         'documents[1]: must be an object with "title" and "content" (got str)',
@@ -195,13 +195,10 @@ async def test_files_a_folder_cannot_load_are_error_lines_and_the_rest_is_ingest
 
 
 async def test_a_folder_without_supported_files_is_an_error_not_silence(graph, context, tmp_path):
-    (tmp_path / "only.csv").write_text("a,b\n")
+    (tmp_path / "only.rtf").write_text("{\\rtf1 a}\n")
     out = await graph.ainvoke({"paths": [str(tmp_path)]}, context=context)
     assert out["errors"] == [
-        (
-            f"paths[0]: {tmp_path}: no documents found (supported: .md, .markdown, .rst, .txt, "
-            ".html, .htm, .jsonl, .pdf)"
-        )
+        (f"paths[0]: {tmp_path}: no documents found (supported: {', '.join(SUPPORTED_SUFFIXES)})")
     ]
     assert out["report"]["documents"] == 0
 

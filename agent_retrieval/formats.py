@@ -1,0 +1,484 @@
+"""File formats as markdown: what each kind of file says, with its headings as markdown headings (the chunker
+splits there and names each chunk's section), code fenced and tables as tables.
+
+Every reader takes a file's bytes or text as untrusted input and returns (metadata, markdown); a file that
+cannot be read raises InvalidRequest naming it. Formats past HTML and reStructuredText need an optional
+extra, named with its pip command when missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import zipfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agent_retrieval.errors import InvalidRequest
+
+MAX_UNPACKED_BYTES = 512 * 2**20  # of an office file's parts once unzipped: a few KB can unzip to gigabytes
+MAX_TABLE_CELLS = 1_000_000  # of a spreadsheet or CSV file
+TABLE_BLOCK_CHARS = 800  # a table is written in blocks of rows about this long, each under its header row
+
+# --- HTML --------------------------------------------------------------------------------------------
+
+# What a documentation page wraps around its text, whatever generated it: scripts, menus, search boxes,
+# sidebars, tables of contents, breadcrumbs and the navigation bars of docbook, texinfo, Sphinx and MkDocs.
+_NOT_TEXT = ("script", "style", "noscript", "template", "nav", "aside", "button", "form", "svg", "iframe")
+_NOT_TEXT_ROLES = ("navigation", "search", "banner", "contentinfo", "complementary")
+_NOT_TEXT_CLASSES = frozenset(
+    {
+        "toc", "sidebar", "sphinxsidebar", "breadcrumb", "breadcrumbs", "navheader", "navfooter",
+        "nav-panel", "navbar", "related", "headerlink", "skip-link", "skip-to-content",
+    }
+)  # fmt: skip
+# What a permalink shows (Sphinx "¶", MkDocs and Node "#", rustdoc "§"): an anchor, not words of the text.
+_PERMALINK_TEXT = frozenset({"", "¶", "#", "§", "🔗", "link"})
+_CODE_LANGUAGE = re.compile(r"(?:language|lang|highlight)-([\w+#-]+)")
+
+
+def html_to_markdown(path: Path, html: str) -> tuple[dict[str, Any], str]:
+    """A page's title and all of its main text as markdown. The main text is the page's `<main>` (or
+    role="main", or its one `<article>`, else its body) without what surrounds text on a documentation page
+    (menus, sidebars, tables of contents, page headers and footers, permalink marks); everything else in it
+    is kept, prose between blocks included. Headings stay headings, `<pre>` is fenced code (a `#define`
+    in it stays code), tables stay tables, images become their alt text."""
+    from lxml import etree
+    from lxml import html as lxml_html
+    from markdownify import MarkdownConverter
+
+    html = re.sub(r"^\s*<\?xml[^>]*>", "", html)  # lxml refuses text that declares its own encoding
+    try:
+        tree = lxml_html.document_fromstring(html)
+    except (etree.ParserError, ValueError) as error:
+        raise InvalidRequest(f"{path}: not readable HTML ({error})") from None
+    title = " ".join((tree.findtext(".//title") or "").split())
+    for element in list(tree.iter(etree.Element)):
+        if element.getparent() is not None and _not_text(element):
+            element.drop_tree()
+    for image in tree.iter("img"):
+        image.tail = (image.get("alt") or "") + (image.tail or "")
+    mains, articles = tree.xpath("//main|//*[@role='main']"), tree.xpath("//article")
+    main = mains[0] if mains else articles[0] if len(articles) == 1 else tree.find("body")
+    if main is None:
+        return ({"title": title} if title else {}), ""
+    converter = MarkdownConverter(
+        heading_style="ATX",
+        bullets="-",
+        escape_underscores=False,
+        escape_asterisks=False,
+        strip=["a", "img"],
+        code_language_callback=_code_language,
+        bs4_options="lxml",
+    )
+    markdown = converter.convert(etree.tostring(main, encoding="unicode", method="html"))
+    markdown = re.sub(
+        r"\n{3,}", "\n\n", markdown.replace("\xa0", " ")
+    )  # a no-break space is a space to search
+    return ({"title": title} if title else {}), markdown.strip()
+
+
+def _not_text(element: Any) -> bool:
+    tag = element.tag if isinstance(element.tag, str) else ""
+    if tag in _NOT_TEXT or element.get("role") in _NOT_TEXT_ROLES:
+        return True
+    if tag in ("header", "footer"):  # the page's, not an article's own
+        return not element.xpath("ancestor::main|ancestor::article|ancestor::*[@role='main']")
+    if tag == "table" and element.get("class") == "nav":  # docbook's previous/next bar
+        return True
+    if tag == "a" and (element.get("href") or "").startswith("#"):
+        return element.text_content().strip() in _PERMALINK_TEXT
+    classes = set((element.get("class") or "").split())
+    return bool(classes & _NOT_TEXT_CLASSES) or element.get("id") in ("toc", "sidebar")
+
+
+def _code_language(element: Any) -> str:
+    """A `<pre>` block's language, from its class or its `<code>`'s ("language-c", "highlight-python")."""
+    classes = " ".join(str(node.get("class") or "") for node in [element, *element.find_all("code")])
+    found = _CODE_LANGUAGE.search(classes)
+    return found.group(1) if found and found.group(1) not in ("default", "none", "text") else ""
+
+
+# --- reStructuredText ----------------------------------------------------------------------------------
+
+
+def rst_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
+    """reStructuredText as metadata and markdown. The field list that opens a document (`:author:`,
+    `:tags:`) is its metadata, as front matter is a markdown file's; section titles become headings by
+    nesting (# for the outermost), lists stay lists and literal blocks fences, the rest is plain text.
+    Directives that would read other files or pass raw markup through are off: a document is untrusted,
+    and `.. include:: /etc/passwd` must not read anything."""
+    from docutils import nodes
+    from docutils.core import publish_doctree
+
+    settings = {
+        "file_insertion_enabled": False,
+        "raw_enabled": False,
+        "doctitle_xform": False,  # the first title stays a heading, like the others
+        "report_level": 5,
+        "halt_level": 5,
+        "warning_stream": io.StringIO(),
+        "input_encoding": "unicode",
+    }
+    try:
+        tree = publish_doctree(text, source_path=str(path), settings_overrides=settings)
+    except Exception as error:  # docutils raises many kinds; any of them means the file cannot be read
+        raise InvalidRequest(f"{path}: not readable reStructuredText ({type(error).__name__})") from None
+
+    def block(node: Any) -> str:
+        if isinstance(node, nodes.bullet_list | nodes.enumerated_list):
+            items = []
+            for number, item in enumerate(node.children, start=1):
+                marker = f"{number}. " if isinstance(node, nodes.enumerated_list) else "- "
+                body = "\n".join(block(part) for part in item.children)
+                items.append(marker + body.replace("\n", "\n" + " " * len(marker)))
+            return "\n".join(items)
+        if isinstance(node, nodes.literal_block):
+            language = next((c for c in node.get("classes", []) if c != "code"), "")
+            return f"```{language}\n{node.astext()}\n```"
+        return str(node.astext())
+
+    metadata: dict[str, Any] = {}
+    parts: list[str] = []
+
+    def walk(node: Any, depth: int) -> None:
+        for child in node.children:
+            if isinstance(child, nodes.docinfo):  # bibliographic fields (author, date) and any others
+                for field in child.children:
+                    named = isinstance(field, nodes.field)
+                    name = field[0].astext() if named else field.tagname
+                    metadata[name] = (field[1] if named else field).astext().strip()
+            elif isinstance(child, nodes.section):
+                title = child.next_node(nodes.title)
+                parts.append("#" * min(depth, 6) + " " + (title.astext() if title else ""))
+                walk(child, depth + 1)
+            elif not isinstance(child, nodes.title | nodes.system_message | nodes.comment):
+                parts.append(block(child))
+
+    walk(tree, 1)
+    return metadata, "\n\n".join(part.strip() for part in parts if part.strip())
+
+
+# --- office files (optional extras) -------------------------------------------------------------------
+
+
+def _extra(path: Path, module: str, extra: str) -> Any:
+    """`module` imported, or a clear refusal naming the extra that installs it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise InvalidRequest(
+            f"{path}: reading {path.suffix.lower()} files needs the '{extra}' extra: "
+            f"pip install 'agent-retrieval[{extra}]'"
+        ) from None
+
+
+def _unzipped(path: Path, data: bytes) -> io.BytesIO:
+    """An office file's bytes, once its zip is known to unpack to a bounded size."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            unpacked = sum(member.file_size for member in archive.infolist())
+    except zipfile.BadZipFile:
+        raise InvalidRequest(
+            f"{path}: not a readable {path.suffix.lower()} file (not a zip archive)"
+        ) from None
+    if unpacked > MAX_UNPACKED_BYTES:
+        raise InvalidRequest(
+            f"{path}: unpacks to {unpacked / 2**20:,.0f} MB, over the {MAX_UNPACKED_BYTES // 2**20} MB "
+            "an office file may; split it into parts"
+        )
+    return io.BytesIO(data)
+
+
+def docx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
+    """A Word document's body in reading order: headings by their level ("Heading 2" -> ##), the title
+    style as #, list paragraphs as items, tables as tables. Headers, footers and comments are left out."""
+    docx = _extra(path, "docx", "docx")
+    from docx.table import Table
+
+    document = docx.Document(_unzipped(path, data))
+    parts: list[str] = []
+    for block in document.iter_inner_content():
+        if isinstance(block, Table):
+            parts.append(_table([[cell.text for cell in row.cells] for row in block.rows]))
+            continue
+        text = " ".join(block.text.split())
+        if not text:
+            continue
+        style = (block.style.name if block.style is not None else "") or ""
+        level = re.fullmatch(r"Heading (\d)", style)
+        if style == "Title":
+            parts.append(f"# {text}")
+        elif level:
+            parts.append("#" * min(int(level.group(1)) + (1 if _has_title(document) else 0), 6) + " " + text)
+        elif style.startswith("List") or (block._p.pPr is not None and block._p.pPr.numPr is not None):
+            parts.append(f"- {text}")
+        else:
+            parts.append(text)
+    title = (document.core_properties.title or "").strip()
+    return ({"title": title} if title else {}), _joined(parts)
+
+
+def _has_title(document: Any) -> bool:
+    """Whether a Word document has a paragraph in its Title style (then its Heading 1s sit below it)."""
+    return any(
+        paragraph.style is not None and paragraph.style.name == "Title" for paragraph in document.paragraphs
+    )
+
+
+def pptx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
+    """A presentation slide by slide: each slide's title as a heading, its text and tables in reading
+    order, and its speaker notes."""
+    pptx = _extra(path, "pptx", "pptx")
+    presentation = pptx.Presentation(_unzipped(path, data))
+    parts: list[str] = []
+    for number, slide in enumerate(presentation.slides, start=1):
+        heading = slide.shapes.title.text_frame.text if slide.shapes.title is not None else ""
+        parts.append(f"## {' '.join(heading.split()) or f'Slide {number}'}")
+        for shape in sorted(slide.shapes, key=lambda s: (s.top or 0, s.left or 0)):
+            if shape == slide.shapes.title:
+                continue
+            if shape.has_text_frame:
+                for paragraph in shape.text_frame.paragraphs:
+                    text = " ".join("".join(run.text for run in paragraph.runs).split())
+                    if text:
+                        parts.append("  " * paragraph.level + f"- {text}" if paragraph.level else text)
+            elif shape.has_table:
+                parts.append(_table([[cell.text for cell in row.cells] for row in shape.table.rows]))
+        if slide.has_notes_slide and slide.notes_slide.notes_text_frame is not None:
+            notes = slide.notes_slide.notes_text_frame.text.strip()
+            if notes:
+                parts.append(f"Notes: {notes}")
+    title = (presentation.core_properties.title or "").strip()
+    return ({"title": title} if title else {}), _joined(parts)
+
+
+def xlsx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
+    """A workbook sheet by sheet: each sheet's name as a heading and its rows as a table (the values
+    formulas last computed, not the formulas)."""
+    openpyxl = _extra(path, "openpyxl", "xlsx")
+    book = openpyxl.load_workbook(_unzipped(path, data), read_only=True, data_only=True)
+    parts: list[str] = []
+    cells = 0
+    try:
+        for sheet in book.worksheets:
+            rows = []
+            for row in sheet.iter_rows(values_only=True):
+                cells += len(row)
+                if cells > MAX_TABLE_CELLS:
+                    raise InvalidRequest(
+                        f"{path}: more than {MAX_TABLE_CELLS:,} cells; split the workbook into parts"
+                    )
+                if any(value not in (None, "") for value in row):
+                    rows.append(["" if value is None else str(value) for value in row])
+            if rows:
+                parts += [f"## {sheet.title}", _table(rows)]
+    finally:
+        book.close()
+    title = (book.properties.title or "").strip() if book.properties else ""
+    return ({"title": title} if title else {}), _joined(parts)
+
+
+# --- text formats --------------------------------------------------------------------------------------
+
+
+def csv_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
+    """A CSV or TSV file as a table, its first row the header (the delimiter found by csv.Sniffer)."""
+    try:
+        dialect: Any = csv.Sniffer().sniff(text[:20_000], delimiters=",;\t|")
+    except csv.Error:
+        dialect = "excel-tab" if path.suffix.lower() == ".tsv" else "excel"
+    rows: list[list[str]] = []
+    cells = 0
+    try:
+        for row in csv.reader(io.StringIO(text), dialect):
+            cells += len(row)
+            if cells > MAX_TABLE_CELLS:
+                raise InvalidRequest(
+                    f"{path}: more than {MAX_TABLE_CELLS:,} cells; split the file into parts"
+                )
+            if any(cell.strip() for cell in row):
+                rows.append(row)
+    except csv.Error as error:
+        raise InvalidRequest(f"{path}: not readable CSV ({error})") from None
+    return {}, _table(rows)
+
+
+def ipynb_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
+    """A Jupyter notebook's markdown cells as they are and its code cells fenced in the kernel's language;
+    outputs are left out (they are results, often large, rarely prose)."""
+    try:
+        notebook = json.loads(text)
+        cells = notebook["cells"]
+        if not isinstance(cells, list):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        raise InvalidRequest(f"{path}: not a Jupyter notebook (no 'cells' list in its JSON)") from None
+    info = notebook.get("metadata") or {}
+    language = str(
+        (info.get("language_info") or {}).get("name") or (info.get("kernelspec") or {}).get("language") or ""
+    )
+    parts: list[str] = []
+    for cell in cells:
+        if not isinstance(cell, dict):
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        if not source.strip():
+            continue
+        if cell.get("cell_type") == "code":
+            parts.append(f"```{language}\n{source.strip()}\n```")
+        elif cell.get("cell_type") == "markdown":
+            parts.append(source.strip())
+    title = str(info.get("title") or "").strip()
+    return ({"title": title} if title else {}), _joined(parts)
+
+
+def json_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
+    """A JSON file as an outline: an object's keys holding objects or lists become headings (three levels,
+    then nested items), scalar values lines of "key: value"."""
+    from agent_retrieval.models import MAX_NESTING, nesting_depth
+
+    try:
+        value = json.loads(text)
+        deep = nesting_depth(value) > MAX_NESTING
+    except RecursionError:
+        deep = True
+    except ValueError as error:
+        raise InvalidRequest(f"{path}: not valid JSON ({error})") from None
+    if deep:
+        raise InvalidRequest(f"{path}: nested more than {MAX_NESTING} levels deep; flatten it")
+    lines: list[str] = []
+    _outline(value, 1, lines)
+    named = next((value[key] for key in ("title", "name") if isinstance(value, dict) and key in value), None)
+    title = named.strip() if isinstance(named, str) else path.name
+    return {"title": title}, "\n".join(lines).strip()
+
+
+def _outline(value: Any, depth: int, lines: list[str]) -> None:
+    indent = "  " * max(depth - 4, 0)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, dict | list) and item:
+                lines.append(f"\n{'#' * depth} {key}\n" if depth <= 3 else f"{indent}- {key}:")
+                _outline(item, depth + 1, lines)
+            else:
+                lines.append(f"{indent}- {key}: {_scalar(item)}" if depth > 3 else f"{key}: {_scalar(item)}")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict | list):
+                _outline(item, depth + 1 if depth > 3 else depth, lines)
+                lines.append("")
+            else:
+                lines.append(f"{indent}- {_scalar(item)}")
+    else:
+        lines.append(_scalar(value))
+
+
+def _scalar(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+# --- source code ---------------------------------------------------------------------------------------
+
+# Suffix -> (the fence's language, langchain-text-splitters' Language for its definition separators).
+CODE_LANGUAGES: dict[str, tuple[str, str | None]] = {
+    ".py": ("python", "python"), ".js": ("javascript", "js"), ".mjs": ("javascript", "js"),
+    ".jsx": ("javascript", "js"), ".ts": ("typescript", "ts"), ".tsx": ("typescript", "ts"),
+    ".go": ("go", "go"), ".java": ("java", "java"), ".kt": ("kotlin", "kotlin"), ".rs": ("rust", "rust"),
+    ".c": ("c", "c"), ".h": ("c", "c"), ".cc": ("cpp", "cpp"), ".cpp": ("cpp", "cpp"), ".hpp": ("cpp", "cpp"),
+    ".cs": ("csharp", "csharp"), ".rb": ("ruby", "ruby"), ".php": ("php", "php"),
+    ".swift": ("swift", "swift"), ".scala": ("scala", "scala"), ".lua": ("lua", "lua"),
+    ".sh": ("bash", None), ".bash": ("bash", None),
+    ".sql": ("sql", None),
+}  # fmt: skip
+# Where a language's top-level definitions begin, for the languages langchain-text-splitters has no list for.
+_DEFINITIONS = {
+    "bash": re.compile(r"^(?:function\s+)?[\w-]+\s*\(\)\s*\{?|^function\s+[\w-]+", re.M),
+    "sql": re.compile(
+        r"^(?:create|alter|drop|insert|update|delete|select|with|grant|revoke|comment|do)\b", re.I | re.M
+    ),
+}
+_CONTROL_FLOW = frozenset({"if", "for", "while", "switch", "case", "do", "loop", "match", "else", "try"})
+
+
+def code_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
+    """A source file split at its top-level definitions (functions, classes, types; statements for SQL),
+    each a section headed by its first line and fenced in its language, so a search finds the function
+    and a chunk holds whole ones where they fit. What comes before the first definition (imports, the
+    module's docstring) opens the file."""
+    fence_language, splitter_language = CODE_LANGUAGES[path.suffix.lower()]
+    starts = sorted({match.start() for match in _definition_starts(text, fence_language, splitter_language)})
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    fence = "~~~~" if "```" in text else "```"
+    parts: list[str] = []
+    for start, end in zip(starts, [*starts[1:], len(text)], strict=True):
+        piece = text[start:end].strip("\n")
+        if not piece.strip():
+            continue
+        first = piece.lstrip().split("\n", 1)[0].strip()
+        if start > 0 or _is_definition(first, fence_language, splitter_language):
+            parts.append(f"## {first[:120]}")
+        parts.append(f"{fence}{fence_language}\n{piece}\n{fence}")
+    return {"title": path.name, "language": fence_language}, "\n\n".join(parts)
+
+
+def _definition_starts(
+    text: str, fence_language: str, splitter_language: str | None
+) -> Iterable[re.Match[str]]:
+    if splitter_language is None:
+        return _DEFINITIONS[fence_language].finditer(text)
+    return re.finditer(f"^(?:{'|'.join(map(re.escape, _keywords(splitter_language)))})\\b", text, re.M)
+
+
+def _is_definition(line: str, fence_language: str, splitter_language: str | None) -> bool:
+    if splitter_language is None:
+        return bool(_DEFINITIONS[fence_language].match(line))
+    return line.split(" ", 1)[0] in _keywords(splitter_language)
+
+
+def _keywords(language: str) -> Sequence[str]:
+    """The keywords that open a top-level definition in `language`: langchain-text-splitters' separators
+    that start a line, without control flow."""
+    from langchain_text_splitters import Language, RecursiveCharacterTextSplitter
+
+    separators = RecursiveCharacterTextSplitter.get_separators_for_language(Language(language))
+    words = [s[1:].strip() for s in separators if s.startswith("\n") and s[1:2].isalpha()]
+    return [word for word in words if word and word.split()[0] not in _CONTROL_FLOW]
+
+
+# --- shared --------------------------------------------------------------------------------------------
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    """Rows as markdown tables, the first row the header: in blocks of about TABLE_BLOCK_CHARS, each under
+    the header again, so every chunk of a long table says what its columns are."""
+    if not rows:
+        return ""
+    width = max(len(row) for row in rows)
+    cells = [[_cell(value) for value in [*row, *[""] * (width - len(row))]] for row in rows]
+    header = "| " + " | ".join(cells[0]) + " |\n|" + "---|" * width
+    blocks, block, size = [], [header], 0
+    for row in cells[1:]:
+        line = "| " + " | ".join(row) + " |"
+        if size and size + len(line) > TABLE_BLOCK_CHARS:
+            blocks.append("\n".join(block))
+            block, size = [header], 0
+        block.append(line)
+        size += len(line)
+    blocks.append("\n".join(block))
+    return "\n\n".join(blocks)
+
+
+def _cell(value: str) -> str:
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
+def _joined(parts: Iterable[str]) -> str:
+    return "\n\n".join(part for part in parts if part.strip())

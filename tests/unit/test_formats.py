@@ -1,0 +1,199 @@
+"""Real documents of each generator and format reach the store whole: tests/data/real (LICENSES.md there)."""
+
+from __future__ import annotations
+
+import collections
+import re
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from lxml import html as lxml_html
+
+from agent_retrieval import formats
+from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.ingest import chunk_document
+from agent_retrieval.loaders import SUPPORTED_SUFFIXES, load_documents, load_file
+
+REAL = Path(__file__).resolve().parents[1] / "data" / "real"
+
+
+def words(text: str) -> collections.Counter[str]:
+    return collections.Counter(re.findall(r"\w+", text.lower()))
+
+
+def page_words(page: Path, main: str) -> collections.Counter[str]:
+    """The words of a page's main text as lxml reads them, the page's navigation left out by hand."""
+    tree = lxml_html.parse(str(page)).getroot()
+    for chrome in tree.xpath("//script|//style|//nav|//table[@class='nav']|//div[@class='toc']"):
+        chrome.drop_tree()
+    for block in tree.iter("p", "div", "li", "pre", "td", "th", "dt", "dd", "h1", "h2", "h3", "h4", "br"):
+        block.tail = "\n" + (block.tail or "")
+        block.text = "\n" + (block.text or "")
+    return words(tree.xpath(main)[0].text_content())
+
+
+def kept(reference: collections.Counter[str], stored: str) -> float:
+    have = words(stored)
+    return sum(min(n, have[w]) for w, n in reference.items()) / sum(reference.values())
+
+
+@pytest.mark.parametrize(
+    ("page", "main"),
+    [
+        ("zlib-how.html", "//body"),  # hand-written: prose between <pre> blocks, outside any <p>
+        ("libffi-closures.html", "//div[@class='section']"),  # texinfo
+        ("valgrind-quick-start.html", "//body"),  # docbook
+        ("node-path.html", "//div[@id='apicontent']"),  # Node's doc tool
+        ("rust-E0382.html", "//main"),  # mdBook
+    ],
+)
+def test_html_keeps_every_word_of_a_real_pages_main_text(page, main):
+    doc = load_file(REAL / page, "page")[0]
+    assert kept(page_words(REAL / page, main), doc.content) >= 0.98
+    assert not re.search(
+        r"[¶§]|\\[_*#]|<(?:div|span|a)\b", doc.content
+    )  # no permalink marks, escapes or tags
+
+
+def test_html_keeps_the_prose_after_code_and_a_preprocessor_line_stays_code():
+    doc = load_file(REAL / "zlib-how.html", "zlib-how")[0]
+    assert "buffers sizes on the order of 128K or 256K bytes should be used" in " ".join(doc.content.split())
+    chunks = chunk_document(doc)
+    assert not any("define" in c.heading_path or c.heading_path.endswith("else") for c in chunks)
+    assert "#  define SET_BINARY_MODE(file) setmode(fileno(file), O_BINARY)" in doc.content
+    fenced = re.findall(r"```[^\n]*\n(.*?)\n```", doc.content, re.S)
+    assert any("#  define SET_BINARY_MODE" in block for block in fenced)
+    assert "Z_OK" in doc.content and "Z\\_OK" not in doc.content
+
+
+def test_html_headings_of_generated_pages_become_sections_without_their_marks():
+    paths = {c.heading_path for c in chunk_document(load_file(REAL / "node-path.html", "path")[0])}
+    assert "Path | Node.js v20.20.2 Documentation > Path > Windows vs. POSIX" in paths
+    assert all("#" not in path for path in paths)
+    quick = {c.heading_path for c in chunk_document(load_file(REAL / "valgrind-quick-start.html", "q")[0])}
+    assert any(path.endswith("5. Caveats") for path in quick)  # docbook's headings sit in title divs
+
+
+def test_markdown_badges_leave_the_stored_text_and_setext_titles_name_the_file():
+    readme = load_file(REAL / "git-readme.md", "git")[0]
+    assert readme.title == "Git - fast, scalable, distributed revision control system"
+    assert "![" not in readme.content and "badge.svg" not in readme.content
+    testing = load_file(REAL / "zstd-testing.md", "zstd")[0]
+    assert {c.heading_path for c in chunk_document(testing)} >= {
+        "Testing > Short Tests",
+        "Testing > Long Tests",
+    }
+
+
+def test_a_word_document_keeps_its_headings_lists_and_text():
+    doc = load_file(REAL / "systemd-porting.docx", "porting")[0]
+    assert doc.title == "Porting systemd To New Distributions"
+    assert "### Compilation options" in doc.content and "- -Drootprefix=" in doc.content
+    source = (REAL / "systemd-porting.docx").stat().st_size and doc.content
+    assert "-fstack-protector-strong" in source
+
+
+def test_a_presentation_keeps_each_slides_title_and_text():
+    doc = load_file(REAL / "pyyaml-readme.pptx", "pyyaml")[0]
+    assert doc.content.startswith("## PyYAML")
+    assert "If you don’t trust the input YAML stream, you should use:" in doc.content
+    assert ">>> yaml.safe_load(stream)" in doc.content
+
+
+def test_a_spreadsheet_and_a_csv_file_stay_tables_whose_every_block_has_its_header():
+    sheet = load_file(REAL / "debian-releases.xlsx", "debian")[0].content
+    assert sheet.startswith("## debian\n\n| version | codename | series | created | release | eol |")
+    assert (
+        "| 12 | Bookworm | bookworm | 2021-08-14 | 2023-06-10 | 2026-07-11 | 2028-06-30 | 2033-06-30 |"
+        in sheet
+    )
+    table = load_file(REAL / "ubuntu-releases.csv", "ubuntu")[0]
+    blocks = table.content.split("\n\n")
+    assert len(blocks) > 1 and all(block.startswith("| version | codename |") for block in blocks)
+    assert "| 20.04 LTS | Focal Fossa | focal |" not in table.content  # past the 25 lines kept
+    assert "| 8.04 LTS | Hardy Heron | hardy |" in table.content
+
+
+def test_a_notebook_keeps_markdown_and_code_and_leaves_outputs_out():
+    doc = load_file(REAL / "nbconvert-test.ipynb", "nb")[0]
+    assert doc.title == "nbconvert latex test"
+    assert "## Printed Using Python" in doc.content and 'print("hello")' in doc.content
+    assert "image/png" not in doc.content and "iVBOR" not in doc.content  # an output's embedded image
+
+
+def test_json_becomes_an_outline_titled_by_its_title():
+    doc = load_file(REAL / "jupyterlab-notebook-settings.json", "settings")[0]
+    assert doc.title == "Notebook"
+    assert "# properties" in doc.content and "## scrollPastEnd" in doc.content
+    assert "title: Scroll past last cell" in doc.content
+
+
+@pytest.mark.parametrize(
+    ("name", "sections"),
+    [
+        (
+            "textwrap.py",
+            ["class TextWrapper:", "def dedent(text):", "def indent(text, prefix, predicate=None):"],
+        ),
+        ("git-https-client.go", ["type Client struct {", "func (c *Client) Run() error {"]),
+        ("gzlog.h", []),  # a header of declarations: one section, fenced
+        ("hstore-upgrade.sql", ["DO LANGUAGE plpgsql"]),
+    ],
+)
+def test_source_code_is_split_at_its_definitions_and_stays_code(name, sections):
+    doc = load_file(REAL / name, "code")[0]
+    assert doc.title == name and doc.metadata["language"]
+    headings = [c.heading_path.removeprefix(f"{name} > ") for c in chunk_document(doc)]
+    for section in sections:
+        assert section in headings
+    assert (REAL / name).read_text().strip("\n").split("\n")[0] in doc.content
+    assert not any("#" in h for h in headings if h != name)  # a comment line in code is not a heading
+
+
+def test_a_format_whose_extra_is_missing_names_the_pip_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "docx", None)  # as if python-docx were not installed
+    with pytest.raises(
+        InvalidRequest, match=r"needs the 'docx' extra: pip install 'agent-retrieval\[docx\]'"
+    ):
+        load_file(REAL / "systemd-porting.docx", "porting")
+
+
+def test_an_office_file_that_unzips_past_the_bound_is_refused_by_name(tmp_path, monkeypatch):
+    bomb = tmp_path / "bomb.docx"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("word/document.xml", "0" * 2_000_000)
+    monkeypatch.setattr(formats, "MAX_UNPACKED_BYTES", 1_000_000)
+    with pytest.raises(InvalidRequest, match=r"bomb.docx: unpacks to .* split it"):
+        load_file(bomb, "bomb")
+    broken = tmp_path / "broken.xlsx"
+    broken.write_bytes(b"not a zip")
+    skipped: list[str] = []
+    assert list(load_documents([tmp_path], skipped=skipped)) == []
+    assert any("broken.xlsx: not a readable .xlsx file" in line for line in skipped)
+
+
+def test_every_format_is_supported_in_a_folder(tmp_path):
+    for file in REAL.iterdir():
+        if file.suffix != ".md" or file.name != "LICENSES.md":
+            (tmp_path / file.name).write_bytes(file.read_bytes())
+    skipped: list[str] = []
+    unsupported: list[Path] = []
+    loaded = list(load_documents([tmp_path], skipped=skipped, unsupported=unsupported))
+    assert not skipped and not unsupported
+    assert {Path(p).suffix for p in (d.source for d in loaded)} >= {
+        ".html",
+        ".md",
+        ".docx",
+        ".pptx",
+        ".xlsx",
+        ".csv",
+        ".ipynb",
+        ".json",
+        ".py",
+        ".go",
+        ".h",
+        ".sql",
+    }
+    assert set(formats.CODE_LANGUAGES) <= set(SUPPORTED_SUFFIXES)
