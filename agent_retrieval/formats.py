@@ -356,8 +356,7 @@ def json_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
     lines: list[str] = []
     _outline(value, 1, lines)
     named = next((value[key] for key in ("title", "name") if isinstance(value, dict) and key in value), None)
-    title = named.strip() if isinstance(named, str) else path.name
-    return {"title": title}, "\n".join(lines).strip()
+    return ({"title": named.strip()} if isinstance(named, str) else {}), "\n".join(lines).strip()
 
 
 def _outline(value: Any, depth: int, lines: list[str]) -> None:
@@ -426,7 +425,7 @@ def code_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
         if start > 0 or _is_definition(first, fence_language, splitter_language):
             parts.append(f"## {first[:120]}")
         parts.append(f"{fence}{fence_language}\n{piece}\n{fence}")
-    return {"title": path.name, "language": fence_language}, "\n\n".join(parts)
+    return {"language": fence_language}, "\n\n".join(parts)
 
 
 def _definition_starts(

@@ -155,9 +155,8 @@ def ingest(
     report = IngestReport(documents=len(unique))
     docs = [doc for doc in unique.values() if _storable(doc, [], report)]
     for doc in docs:
-        doc.content_hash = _hash(
-            doc.title, doc.content, doc.metadata, context.chunk_size, context.chunk_overlap
-        )
+        title = "" if doc.title_from_name else doc.title  # so a renamed file is found by its content
+        doc.content_hash = _hash(title, doc.content, doc.metadata, context.chunk_size, context.chunk_overlap)
         doc.public = public
     store.check_public(docs)
     states = store.document_states([d.id for d in docs])

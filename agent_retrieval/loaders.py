@@ -272,9 +272,12 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
         raise InvalidRequest(f"{path}: empty: no words to index (only white space, marks or markup)")
     if encoding != "utf-8":
         metadata["encoding"] = encoding
-    title = str(metadata.pop("title", "") or _first_heading(text) or _name_as_title(path))
+    title = str(metadata.pop("title", "") or _first_heading(text) or "")
     doc_id = str(metadata.pop("id", doc_id))
-    return [Document(id=doc_id, title=title, content=text.strip(), metadata=metadata, source=str(path))]
+    document = Document(id=doc_id, title=title, content=text.strip(), metadata=metadata, source=str(path))
+    if not title:
+        document.title, document.title_from_name = _name_as_title(path), True
+    return [document]
 
 
 # Byte order marks, longest first (UTF-32's little-endian mark begins with UTF-16's).
@@ -421,13 +424,16 @@ def _checked_metadata(where: str, metadata: dict[str, Any]) -> dict[str, Any]:
 
 
 def _name_as_title(path: Path) -> str:
-    """The title of a file that names none: its name, words apart."""
+    """The title of a file that names none: its name, words apart (a source file's name as it is)."""
+    if path.suffix.lower() in formats.CODE_LANGUAGES:
+        return path.name
     return path.stem.replace("-", " ").replace("_", " ")
 
 
 def _first_heading(text: str) -> str | None:
     """The words of the first top-level heading: its badges, images and link targets left out."""
-    for match in re.finditer(r"^#\s+(.+?)\s*#*\s*$", text, re.MULTILINE):
+    prose = _FENCED_BLOCK.sub("", text)  # a comment line in code ("# setup") is not a heading
+    for match in re.finditer(r"^#\s+(.+?)\s*#*\s*$", prose, re.MULTILINE):
         words = " ".join(_LINK.sub(r"\1", _IMAGE.sub("", match.group(1))).split())
         if has_words(words):
             return words
@@ -438,6 +444,7 @@ def _first_heading(text: str) -> str | None:
 # "#" headings (so the chunker splits there), backslash escapes ("Z\_OK") lose their backslash, and a
 # permalink mark ending a heading ("¶") goes; code, fenced or inline, is left exactly as written.
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+_FENCED_BLOCK = re.compile(r"^\s{0,3}(`{3,}|~{3,})[^\n]*\n.*?^\s{0,3}\1", re.MULTILINE | re.DOTALL)
 _SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 _ESCAPE = re.compile(r"\\([!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1")

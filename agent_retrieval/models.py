@@ -61,7 +61,8 @@ QUERY_TYPES = {
 class Document:
     """A source document; `content` is its full text.
 
-    Stores fill `content_hash` (a fingerprint of what was ingested), `text_hash` (of the text that was
+    Stores fill `content_hash` (a fingerprint of what was ingested, without a title taken from the file's
+    name), `text_hash` (of the text that was
     embedded) and `embedding` (its unit vector; None until embedded). `public` publishes the document and its
     chunks to every tenant and to anonymous readers of a shared store (Postgres, Supabase): the operator's
     explicit choice, which no loader, metadata key or tool argument makes.
@@ -76,6 +77,9 @@ class Document:
     text_hash: str = ""
     embedding: Any = field(default=None, repr=False)
     public: bool = False
+    # The title is the file's name, not the document's own words: a rename changes it, so the fingerprint
+    # that follows renames (content_hash) leaves it out.
+    title_from_name: bool = False
 
 
 @dataclass

@@ -42,7 +42,7 @@ from agent_retrieval.models import (
 )
 from agent_retrieval.quoting import passage, passages, quote_attribute, unquote_id
 from agent_retrieval.retrieval import Retrieval
-from agent_retrieval.text import shorten
+from agent_retrieval.text import counted, shorten
 
 _MARKDOWN_HEADING = re.compile(r"(?m)^#{1,6}\s+")
 SNIPPET_CHARS = {"documents": 400, "chunks": 1200}  # what the model reads per hit; the artifact has it all
@@ -253,7 +253,7 @@ def format_result(result: RetrievalResult) -> str:
             "off": "HyDE off",
         }[result.hyde]
         search = "hybrid search, reranked" if result.rerank == "used" else "hybrid search"
-        header = f'{len(result.hits)} {noun}s for "{quote_attribute(result.query)}" ({search}; {hyde})'
+        header = f'{counted(len(result.hits), noun)} for "{quote_attribute(result.query)}" ({search}; {hyde})'
     lines = [header]
     lines += [f"Note: {note}" for note in result.degraded]
     if not result.hits:

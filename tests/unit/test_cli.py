@@ -247,6 +247,25 @@ def test_ingest_prune_reports_renamed_and_removed_files(capsys, tmp_path, corpus
     assert err.splitlines() == ["renamed: fees -> fee-schedule", "removed: banda (its file is gone)"]
 
 
+def test_a_renamed_file_titled_by_its_name_is_followed_not_removed(capsys, tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "boiler-repairs.txt").write_text("The landlord pays for boiler repairs within 14 days.\n")
+    (notes / "setup.py").write_text("# build settings\nimport setuptools\n\ndef build():\n    return 1\n")
+    db = str(tmp_path / "r.db")
+    run(capsys, "ingest", "--db", db, "--no-progress", str(notes))
+    (notes / "boiler-repairs.txt").rename(notes / "heating.txt")
+    (notes / "setup.py").rename(notes / "build.py")
+    code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", "--prune", str(notes))
+    assert code == 0 and out.endswith("; 2 renamed\n"), out
+    assert sorted(err.splitlines()) == ["renamed: boiler-repairs -> heating", "renamed: setup -> build"]
+    _, listed, _ = run(capsys, "query", "--db", db, "landlord boiler", "--level", "documents")
+    assert (
+        listed.startswith('1 document for "landlord boiler"')
+        and '<passage id="heating" source="heating"' in listed
+    )
+
+
 def test_ask_answers_with_the_rag_graph_and_lists_the_cited_sources(capsys, tmp_path, corpus):
     db = str(tmp_path / "a.db")
     run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
