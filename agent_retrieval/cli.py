@@ -9,13 +9,16 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from agent_retrieval import __version__
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
-from agent_retrieval.models import ChunkSearchRequest, HydeMode, SearchRequest, parse_request
+from agent_retrieval.models import MAX_LISTED, ChunkSearchRequest, HydeMode, SearchRequest, parse_request
 from agent_retrieval.text import counted, printable
+
+if TYPE_CHECKING:
+    from agent_retrieval.retrieval import Retrieval
 
 log = logging.getLogger("agent_retrieval")
 
@@ -80,8 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     ingest = command(
         "ingest",
         _ingest,
-        "Load .md, .rst, .txt, .html, .jsonl and .pdf files (or folders) into the store, "
-        "embedding only what changed.",
+        "Load files or folders into the store (markdown, text, HTML, rst, JSON and JSONL, CSV, notebooks, "
+        "source code, PDF and office files), embedding only what changed.",
     )
     ingest.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
     ingest.add_argument(
@@ -115,8 +118,28 @@ def _parser() -> argparse.ArgumentParser:
         "that exists but cannot be read is kept); renamed files are reported as such",
     )
 
-    delete = command("delete", _delete, "Delete documents (and their chunks) by id.")
-    delete.add_argument("ids", nargs="+", metavar="ID", help="document ids, as `query` shows them")
+    ingest.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="write, embed and delete nothing: say what would be written, renamed and (with --prune) removed",
+    )
+
+    delete = command(
+        "delete", _delete, "Delete documents (and their chunks) by id, or all under an id prefix."
+    )
+    delete.add_argument("ids", nargs="*", metavar="ID", help="document ids, as `list` and `query` show them")
+    delete.add_argument("--prefix", metavar="PREFIX", help="also every document whose id starts with PREFIX")
+
+    listing = command("list", _list, "List the stored documents: id, chunks, last written, title and file.")
+    listing.add_argument("--prefix", default="", metavar="PREFIX", help="only ids starting with PREFIX")
+    listing.add_argument(
+        "--limit",
+        type=int,
+        default=1000,
+        metavar="N",
+        help=f"at most N documents (default 1000, up to {MAX_LISTED - 1:,})",
+    )
+    listing.add_argument("--json", action="store_true", help="print as JSON")
 
     query = command("query", _query, "Search the store the way the tools do and print the hits.")
     query.add_argument("query", help="what to look for")
@@ -283,7 +306,7 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval.loaders import SUPPORTED_SUFFIXES, describe_unsupported
     from agent_retrieval.sync import ingest_paths
 
-    _check_store_path(context, must_exist=False)
+    _check_store_path(context, must_exist=args.dry_run)  # a dry run compares with a store, never makes one
     report = ingest_paths(
         args.paths,
         context,
@@ -293,12 +316,14 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
         include=args.include,
         exclude=args.exclude,
         follow_symlinks=args.follow_symlinks,
+        dry_run=args.dry_run,
     )
+    would = "would be " if args.dry_run else ""
     # File names and ids are the files' authors': printed with their control characters escaped.
     for old, new in report.renamed:
-        print(f"renamed: {printable(old)} -> {printable(new)}", file=sys.stderr)
+        print(f"{would}renamed: {printable(old)} -> {printable(new)}", file=sys.stderr)
     for doc_id in report.removed:
-        print(f"removed: {printable(doc_id)} (its file is gone)", file=sys.stderr)
+        print(f"{would}removed: {printable(doc_id)} (its file is gone)", file=sys.stderr)
     for problem in report.skipped_files:
         print(f"skipped: {printable(problem)}", file=sys.stderr)
     if any(": leads outside " in problem for problem in report.skipped_files) and not args.follow_symlinks:
@@ -319,17 +344,48 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
 def _delete(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval.stores import open_store
 
+    if not args.ids and args.prefix is None:
+        raise _bad("name the documents to delete: their ids, or --prefix PREFIX")
+    if args.prefix == "":
+        raise _bad("--prefix '' would delete every document; give the start of their ids")
     _check_store_path(context, must_exist=True)
     with open_store(context) as store:
-        held = store.document_states(args.ids)
-        store.delete_documents(list(held))
-    unknown = [doc_id for doc_id in dict.fromkeys(args.ids) if doc_id not in held]
+        deleted = set(store.document_states(args.ids))
+        store.delete_documents(sorted(deleted))
+        while args.prefix and (under := [doc.id for doc in store.list_documents(args.prefix, MAX_LISTED)]):
+            if not store.delete_documents(under):
+                break
+            deleted.update(under)
+    unknown = [doc_id for doc_id in dict.fromkeys(args.ids) if doc_id not in deleted]
     if unknown:
         print(
             f"not in the store (nothing deleted for them): {', '.join(map(repr, unknown))}", file=sys.stderr
         )
-    print(f"{counted(len(held), 'document')} deleted")
+    if args.prefix and not any(doc_id.startswith(args.prefix) for doc_id in deleted):
+        print(f"no document id starts with {args.prefix!r}", file=sys.stderr)
+        unknown.append(args.prefix)
+    print(f"{counted(len(deleted), 'document')} deleted")
     return 1 if unknown else 0
+
+
+def _list(args: argparse.Namespace, context: Context) -> int:
+    from agent_retrieval.stores import open_store
+
+    if not 1 <= args.limit < MAX_LISTED:  # one more is asked for, to tell whether there are more
+        raise _bad(f"--limit must be 1 to {MAX_LISTED - 1:,} (got {args.limit})")
+    _check_store_path(context, must_exist=True)
+    with open_store(context) as store:
+        listed = store.list_documents(args.prefix, args.limit + 1)
+    shown = listed[: args.limit]
+    if args.json:
+        print(json.dumps([listing._asdict() for listing in shown], indent=2, ensure_ascii=False))
+    else:
+        for doc in shown:  # ids, titles and paths are the files' authors': escaped for the terminal
+            fields = (doc.id, str(doc.chunks), doc.updated, doc.title, doc.source or "")
+            print("\t".join(map(printable, fields)))
+    more = " or more; --limit shows others" if len(listed) > args.limit else ""
+    print(f"{counted(len(shown), 'document')}{more}", file=sys.stderr)
+    return 0
 
 
 def _query(args: argparse.Namespace, context: Context) -> int:
@@ -351,8 +407,26 @@ def _query(args: argparse.Namespace, context: Context) -> int:
         request = parse_request(SearchRequest, data)
     with _retrieval(context, store_must_exist=True) as retrieval:
         result = retrieval.search(request, args.level)
-    print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) if args.json else format_result(result))
+        files = _files(retrieval, [hit.document_id for hit in result.hits])
+    if args.json:
+        print(json.dumps({**result.to_dict(), "files": files}, indent=2, ensure_ascii=False))
+        return 0
+    print(format_result(result))
+    if files:
+        print("\nfiles:")
+        for doc_id, source in files.items():  # the files' authors' names: escaped for the terminal
+            print(printable(f"  {doc_id}: {source}"))
     return 0
+
+
+def _files(retrieval: Retrieval, ids: list[str]) -> dict[str, str]:
+    """The file each of these documents was loaded from, where the store tells this writer (a reader's key
+    on Supabase may not ask)."""
+    try:
+        states = retrieval.store.document_states(list(dict.fromkeys(ids)))
+    except AgentRetrievalError:
+        return {}
+    return {doc_id: state.source for doc_id in ids if (state := states.get(doc_id)) and state.source}
 
 
 def _ask(args: argparse.Namespace, context: Context) -> int:

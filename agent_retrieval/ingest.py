@@ -85,6 +85,13 @@ def chunk_text(chunk: Chunk) -> str:
     return f"{chunk.heading_path}\n\n{chunk.content}" if chunk.heading_path else chunk.content
 
 
+def content_fingerprint(document: Document, context: Context) -> str:
+    """What a document's `content_hash` records: all that decides its stored rows, except a title taken from
+    its file's name, so a renamed file is found by its content (sync)."""
+    title = "" if document.title_from_name else document.title
+    return _hash(title, document.content, document.metadata, context.chunk_size, context.chunk_overlap)
+
+
 def _hash(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -108,8 +115,19 @@ class IngestReport:
     unsupported_files: list[str] = field(default_factory=list)  # of other types, in the folders given
     renamed: list[tuple[str, str]] = field(default_factory=list)  # (old id, new id): same file or content
     removed: list[str] = field(default_factory=list)  # ids whose files are gone (ingest_paths with prune)
+    dry_run: bool = False  # nothing was written: the counts say what an ingest would do
 
     def summary(self) -> str:
+        if self.dry_run:
+            text = (
+                f"dry run, nothing changed: {counted(self.documents, 'document')}: {self.written:,} to write"
+            )
+            text += f", {self.unchanged:,} unchanged"
+            return text + "".join(
+                f"; {len(ids):,} to {verb}"
+                for verb, ids in (("rename", self.renamed), ("remove", self.removed))
+                if ids
+            )
         chunks = counted(self.chunks, "chunk")
         text = (
             f"{counted(self.documents, 'document')}: {self.written:,} written ({chunks}), "
@@ -155,8 +173,7 @@ def ingest(
     report = IngestReport(documents=len(unique))
     docs = [doc for doc in unique.values() if _storable(doc, [], report)]
     for doc in docs:
-        title = "" if doc.title_from_name else doc.title  # so a renamed file is found by its content
-        doc.content_hash = _hash(title, doc.content, doc.metadata, context.chunk_size, context.chunk_overlap)
+        doc.content_hash = content_fingerprint(doc, context)
         doc.public = public
     store.check_public(docs)
     states = store.document_states([d.id for d in docs])

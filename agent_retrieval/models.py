@@ -57,6 +57,9 @@ QUERY_TYPES = {
 }
 
 
+MAX_LISTED = 100_000  # documents one listing (Store.list_documents, `agent-retrieval list`) returns
+
+
 @dataclass
 class Document:
     """A source document; `content` is its full text.

@@ -17,7 +17,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 from agent_retrieval.context import Context
-from agent_retrieval.ingest import IngestReport, ingest
+from agent_retrieval.ingest import IngestReport, content_fingerprint, ingest
 from agent_retrieval.models import Document
 from agent_retrieval.stores.base import DocumentState, Store
 
@@ -36,6 +36,7 @@ def ingest_paths(
     exclude: Sequence[str] = (),
     follow_symlinks: bool = False,
     retrieval: Retrieval | None = None,
+    dry_run: bool = False,
 ) -> IngestReport:
     """Load files and folders (as `agent-retrieval ingest` does) into the store `context` configures.
 
@@ -47,7 +48,8 @@ def ingest_paths(
     `include` and `exclude` select a folder's files by pattern (see `load_documents`); a file they leave out
     is never pruned. A folder's files that lead out of it through a symlink are skipped by name unless
     `follow_symlinks`. `retrieval` gives the store and embedder to use (default: the ones `context`
-    configures, as the tools'), and is left open.
+    configures, as the tools'), and is left open. With `dry_run` nothing is written, embedded or deleted:
+    the report says what would be (`written`, `renamed`, `removed`).
     """
     from agent_retrieval.loaders import load_documents
     from agent_retrieval.retrieval import Retrieval
@@ -77,11 +79,30 @@ def ingest_paths(
             )
             _name_by_root(loaded, given, states)
             documents += loaded
-        report = ingest(documents, store, retrieval.embedder, context, progress=progress, public=public)
-        _settle(store, documents, stored, report, prune=prune)
+        if dry_run:
+            report = _preview(store, documents, context)
+        else:
+            report = ingest(documents, store, retrieval.embedder, context, progress=progress, public=public)
+        _settle(store, documents, stored, report, prune=prune, delete=not dry_run)
     report.skipped_files = skipped
     report.unsupported_files = [str(path) for path in unsupported]
     return report
+
+
+def _preview(store: Store, documents: list[Document], context: Context) -> IngestReport:
+    """What `ingest` would write of these documents, writing nothing."""
+    unique = {doc.id: doc for doc in documents}
+    for doc in unique.values():
+        doc.content_hash = content_fingerprint(doc, context)
+    states = store.document_states(list(unique))
+    changed = [
+        doc
+        for doc in unique.values()
+        if getattr(states.get(doc.id), "content_hash", None) != doc.content_hash
+    ]
+    return IngestReport(
+        documents=len(unique), written=len(changed), unchanged=len(unique) - len(changed), dry_run=True
+    )
 
 
 def _name_by_root(loaded: list[Document], given: Path, stored: dict[str, DocumentState]) -> None:
@@ -123,6 +144,7 @@ def _settle(
     report: IngestReport,
     *,
     prune: bool,
+    delete: bool = True,
 ) -> None:
     """Delete the old ids of files now stored under new ones and, with `prune`, the documents whose files
     are gone; report each as renamed when its file or content lives on under another id. `stored` is what the
@@ -148,7 +170,8 @@ def _settle(
         else:
             continue
         gone.append(doc_id)
-    store.delete_documents(gone)
+    if delete:
+        store.delete_documents(gone)
 
 
 def _file_of(source: str) -> str:

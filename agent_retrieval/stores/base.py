@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Self
 import numpy as np
 
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
-from agent_retrieval.models import Chunk, Document, Hit, Level, validate_filters
+from agent_retrieval.models import MAX_LISTED, Chunk, Document, Hit, Level, validate_filters
 from agent_retrieval.validation import ID, KEYWORD_QUERY, Count, Text, check_ids
 
 DOCUMENT_PREVIEW_CHARS = 1500  # document hits carry the opening of the text, not all of it
@@ -32,6 +32,7 @@ MAX_SCOPE_IDS = 10_000
 MAX_DIMENSION = 16_000  # pgvector's limit for a vector column
 SEARCH_K = Count(MAX_SEARCH_K)
 CHUNK_ROWS = Count(MAX_CHUNK_ROWS)
+LISTED = Count(MAX_LISTED)
 DIMENSION = Count(MAX_DIMENSION)
 STORED_TEXT = Text()  # a row's text: no length bound here (the loaders and request models set those)
 
@@ -210,6 +211,17 @@ class DocumentState(NamedTuple):
     public: bool  # published to every tenant and anonymous readers
 
 
+class DocumentListing(NamedTuple):
+    """One stored document as `agent-retrieval list` shows it."""
+
+    id: str
+    title: str
+    source: str | None
+    chunks: int
+    updated: str  # when it was last written, ISO 8601 (UTC)
+    public: bool
+
+
 @dataclass
 class StoreStats:
     """What `agent-retrieval stats` shows."""
@@ -304,6 +316,10 @@ class Store(ABC):
         folder ended by its separator): what files under a folder were stored as, for sync and prune."""
         source = STORED_TEXT.check("source", source)
         return self._documents_from(source) if source else []
+
+    def list_documents(self, prefix: str = "", limit: int = MAX_LISTED) -> list[DocumentListing]:
+        """The documents the writing tenant holds whose id starts with `prefix`, by id, at most `limit`."""
+        return self._list_documents(STORED_TEXT.check("prefix", prefix), LISTED.check("limit", limit))
 
     def get_documents(self, ids: Sequence[str]) -> list[Document]:
         """The whole documents (title, content, metadata, source) of these ids that a search could return,
@@ -460,6 +476,9 @@ class Store(ABC):
 
     @abstractmethod
     def _documents_from(self, source: str) -> list[str]: ...
+
+    @abstractmethod
+    def _list_documents(self, prefix: str, limit: int) -> list[DocumentListing]: ...
 
     @abstractmethod
     def _get_documents(self, ids: list[str]) -> list[Document]:

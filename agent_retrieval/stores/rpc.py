@@ -37,6 +37,7 @@ from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     FACET_VALUE_CHARS,
     TRANSIENT,
+    DocumentListing,
     DocumentState,
     Failure,
     KeywordSearch,
@@ -55,7 +56,7 @@ DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
-SCHEMA_VERSION = 6  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+SCHEMA_VERSION = 7  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
 # asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
@@ -374,6 +375,13 @@ class RPCStore(Store):
 
     def _documents_from(self, source: str) -> list[str]:
         return list(self._call("documents_from", prefix=source, tenant=self.tenant))
+
+    def _list_documents(self, prefix: str, limit: int) -> list[DocumentListing]:
+        rows = self._call("list_documents", prefix=prefix, max_rows=limit, tenant=self.tenant)
+        return [
+            DocumentListing(r["id"], r["title"], r["source"], r["chunks"], r["updated"], r["public"])
+            for r in rows
+        ]
 
     def _get_documents(self, ids: list[str]) -> list[Document]:
         found: list[Document] = []

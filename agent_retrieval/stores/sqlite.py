@@ -31,6 +31,7 @@ from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     FACET_VALUE_CHARS,
     PENDING_COLUMNS,
+    DocumentListing,
     DocumentState,
     Failure,
     KeywordSearch,
@@ -430,6 +431,19 @@ class SQLiteStore(Store):
                 "SELECT id FROM documents WHERE substr(source, 1, length(?1)) = ?1 ORDER BY id", (source,)
             )
             return [doc_id for (doc_id,) in rows]
+
+    def _list_documents(self, prefix: str, limit: int) -> list[DocumentListing]:
+        with self._read() as conn:
+            rows = conn.execute(
+                """SELECT d.id, d.title, d.source, (SELECT count(*) FROM chunks c WHERE c.document_id = d.id),
+                          strftime('%Y-%m-%dT%H:%M:%SZ', d.updated_at)
+                   FROM documents d WHERE substr(d.id, 1, length(?1)) = ?1 ORDER BY d.id LIMIT ?2""",
+                (prefix, limit),
+            )
+            return [
+                DocumentListing(doc_id, title, source, chunks, updated, public=False)
+                for doc_id, title, source, chunks, updated in rows
+            ]
 
     def _get_documents(self, ids: list[str]) -> list[Document]:
         with self._read() as conn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -333,6 +334,31 @@ def test_documents_from_a_source_lists_what_a_file_or_folder_was_stored_as(store
     assert [d.id for d in docs if d.source is None] == ["banda", "gifts"]  # no source: never listed
 
 
+def test_list_documents_by_id_prefix_with_their_chunks_and_source(store: Store):
+    store.upsert(
+        [
+            Document(
+                id="policies/old", title="Old", content="x", content_hash="h9", source="/d/policies/old.md"
+            )
+        ],
+        [],
+        MODEL,
+    )
+    listed = store.list_documents()
+    assert [d.id for d in listed] == ["banda", "fees", "gifts", "policies/old"]
+    fees = listed[1]
+    assert (fees.title, fees.chunks, fees.source, fees.public) == (
+        "Fee Schedule",
+        2,
+        "policies/fees.md",
+        False,
+    )
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", fees.updated)
+    assert [d.id for d in store.list_documents("policies/")] == ["policies/old"]
+    assert [d.id for d in store.list_documents("", limit=2)] == ["banda", "fees"]
+    assert store.list_documents("nope") == []
+
+
 def test_get_documents_returns_whole_documents_in_the_order_asked(store: Store):
     docs, _ = corpus()
     got = store.get_documents(["gifts", "nope", "fees", "gifts"])
@@ -581,6 +607,7 @@ TEXT_ARGUMENTS: dict[str, tuple[Callable[[Store, Any], Any], str, int | None]] =
     "delete_documents ids": (lambda s, v: s.delete_documents(["fees", v]), "ids[1]", 512),
     "document_states ids": (lambda s, v: s.document_states([v]), "ids[0]", 512),
     "documents_from source": (lambda s, v: s.documents_from(v), "source", None),
+    "list_documents prefix": (lambda s, v: s.list_documents(v), "prefix", None),
     "get_documents ids": (lambda s, v: s.get_documents(["fees", v]), "ids[1]", 512),
     "vectors_by_hash text_hashes": (lambda s, v: s.vectors_by_hash([v], MODEL), "text_hashes[0]", 512),
     "vectors_by_hash model_id": (lambda s, v: s.vectors_by_hash(["t-fees"], v), "model_id", 512),
@@ -662,6 +689,7 @@ COUNT_ARGUMENTS: dict[str, tuple[Callable[[Store, Any], Any], str, int]] = {
     "document_chunks limit": (lambda s, n: s.document_chunks(["fees"], n), "limit", 100_000),
     "adocument_chunks limit": (lambda s, n: s.adocument_chunks(["fees"], n), "limit", 100_000),
     "pending_embeddings limit": (lambda s, n: s.pending_embeddings("chunks", MODEL, n), "limit", 100_000),
+    "list_documents limit": (lambda s, n: s.list_documents("", n), "limit", 100_000),
     "set_embedding_model dimension": (lambda s, n: s.set_embedding_model(MODEL, n), "dimension", 16_000),
 }
 BAD_COUNTS = {**NOT_WHOLE_NUMBERS, "0": 0, "-1": -1, "max + 1": "max"}

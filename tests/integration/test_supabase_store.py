@@ -160,6 +160,8 @@ def test_users_cannot_write_and_the_service_role_sees_everything(stack):
         alice.delete_documents(["acme-plan"])
     with pytest.raises(StoreError, match="service role"):  # sources are the operator's file paths
         alice.documents_from("/")
+    with pytest.raises(StoreError, match="service role"):
+        alice.list_documents()
     service = SupabaseStore(stack.url, stack.service_key, schema=SCHEMA)
     assert service.stats().documents == 3
     assert {h.id for h in service.keyword_search("documents", "BLUEHERON REDFALCON", 5)} == {

@@ -266,6 +266,54 @@ def test_a_renamed_file_titled_by_its_name_is_followed_not_removed(capsys, tmp_p
     )
 
 
+def test_list_shows_each_document_with_its_file_and_delete_prefix_removes_a_folders(capsys, tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "guides").mkdir(parents=True)
+    (docs / "guides" / "setup.md").write_text("# Setup\n\nInstall the boiler controller first.\n")
+    (docs / "guides" / "repairs.md").write_text("# Repairs\n\nThe landlord pays for boiler repairs.\n")
+    (docs / "fees.md").write_text("# Fees\n\nCommission is disclosed in writing.\n")
+    db = str(tmp_path / "l.db")
+    run(capsys, "ingest", "--db", db, "--no-progress", str(docs))
+    code, out, err = run(capsys, "list", "--db", db)
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert code == 0 and err == "3 documents\n"
+    assert [row[0] for row in rows] == ["fees", "guides/repairs", "guides/setup"]
+    assert rows[1][1:2] == ["1"] and rows[1][3:] == ["Repairs", str(docs / "guides" / "repairs.md")]
+    code, out, _ = run(capsys, "list", "--db", db, "--prefix", "guides/", "--json")
+    assert [doc["id"] for doc in json.loads(out)] == ["guides/repairs", "guides/setup"]
+    assert run(capsys, "list", "--db", db, "--limit", "1")[2] == "1 document or more; --limit shows others\n"
+    assert run(capsys, "list", "--db", db, "--limit", "0")[0] == 2
+    code, out, _ = run(
+        capsys, "query", "--db", db, "who pays for boiler repairs", "--level", "chunks", "-k", "1"
+    )
+    assert out.endswith(f"\nfiles:\n  guides/repairs: {docs / 'guides' / 'repairs.md'}\n")
+    assert run(capsys, "delete", "--db", db, "--prefix", "guides/")[:2] == (0, "2 documents deleted\n")
+    assert run(capsys, "list", "--db", db)[1].split("\t")[0] == "fees"
+    code, _, err = run(capsys, "delete", "--db", db, "--prefix", "guides/")
+    assert code == 1 and "no document id starts with 'guides/'" in err
+    code, _, err = run(capsys, "delete", "--db", db, "--prefix", "")
+    assert code == 2 and "would delete every document" in err
+
+
+def test_a_dry_run_says_what_an_ingest_would_do_and_changes_nothing(capsys, tmp_path, corpus):
+    db = str(tmp_path / "dry.db")
+    code, _, err = run(capsys, "ingest", "--db", db, "--dry-run", str(corpus))
+    assert code == 2 and "no store at" in err and not (tmp_path / "dry.db").exists()
+    run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
+    (corpus / "fees.md").rename(corpus / "fee-schedule.md")
+    (corpus / "banda.md").unlink()
+    (corpus / "gifts.md").write_text("# Gifts\n\nGifts over 50 pounds are declared.\n")
+    before = run(capsys, "list", "--db", db)[1]
+    code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", "--prune", "--dry-run", str(corpus))
+    assert code == 0 and out.startswith("dry run, nothing changed: ")
+    assert out.endswith("2 to write, 0 unchanged; 1 to rename; 1 to remove\n"), out
+    assert err.splitlines() == [
+        "would be renamed: fees -> fee-schedule",
+        "would be removed: banda (its file is gone)",
+    ]
+    assert run(capsys, "list", "--db", db)[1] == before
+
+
 def test_ask_answers_with_the_rag_graph_and_lists_the_cited_sources(capsys, tmp_path, corpus):
     db = str(tmp_path / "a.db")
     run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))

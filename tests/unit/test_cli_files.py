@@ -143,6 +143,10 @@ def test_file_names_reach_the_terminal_with_their_control_characters_escaped(cap
         line.startswith("All files verified OK") for line in err.splitlines()
     )
     assert "title\\x1b]0;owned\\x07.md" in err and "x\\nAll files verified OK.md" in err
+    (docs / "note\x1b[2J.txt").write_text("A note whose name clears the screen.\n", encoding="utf-8")
+    run(capsys, "ingest", "--db", str(tmp_path / "store.db"), "--no-progress", str(docs))
+    code, out, err = run(capsys, "list", "--db", str(tmp_path / "store.db"))
+    assert code == 0 and "\x1b" not in out + err and "note\\x1b[2J" in out
 
 
 def test_an_ingest_that_skipped_an_empty_or_binary_file_names_it_and_exits_1(capsys, tmp_path):

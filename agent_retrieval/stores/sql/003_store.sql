@@ -142,6 +142,24 @@ as $$
   where d.tenant_id = {{schema}}.writing_tenant(tenant) and pg_catalog.starts_with(d.source, prefix)
 $$;
 
+-- The writing tenant's documents whose id starts with prefix, by id, at most max_rows, for `agent-retrieval list`
+-- and `delete --prefix`: [{id, title, source, chunks, updated, public}], as one jsonb value.
+create or replace function {{schema}}.list_documents(prefix text, max_rows int, tenant text default null)
+returns jsonb
+language sql stable security invoker
+set search_path = ''
+as $$
+  select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+           'id', d.id, 'title', d.title, 'source', d.source, 'public', d.is_public,
+           'updated', pg_catalog.to_char(d.updated_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+           'chunks', (select pg_catalog.count(*) from {{schema}}.chunks c
+                      where c.tenant_id = d.tenant_id and c.document_id = d.id))
+           order by d.id), '[]')
+  from (select * from {{schema}}.documents d
+        where d.tenant_id = {{schema}}.writing_tenant(tenant) and pg_catalog.starts_with(d.id, prefix)
+        order by d.id limit max_rows) d
+$$;
+
 -- Whole documents by id, as a search would see them (the tenant's own and public ones; RLS decides for API
 -- callers), the tenant's own first: [{id, title, content, metadata, source}], as one jsonb value.
 create or replace function {{schema}}.get_documents(ids text[], tenant text default null) returns jsonb

@@ -44,6 +44,7 @@ begin
     {{schema}}.upsert_documents(jsonb, jsonb, text, text),
     {{schema}}.delete_documents(text[], text),
     {{schema}}.documents_from(text, text),
+    {{schema}}.list_documents(text, int, text),
     {{schema}}.set_embeddings(text, jsonb, text, text),
     {{schema}}.set_embedding_model(text, int),
     {{schema}}.claim_embedding_model(text, int[])
