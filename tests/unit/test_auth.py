@@ -38,7 +38,7 @@ def token(key=SECRET, algorithm="HS256", *, headers=None, **claims) -> str:
         "role": "authenticated",
         "aud": "authenticated",
         "iat": now,
-        "exp": now + 600,
+        "exp": now + 86_400,  # a day: tokens made when tests are collected outlive the slowest suite
         "app_metadata": {"tenant_id": "acme"},
         "iss": ISSUER,
         **claims,
