@@ -18,6 +18,7 @@ from agent_retrieval.models import MAX_LISTED, ChunkSearchRequest, HydeMode, Sea
 from agent_retrieval.text import counted, printable
 
 if TYPE_CHECKING:
+    from agent_retrieval.ingest import IngestReport
     from agent_retrieval.retrieval import Retrieval
 
 log = logging.getLogger("agent_retrieval")
@@ -336,9 +337,18 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
             f"({', '.join(SUPPORTED_SUFFIXES)})"
         )
     passed_over = len(report.skipped_files) + len(report.unsupported_files)
-    print(report.summary() + (f"; {passed_over} files not ingested (listed above)" if passed_over else ""))
+    summary = _dry_run_summary(report) if args.dry_run else report.summary()
+    print(summary + (f"; {passed_over} files not ingested (listed above)" if passed_over else ""))
     # report.errors (a document the store could not take, an embedding failure) are logged as they happen
     return 1 if report.unembedded or passed_over or report.errors else 0
+
+
+def _dry_run_summary(report: IngestReport) -> str:
+    """What an ingest would have done: its report's counts as intentions."""
+    text = f"dry run, nothing changed: {counted(report.documents, 'document')}: {report.written:,} to write"
+    text += f", {report.unchanged:,} unchanged"
+    changes = (("rename", report.renamed), ("remove", report.removed))
+    return text + "".join(f"; {len(ids):,} to {verb}" for verb, ids in changes if ids)
 
 
 def _delete(args: argparse.Namespace, context: Context) -> int:

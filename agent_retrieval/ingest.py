@@ -115,19 +115,8 @@ class IngestReport:
     unsupported_files: list[str] = field(default_factory=list)  # of other types, in the folders given
     renamed: list[tuple[str, str]] = field(default_factory=list)  # (old id, new id): same file or content
     removed: list[str] = field(default_factory=list)  # ids whose files are gone (ingest_paths with prune)
-    dry_run: bool = False  # nothing was written: the counts say what an ingest would do
 
     def summary(self) -> str:
-        if self.dry_run:
-            text = (
-                f"dry run, nothing changed: {counted(self.documents, 'document')}: {self.written:,} to write"
-            )
-            text += f", {self.unchanged:,} unchanged"
-            return text + "".join(
-                f"; {len(ids):,} to {verb}"
-                for verb, ids in (("rename", self.renamed), ("remove", self.removed))
-                if ids
-            )
         chunks = counted(self.chunks, "chunk")
         text = (
             f"{counted(self.documents, 'document')}: {self.written:,} written ({chunks}), "

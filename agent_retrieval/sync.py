@@ -100,9 +100,7 @@ def _preview(store: Store, documents: list[Document], context: Context) -> Inges
         for doc in unique.values()
         if getattr(states.get(doc.id), "content_hash", None) != doc.content_hash
     ]
-    return IngestReport(
-        documents=len(unique), written=len(changed), unchanged=len(unique) - len(changed), dry_run=True
-    )
+    return IngestReport(documents=len(unique), written=len(changed), unchanged=len(unique) - len(changed))
 
 
 def _name_by_root(loaded: list[Document], given: Path, stored: dict[str, DocumentState]) -> None:
