@@ -55,7 +55,7 @@ def html_to_markdown(path: Path, html: str) -> tuple[dict[str, Any], str]:
         tree = lxml_html.document_fromstring(html)
     except (etree.ParserError, ValueError) as error:
         raise InvalidRequest(f"{path}: not readable HTML ({error})") from None
-    title = " ".join((tree.findtext(".//title") or "").split())
+    metadata = _titled(" ".join((tree.findtext(".//title") or "").split()))
     for element in list(tree.iter(etree.Element)):
         if element.getparent() is not None and _not_text(element):
             element.drop_tree()
@@ -64,7 +64,7 @@ def html_to_markdown(path: Path, html: str) -> tuple[dict[str, Any], str]:
     mains, articles = tree.xpath("//main|//*[@role='main']"), tree.xpath("//article")
     main = mains[0] if mains else articles[0] if len(articles) == 1 else tree.find("body")
     if main is None:
-        return ({"title": title} if title else {}), ""
+        return metadata, ""
     converter = MarkdownConverter(
         heading_style="ATX",
         bullets="-",
@@ -75,10 +75,8 @@ def html_to_markdown(path: Path, html: str) -> tuple[dict[str, Any], str]:
         bs4_options="lxml",
     )
     markdown = converter.convert(etree.tostring(main, encoding="unicode", method="html"))
-    markdown = re.sub(
-        r"\n{3,}", "\n\n", markdown.replace("\xa0", " ")
-    )  # a no-break space is a space to search
-    return ({"title": title} if title else {}), markdown.strip()
+    markdown = markdown.replace("\xa0", " ")  # a no-break space is a space to search
+    return metadata, re.sub(r"\n{3,}", "\n\n", markdown).strip()
 
 
 def _not_text(element: Any) -> bool:
@@ -202,6 +200,7 @@ def docx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
     from docx.table import Table
 
     document = docx.Document(_unzipped(path, data))
+    below_title = any(p.style is not None and p.style.name == "Title" for p in document.paragraphs)
     parts: list[str] = []
     for block in document.iter_inner_content():
         if isinstance(block, Table):
@@ -215,20 +214,12 @@ def docx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
         if style == "Title":
             parts.append(f"# {text}")
         elif level:
-            parts.append("#" * min(int(level.group(1)) + (1 if _has_title(document) else 0), 6) + " " + text)
+            parts.append("#" * min(int(level.group(1)) + below_title, 6) + " " + text)
         elif style.startswith("List") or (block._p.pPr is not None and block._p.pPr.numPr is not None):
             parts.append(f"- {text}")
         else:
             parts.append(text)
-    title = (document.core_properties.title or "").strip()
-    return ({"title": title} if title else {}), _joined(parts)
-
-
-def _has_title(document: Any) -> bool:
-    """Whether a Word document has a paragraph in its Title style (then its Heading 1s sit below it)."""
-    return any(
-        paragraph.style is not None and paragraph.style.name == "Title" for paragraph in document.paragraphs
-    )
+    return _titled(document.core_properties.title), _joined(parts)
 
 
 def pptx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
@@ -254,8 +245,7 @@ def pptx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
             notes = slide.notes_slide.notes_text_frame.text.strip()
             if notes:
                 parts.append(f"Notes: {notes}")
-    title = (presentation.core_properties.title or "").strip()
-    return ({"title": title} if title else {}), _joined(parts)
+    return _titled(presentation.core_properties.title), _joined(parts)
 
 
 def xlsx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
@@ -280,8 +270,7 @@ def xlsx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
                 parts += [f"## {sheet.title}", _table(rows)]
     finally:
         book.close()
-    title = (book.properties.title or "").strip() if book.properties else ""
-    return ({"title": title} if title else {}), _joined(parts)
+    return _titled(book.properties.title if book.properties else None), _joined(parts)
 
 
 # --- text formats --------------------------------------------------------------------------------------
@@ -335,8 +324,7 @@ def ipynb_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
             parts.append(f"```{language}\n{source.strip()}\n```")
         elif cell.get("cell_type") == "markdown":
             parts.append(source.strip())
-    title = str(info.get("title") or "").strip()
-    return ({"title": title} if title else {}), _joined(parts)
+    return _titled(str(info.get("title") or "")), _joined(parts)
 
 
 def json_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
@@ -356,7 +344,7 @@ def json_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
     lines: list[str] = []
     _outline(value, 1, lines)
     named = next((value[key] for key in ("title", "name") if isinstance(value, dict) and key in value), None)
-    return ({"title": named.strip()} if isinstance(named, str) else {}), "\n".join(lines).strip()
+    return _titled(named if isinstance(named, str) else None), "\n".join(lines).strip()
 
 
 def _outline(value: Any, depth: int, lines: list[str]) -> None:
@@ -477,6 +465,12 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
 
 def _cell(value: str) -> str:
     return " ".join(str(value).split()).replace("|", "\\|")
+
+
+def _titled(title: str | None) -> dict[str, Any]:
+    """A format's own title as metadata (none if it has none: then the loader titles the file)."""
+    title = (title or "").strip()
+    return {"title": title} if title else {}
 
 
 def _joined(parts: Iterable[str]) -> str:
