@@ -43,6 +43,9 @@ _BYTES_READERS: dict[str, Callable[[Path, bytes], tuple[dict[str, Any], str]]] =
 SUPPORTED_SUFFIXES = (
     ".md", ".markdown", ".txt", ".jsonl", ".pdf", *_TEXT_READERS, *_BYTES_READERS
 )  # fmt: skip
+# Folders of installed dependencies and build output met inside a folder: other people's code, not this
+# folder's documents (hidden ones, .git and .venv, are passed over too). A folder given by name is read.
+DEPENDENCY_FOLDERS = frozenset({"node_modules", "__pycache__", "site-packages", "venv", "bower_components"})
 MAX_METADATA_CHARS = 20_000  # of a document's metadata as JSON: every one of its chunks stores a copy
 MAX_FILE_BYTES = 100 * 1024 * 1024  # of one file read whole (JSONL is read a line at a time)
 MAX_PDF_PAGES = 2_000  # a long manual; 100,000 pages of nothing took 145 s and 435 MB
@@ -75,7 +78,8 @@ def load_documents(
     is always raised: the caller named it. Without `root`, a folder's files are confined to the folder the
     same way (a `deploy-key.txt` linking to ~/.ssh is refused by name) unless `follow_symlinks`; a file named
     directly is read wherever it leads. Files of other types met in a folder are passed over and, given
-    `unsupported`, listed there; hidden files and folders (".git", ".DS_Store") are not looked at.
+    `unsupported`, listed there; hidden files and folders (".git", ".DS_Store") and DEPENDENCY_FOLDERS
+    ("node_modules") met inside a folder are not looked at.
     `include` and `exclude` are shell-style patterns (fnmatch: `*` crosses folders too) matched against a
     folder's files' paths relative to it ("guides/*.md", "*/drafts/*"): with `include`, only files matching
     one are read; a file matching an `exclude` pattern is not. A file named directly is always read.
@@ -133,7 +137,7 @@ def _folder_files(
     files: list[Path] = []
     for where, folders, names in os.walk(folder, onerror=unlistable):
         here = Path(where)
-        folders[:] = [name for name in folders if not name.startswith(".")]  # .git, .venv: not documents
+        folders[:] = [name for name in folders if not name.startswith(".") and name not in DEPENDENCY_FOLDERS]
         for name in folders:
             if root is not None and (here / name).is_symlink():
                 try:

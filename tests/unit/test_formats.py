@@ -197,3 +197,14 @@ def test_every_format_is_supported_in_a_folder(tmp_path):
         ".sql",
     }
     assert set(formats.CODE_LANGUAGES) <= set(SUPPORTED_SUFFIXES)
+
+
+def test_a_projects_dependency_folders_are_not_its_documents(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "guide.md").write_text("# Guide\n\nHow to deploy.\n")
+    (tmp_path / "node_modules" / "left-pad").mkdir(parents=True)
+    (tmp_path / "node_modules" / "left-pad" / "index.js").write_text("function leftPad(s) { return s }\n")
+    (tmp_path / "venv" / "lib").mkdir(parents=True)
+    (tmp_path / "venv" / "lib" / "site.py").write_text("def main():\n    pass\n")
+    assert [d.id for d in load_documents([tmp_path])] == ["docs/guide"]
+    assert [d.id for d in load_documents([tmp_path / "node_modules"])] == ["left-pad/index"]  # named: read
