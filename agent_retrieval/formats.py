@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.models import MAX_NESTING, nesting_depth
 
 MAX_UNPACKED_BYTES = 512 * 2**20  # of an office file's parts once unzipped: a few KB can unzip to gigabytes
 MAX_TABLE_CELLS = 1_000_000  # of a spreadsheet or CSV file
@@ -330,8 +331,6 @@ def ipynb_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
 def json_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
     """A JSON file as an outline: an object's keys holding objects or lists become headings (three levels,
     then nested items), scalar values lines of "key: value"."""
-    from agent_retrieval.models import MAX_NESTING, nesting_depth
-
     try:
         value = json.loads(text)
         deep = nesting_depth(value) > MAX_NESTING

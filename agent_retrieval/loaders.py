@@ -293,6 +293,7 @@ _BOMS = (
     (codecs.BOM_UTF16_BE, "utf-16"),
 )
 MAX_CONTROL_SHARE = 0.05  # of a text's characters: more control characters than this is not text
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f]")  # control characters a text file does not hold ("\r" is gone)
 MAX_LEGACY_MESS = 0.2  # charset-normalizer's mess ratio under which Windows-1252 reads a file cleanly
 
 
@@ -312,7 +313,7 @@ def _decoded(path: Path, data: bytes) -> tuple[str, str]:
             raise InvalidRequest(f"{path}: not {encoding} text, though it begins with that mark") from None
         text, encoding = _legacy(path, data)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    controls = sum(1 for char in text if char < " " and char not in "\n\t\f\v")
+    controls = len(_CONTROL.findall(text))
     if controls > MAX_CONTROL_SHARE * len(text):
         raise InvalidRequest(f"{path}: {controls:,} control characters: a binary file, not text")
     return text, encoding

@@ -65,10 +65,10 @@ class Document:
     """A source document; `content` is its full text.
 
     Stores fill `content_hash` (a fingerprint of what was ingested, without a title taken from the file's
-    name), `text_hash` (of the text that was
-    embedded) and `embedding` (its unit vector; None until embedded). `public` publishes the document and its
-    chunks to every tenant and to anonymous readers of a shared store (Postgres, Supabase): the operator's
-    explicit choice, which no loader, metadata key or tool argument makes.
+    name), `text_hash` (of the text that was embedded) and `embedding` (its unit vector; None until
+    embedded). `public` publishes the document and its chunks to every tenant and to anonymous readers of a
+    shared store (Postgres, Supabase): the operator's explicit choice, which no loader, metadata key or tool
+    argument makes.
     """
 
     id: str

@@ -95,12 +95,12 @@ def _preview(store: Store, documents: list[Document], context: Context) -> Inges
     for doc in unique.values():
         doc.content_hash = content_fingerprint(doc, context)
     states = store.document_states(list(unique))
-    changed = [
-        doc
+    unchanged = sum(
+        1
         for doc in unique.values()
-        if getattr(states.get(doc.id), "content_hash", None) != doc.content_hash
-    ]
-    return IngestReport(documents=len(unique), written=len(changed), unchanged=len(unique) - len(changed))
+        if (state := states.get(doc.id)) and state.content_hash == doc.content_hash
+    )
+    return IngestReport(documents=len(unique), written=len(unique) - unchanged, unchanged=unchanged)
 
 
 def _name_by_root(loaded: list[Document], given: Path, stored: dict[str, DocumentState]) -> None:
