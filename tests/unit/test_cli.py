@@ -299,14 +299,16 @@ def test_a_dry_run_says_what_an_ingest_would_do_and_changes_nothing(capsys, tmp_
     db = str(tmp_path / "dry.db")
     code, _, err = run(capsys, "ingest", "--db", db, "--dry-run", str(corpus))
     assert code == 2 and "no store at" in err and not (tmp_path / "dry.db").exists()
+    (corpus / "gifts.md").write_text("# Gifts\n\nGifts over 20 pounds are declared.\n")
+    (corpus / "hours.md").write_text("# Hours\n\nThe office opens at nine.\n")
     run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
     (corpus / "fees.md").rename(corpus / "fee-schedule.md")
     (corpus / "banda.md").unlink()
-    (corpus / "gifts.md").write_text("# Gifts\n\nGifts over 50 pounds are declared.\n")
+    (corpus / "gifts.md").write_text("# Gifts\n\nGifts over 50 pounds are declared.\n")  # edited; hours.md not
     before = run(capsys, "list", "--db", db)[1]
     code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", "--prune", "--dry-run", str(corpus))
     assert code == 0 and out.startswith("dry run, nothing changed: ")
-    assert out.endswith("2 to write, 0 unchanged; 1 to rename; 1 to remove\n"), out
+    assert out.endswith("2 to write, 1 unchanged; 1 to rename; 1 to remove\n"), out
     assert err.splitlines() == [
         "would be renamed: fees -> fee-schedule",
         "would be removed: banda (its file is gone)",
