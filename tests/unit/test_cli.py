@@ -304,7 +304,7 @@ def test_a_dry_run_says_what_an_ingest_would_do_and_changes_nothing(capsys, tmp_
     run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
     (corpus / "fees.md").rename(corpus / "fee-schedule.md")
     (corpus / "banda.md").unlink()
-    (corpus / "gifts.md").write_text("# Gifts\n\nGifts over 50 pounds are declared.\n")  # edited; hours.md not
+    (corpus / "gifts.md").write_text("# Gifts\n\nGifts over 50 pounds are declared.\n")  # hours.md as it was
     before = run(capsys, "list", "--db", db)[1]
     code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", "--prune", "--dry-run", str(corpus))
     assert code == 0 and out.startswith("dry run, nothing changed: ")
