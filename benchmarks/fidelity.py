@@ -18,6 +18,7 @@ first?) and chunk_retriever (is the answering passage in the top 3?).
 
     python benchmarks/fidelity.py            # the table for BENCHMARKS.md, results/fidelity.json
     python benchmarks/fidelity.py --only zlib-how --show    # one file's stored text, to read a miss
+    python benchmarks/fidelity.py --db /tmp/fidelity.db     # keep the store, to query it afterwards
 
 The files come from Debian packages (listed in the corpus; `apt-get install` them), the Rust toolchain's
 docs (`rustup component add rust-docs`), the venv's JupyterLab and one PyPI sdist; a file that is missing
@@ -232,6 +233,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", default=None, help="file keys to measure (default: all)")
     parser.add_argument("--show", action="store_true", help="print each file's stored text")
+    parser.add_argument("--db", help="keep the store at this path (replaced if it exists), to query a miss")
     args = parser.parse_args()
     corpus = json.loads(CORPUS.read_text())
     entries = {k: v for k, v in corpus["files"].items() if args.only is None or k in args.only}
@@ -252,7 +254,9 @@ def main() -> None:
                 continue
             present[key] = path
             shutil.copyfile(path, gathered / f"{key}{path.suffix}")
-        context = Context(db_path=str(Path(folder) / "fidelity.db"), use_hyde=False)
+        store = Path(args.db) if args.db else Path(folder) / "fidelity.db"
+        store.unlink(missing_ok=True)
+        context = Context(db_path=str(store), use_hyde=False)
         with Retrieval(context) as retrieval:
             report = ingest_paths([gathered], retrieval=retrieval, progress=True)
             for line in report.skipped_files + [str(u) for u in report.unsupported_files]:
