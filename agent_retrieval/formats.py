@@ -24,6 +24,44 @@ MAX_UNPACKED_BYTES = 512 * 2**20  # of an office file's parts once unzipped: a f
 MAX_TABLE_CELLS = 1_000_000  # of a spreadsheet or CSV file
 TABLE_BLOCK_CHARS = 800  # a table is written in blocks of rows about this long, each under its header row
 
+# --- markdown sections ---------------------------------------------------------------------------------
+
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")  # a code fence's opening run; it closes at a run as long
+_SECTION_HEADING = re.compile(r"^ {0,3}(#{1,3})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+
+
+def markdown_sections(text: str) -> list[tuple[list[str], str]]:
+    """A markdown text's sections, each (the headings above it, h1 to h3; its text as written), split at
+    "#", "##" and "###" headings outside code fences. LangChain's MarkdownHeaderTextSplitter strips every
+    line and drops blank ones, so code lost its indentation and the size splitter after it found no
+    paragraph to cut at; here a section keeps both."""
+    sections: list[tuple[list[str], str]] = []
+    headings: list[str] = []
+    lines: list[str] = []
+    fence = ""
+
+    def close() -> None:
+        body = "\n".join(lines).strip("\n")
+        if body.strip():
+            sections.append(([heading for heading in headings if heading], body))
+        lines.clear()
+
+    for line in text.split("\n"):
+        if fence:
+            if line.lstrip().startswith(fence):
+                fence = ""
+        elif opening := FENCE.match(line):
+            fence = opening.group(1)
+        elif heading := _SECTION_HEADING.match(line):
+            close()
+            level = len(heading.group(1))
+            headings = [*headings[: level - 1], *[""] * (level - 1 - len(headings)), heading.group(2).strip()]
+            continue
+        lines.append(line)
+    close()
+    return sections
+
+
 # --- HTML --------------------------------------------------------------------------------------------
 
 # What a documentation page wraps around its text, whatever generated it: scripts, menus, search boxes,
@@ -275,6 +313,25 @@ def xlsx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
 
 
 # --- text formats --------------------------------------------------------------------------------------
+
+# A plain-text heading as specs, READMEs and RFC-style notes write it: a short line underlined by "=" or "-"
+# as long as it (within a fifth), after a blank line. Looser than that, a rule under a paragraph's last line
+# would become a heading.
+_UNDERLINED = re.compile(r"(?:^|(?<=\n\n))([^\s#][^\n]{0,79})\n(=+|-+)[ \t]*$", re.MULTILINE)
+
+
+def text_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
+    """Plain text as written, its underlined headings made "#" (top) and "##" headings, so the chunker
+    splits there and each passage knows its section."""
+
+    def heading(match: re.Match[str]) -> str:
+        title, rule = match.group(1).rstrip(), match.group(2)
+        if abs(len(rule) - len(title)) > max(2, len(title) // 5):
+            return match.group(0)
+        return f"{'#' if rule[0] == '=' else '##'} {title}"
+
+    return {}, _UNDERLINED.sub(heading, text)
+
 
 
 def csv_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:

@@ -21,12 +21,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_text_splitters import MarkdownHeaderTextSplitter, RecursiveCharacterTextSplitter
+from langchain_text_splitters import RecursiveCharacterTextSplitter
 from pydantic import ValidationError
 
 from agent_retrieval.context import Context
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import AgentRetrievalError, EmbeddingError, InvalidRequest, StoreError
+from agent_retrieval.formats import markdown_sections
 from agent_retrieval.models import Chunk, Document, IndexDocumentRequest, Level, explain
 from agent_retrieval.progress import bar as progress_bar
 from agent_retrieval.redaction import fingerprint
@@ -39,7 +40,6 @@ log = logging.getLogger(__name__)
 DOCUMENT_LEAD_CHARS = 1000  # a document is embedded by its title and opening; chunks carry the rest
 DOCUMENTS_PER_BATCH = 32
 TEXTS_PER_PART = 512  # texts embedded between commits when one batch (a large file) holds more
-_HEADINGS = [("#", "h1"), ("##", "h2"), ("###", "h3")]
 _ANCHOR = re.compile(r"\s*\{#[^}]*\}\s*$")  # "## Setup {#setup}": an anchor id, not part of the heading
 
 
@@ -48,17 +48,14 @@ _ANCHOR = re.compile(r"\s*\{#[^}]*\}\s*$")  # "## Setup {#setup}": an anchor id,
 
 def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: int = 150) -> list[Chunk]:
     """Split a document by its markdown headings, then by size; each chunk knows its heading path."""
-    sections = MarkdownHeaderTextSplitter(_HEADINGS, strip_headers=True).split_text(document.content)
     splitter = RecursiveCharacterTextSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     chunks: list[Chunk] = []
-    for section in sections:
-        headings = [
-            _ANCHOR.sub("", section.metadata[key]) for _, key in _HEADINGS if section.metadata.get(key)
-        ]
+    for found, text in markdown_sections(document.content):
+        headings = [_ANCHOR.sub("", heading) for heading in found]
         if headings and headings[0] == document.title:
             headings = headings[1:]
         heading_path = " > ".join(part for part in [document.title, *headings] if part)
-        for piece in splitter.split_text(section.page_content):
+        for piece in splitter.split_text(text):
             if piece.strip():
                 chunks.append(
                     Chunk(

@@ -26,6 +26,7 @@ from agent_retrieval.text import has_words
 
 # Files read as text into markdown, and office files read from their bytes (each through an optional extra).
 _TEXT_READERS: dict[str, Callable[[Path, str], tuple[dict[str, Any], str]]] = {
+    ".txt": formats.text_to_markdown,
     ".html": formats.html_to_markdown,
     ".htm": formats.html_to_markdown,
     ".rst": formats.rst_to_markdown,
@@ -40,9 +41,9 @@ _BYTES_READERS: dict[str, Callable[[Path, bytes], tuple[dict[str, Any], str]]] =
     ".pptx": formats.pptx_to_markdown,
     ".xlsx": formats.xlsx_to_markdown,
 }
-SUPPORTED_SUFFIXES = (
-    ".md", ".markdown", ".txt", ".jsonl", ".pdf", *_TEXT_READERS, *_BYTES_READERS
-)  # fmt: skip
+SUPPORTED_SUFFIXES = tuple(
+    dict.fromkeys((".md", ".markdown", ".txt", ".jsonl", ".pdf", *_TEXT_READERS, *_BYTES_READERS))
+)  # the commonest first, as messages list them
 # Folders of installed dependencies and build output met inside a folder: other people's code, not this
 # folder's documents (hidden ones, .git and .venv, are passed over too). A folder given by name is read.
 DEPENDENCY_FOLDERS = frozenset({"node_modules", "__pycache__", "site-packages", "venv", "bower_components"})
@@ -448,7 +449,6 @@ def _first_heading(text: str) -> str | None:
 # Markdown as a writer marks it up, made plain for search and for a model to read: setext headings become
 # "#" headings (so the chunker splits there), backslash escapes ("Z\_OK") lose their backslash, and a
 # permalink mark ending a heading ("¶") goes; code, fenced or inline, is left exactly as written.
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _FENCED_BLOCK = re.compile(r"^\s{0,3}(`{3,}|~{3,})[^\n]*\n.*?^\s{0,3}\1", re.MULTILINE | re.DOTALL)
 _SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 _ESCAPE = re.compile(r"\\([!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])")
@@ -471,7 +471,7 @@ def tidy_markdown(text: str) -> str:
             if line.strip().startswith(fence):
                 fence = ""
             continue
-        if opening := _FENCE.match(line):
+        if opening := formats.FENCE.match(line):
             fence = opening.group(1)[0] * 3
             out.append(line)
             continue

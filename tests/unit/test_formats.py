@@ -87,6 +87,15 @@ def test_markdown_badges_leave_the_stored_text_and_setext_titles_name_the_file()
     }
 
 
+def test_plain_text_underlined_headings_become_sections_and_a_rule_under_prose_does_not():
+    spec = load_file(REAL / "dpkg-triggers.txt", "dpkg-triggers")[0]
+    assert spec.title == "TRIGGERS"
+    answer = next(c for c in chunk_document(spec) if "It is not defined in what order" in c.content)
+    assert answer.heading_path == "TRIGGERS > Timing guarantees, races, etc."
+    ruled = "Notes\n\nA long paragraph whose last line is followed by a rule\n-----\n\nMore text.\n"
+    assert formats.text_to_markdown(Path("n.txt"), ruled)[1] == ruled
+
+
 def test_a_word_document_keeps_its_headings_lists_and_text():
     doc = load_file(REAL / "systemd-porting.docx", "porting")[0]
     assert doc.title == "Porting systemd To New Distributions"

@@ -130,6 +130,22 @@ def test_chunks_carry_their_heading_path_and_the_documents_metadata(folder: Path
     assert document_text(policy).startswith("Commission Disclosure Policy\n\n")
 
 
+def test_chunks_keep_code_indentation_and_paragraphs_and_split_between_paragraphs():
+    content = (
+        "# Guide\n\nFirst paragraph, one line\nwrapped onto a second.\n\nSecond paragraph.\n\n"
+        "## Code ##\n\n```python\n# a comment, not a heading\ndef area(r):\n    return 3.14 * r * r\n```\n\n"
+        "- a list\n    - nested under it\n\n"
+        + "\n\n".join(f"Paragraph {n} of the long part, a sentence or two long." for n in range(12))
+    )
+    chunks = chunk_document(Document(id="g", title="Guide", content=content), chunk_size=200, chunk_overlap=0)
+    assert chunks[0].content == "First paragraph, one line\nwrapped onto a second.\n\nSecond paragraph."
+    code = chunks[1]
+    assert code.heading_path == "Guide > Code"
+    assert "def area(r):\n    return 3.14 * r * r" in code.content and "- a list\n    - nested" in code.content
+    rest = [c.content for c in chunks if c.content.startswith("Paragraph")]
+    assert rest and all(c.endswith("long.") for c in rest)  # cut between paragraphs, never inside one
+
+
 def test_rerunning_on_unchanged_input_embeds_nothing(folder: Path, store: SQLiteStore):
     embeddings = WordHashEmbeddings()
     embedder = Embedder(embeddings, "test/word-hash")
