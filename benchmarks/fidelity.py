@@ -14,7 +14,8 @@ from the store and compared with what an independent reader finds in the file:
 - headings: the share of the file's headings found as a heading of the stored text.
 
 The questions were written before the loaders changed. Each is asked of document_retriever (is its file
-first?) and chunk_retriever (is the answering passage in the top 3?).
+first?) and chunk_retriever (is the answering passage in the top 3? A passage is its heading path and text, as
+the tool shows it: a JSON setting's name is the heading above its description).
 
     python benchmarks/fidelity.py            # the table for BENCHMARKS.md, results/fidelity.json
     python benchmarks/fidelity.py --only zlib-how --show    # one file's stored text, to read a miss
@@ -224,7 +225,8 @@ def ask(retrieval: Retrieval, question: dict[str, Any]) -> dict[str, Any]:
         "q": question["q"],
         "file_rank": ranked.index(question["file"]) + 1 if question["file"] in ranked else None,
         "passage_top3": any(
-            hit.document_id == question["file"] and answer in " ".join(words(hit.content)) for hit in chunks
+            hit.document_id == question["file"] and answer in " ".join(words(f"{hit.heading_path}\n{hit.content}"))
+            for hit in chunks
         ),
     }
 
