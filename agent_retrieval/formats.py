@@ -333,7 +333,6 @@ def text_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
     return {}, _UNDERLINED.sub(heading, text)
 
 
-
 def csv_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
     """A CSV or TSV file as a table, its first row the header (the delimiter found by csv.Sniffer)."""
     try:

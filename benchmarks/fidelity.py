@@ -225,7 +225,8 @@ def ask(retrieval: Retrieval, question: dict[str, Any]) -> dict[str, Any]:
         "q": question["q"],
         "file_rank": ranked.index(question["file"]) + 1 if question["file"] in ranked else None,
         "passage_top3": any(
-            hit.document_id == question["file"] and answer in " ".join(words(f"{hit.heading_path}\n{hit.content}"))
+            hit.document_id == question["file"]
+            and answer in " ".join(words(f"{hit.heading_path}\n{hit.content}"))
             for hit in chunks
         ),
     }

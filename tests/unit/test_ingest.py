@@ -141,7 +141,9 @@ def test_chunks_keep_code_indentation_and_paragraphs_and_split_between_paragraph
     assert chunks[0].content == "First paragraph, one line\nwrapped onto a second.\n\nSecond paragraph."
     code = chunks[1]
     assert code.heading_path == "Guide > Code"
-    assert "def area(r):\n    return 3.14 * r * r" in code.content and "- a list\n    - nested" in code.content
+    assert (
+        "def area(r):\n    return 3.14 * r * r" in code.content and "- a list\n    - nested" in code.content
+    )
     rest = [c.content for c in chunks if c.content.startswith("Paragraph")]
     assert rest and all(c.endswith("long.") for c in rest)  # cut between paragraphs, never inside one
 
