@@ -71,7 +71,9 @@ async def authenticate(
     Operator (auth off, or Studio on this machine)."""
     headers = headers or {}
     try:
-        settings = await asyncio.to_thread(Context)  # the server's environment, read as the operator set it
+        settings = await asyncio.to_thread(
+            Context.from_env
+        )  # the server's environment, read as the operator set it
     except ConfigError as error:
         log.error("the server's settings are invalid: %s", error)
         raise _refuse(
@@ -176,7 +178,7 @@ async def _verified_claims(token: str, settings: Context) -> dict[str, Any]:
         if not settings.token_issuer:
             raise jwt.InvalidTokenError(
                 "the server knows no issuer to check tokens against: its operator sets SUPABASE_URL or "
-                "SUPABASE_JWT_ISSUER"
+                "AGENT_RETRIEVAL_SUPABASE_JWT_ISSUER"
             )
         claims = jwt.decode(
             token,
@@ -222,7 +224,7 @@ def deployment_for(user: Any) -> Context:
     A user this module authenticated searches in their tenant, on Supabase with their own token (so
     row-level security applies); a user of another auth handler must carry a `tenant` the same way.
     """
-    settings = Context()
+    settings = Context.from_env()
     if settings.server_auth == "off" or is_operator(user):
         return settings
     tenant = _get(user, "tenant")

@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_notices(not getattr(args, "no_progress", False))
     try:
         overrides = {"db_path": args.db} if getattr(args, "db", None) else {}
-        return args.run(args, Context(**overrides))
+        return args.run(args, Context.from_env(**overrides))
     except AgentRetrievalError as error:
         print(f"error: {printable(str(error))}", file=sys.stderr)
         return 2
@@ -601,7 +601,10 @@ def _demo(args: argparse.Namespace, context: Context) -> int:
         context = dataclasses.replace(context, db_path=DEMO_DB)
     print(f"Ingesting the demo corpus into {context.db_path} ...")
     if not context.use_hyde:
-        print("HyDE is off: set USE_HYDE=true with OPENAI_API_KEY or OPENAI_BASE_URL to turn it on.")
+        print(
+            "HyDE is off: set AGENT_RETRIEVAL_USE_HYDE=true with OPENAI_API_KEY or OPENAI_BASE_URL "
+            "to turn it on."
+        )
     with _retrieval(context) as retrieval:
         print(
             ingest(

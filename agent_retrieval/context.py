@@ -1,22 +1,28 @@
-"""Every setting of agent-retrieval, split by who may set it, each falling back to an environment variable.
+"""Every setting of agent-retrieval, split by who may set it.
 
 `RunSettings` are the search and answer knobs (top-k depth, fusion, HyDE on or off, timeouts, all bounded):
 what a caller may choose per run, including the caller of a run on a LangGraph server, whose `context` is
-read as RunSettings and nothing else. `Context` adds the deployment settings only the operator sets (the
-environment, `.env`, or code that builds `Context(...)`): where the store is and its credentials, provider
-endpoints and keys, the schema, the tenant. A server run's deployment settings come from the server's
-environment and the run's authenticated user (agent_retrieval.auth), never from the run's caller.
+read as RunSettings and nothing else. `Context` adds the deployment settings only the operator sets: where
+the store is and its credentials, provider endpoints and keys, the schema, the tenant. A server run's
+deployment settings come from the server's environment and the run's authenticated user
+(agent_retrieval.auth), never from the run's caller.
+
+Both are frozen and pure: `Context(...)` holds what it is given and the defaults, reads nothing and changes
+nothing in the process. `Context.from_env(...)` is the operator's: each setting not given is read from its
+variable, `AGENT_RETRIEVAL_<NAME>` (a provider's own name, such as `OPENAI_API_KEY`, also works; the bare
+`<NAME>` is read for one more release, with a warning).
 """
 
 from __future__ import annotations
 
 import os
 import typing
+import warnings
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, Self, get_args, get_origin
 
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.redaction import check_secret, dsn_password, protect
+from agent_retrieval.redaction import check_secret
 
 EmbeddingProvider = Literal["local", "voyage", "openai"]
 LocalRuntime = Literal["auto", "onnx", "torch"]
@@ -40,36 +46,51 @@ _CONFIGURED_TOGETHER = (
 STORE_CACHE_MB = 1024  # the embedded store's default budget for what it keeps between runs
 
 
+ENV_PREFIX = "AGENT_RETRIEVAL_"
+
+
 def setting(
     default: Any,
     description: str,
     *,
     env: str | None = None,
+    also: str | None = None,
     secret: bool = False,
     bounds: tuple[float, float] | None = None,
     url: bool = False,
 ) -> Any:
-    """A settings field: its description is what LangGraph Studio shows; `env` overrides the variable name."""
-    return field(
-        default=default,
-        repr=not secret,
-        metadata={"description": description, "env": env, "secret": secret, "bounds": bounds, "url": url},
-    )
+    """A settings field: its description is what LangGraph Studio shows. Its variable is
+    AGENT_RETRIEVAL_<NAME> unless `env` names another; `also` is a provider's own variable for the same
+    value (OPENAI_API_KEY), read when ours is not set."""
+    metadata = {"description": description, "env": env, "also": also, "secret": secret, "bounds": bounds}
+    return field(default=default, repr=not secret, metadata={**metadata, "url": url})
 
 
 def env_name(f: Any) -> str:
-    """The environment variable a settings field falls back to."""
-    return f.metadata.get("env") or f.name.upper()
+    """The environment variable a settings field is read from."""
+    return f.metadata.get("env") or ENV_PREFIX + f.name.upper()
 
 
-@dataclass(kw_only=True)
+def env_names(f: Any) -> tuple[str, ...]:
+    """Every variable a settings field is read from, first found wins: ours, the provider's own, then the
+    bare name of earlier releases (deprecated)."""
+    names = [env_name(f), f.metadata.get("also"), _deprecated(f)]
+    return tuple(name for name in names if name)
+
+
+def _deprecated(f: Any) -> str | None:
+    """The bare name earlier releases read a setting from (CANDIDATES), unless it is still its name."""
+    bare = f.name.upper()
+    return None if f.metadata.get("env") or bare == f.metadata.get("also") else bare
+
+
+@dataclass(kw_only=True, frozen=True)
 class RunSettings:
     """The search and answer knobs a run may set, each within bounds.
 
-    A field left at its default takes its environment variable (the field name in upper case unless
-    noted), so the operator's environment sets the defaults and a run's values override them. A run on a
-    LangGraph server may set these and nothing else: an endpoint, key, store path or tenant in a run's
-    context is refused, naming the field.
+    A run on a LangGraph server may set these and nothing else: an endpoint, key, store path or tenant in a
+    run's context is refused, naming the field. The knobs it sets (`given`) override the server's own
+    (`Context.with_run`); the others keep the operator's values, defaults included.
     """
 
     # --- HyDE --------------------------------------------------------------------------------
@@ -183,19 +204,51 @@ class RunSettings:
         for name in kwargs:
             if name not in allowed:
                 raise ConfigError(_refusal(cls, name))
-        return super().__new__(cls)
+        settings = super().__new__(cls)
+        object.__setattr__(settings, "_given", frozenset(kwargs))
+        return settings
 
     def __post_init__(self) -> None:
-        _load(self)
+        hints = typing.get_type_hints(type(self))
+        for f in fields(self):
+            object.__setattr__(self, f.name, _check(f, getattr(self, f.name), hints[f.name]))
+
+    @property
+    def given(self) -> frozenset[str]:
+        """The settings this object was built with, as against left at their defaults: what a run chose."""
+        return self.__dict__.get("_given", frozenset())
+
+    @classmethod
+    def from_env(cls, **given: Any) -> Self:
+        """The operator's settings: each one not `given` read from its environment variable (`env_names`),
+        else its default. An endpoint and its key come from one place: if `given` holds either, neither is
+        read from the environment."""
+        hints = typing.get_type_hints(cls)
+        code_only = {name for group in _CONFIGURED_TOGETHER if set(given) & set(group) for name in group}
+        read: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in given or f.name in code_only:
+                continue
+            found = next(((name, os.environ[name]) for name in env_names(f) if name in os.environ), None)
+            if found is None:
+                continue
+            name, raw = found
+            if name == _deprecated(f):
+                warnings.warn(
+                    f"{name} is deprecated: set {env_name(f)} instead (the bare name is read until 1.0)",
+                    FutureWarning,
+                    stacklevel=2,
+                )
+            read[f.name] = _parse(f.name, raw, hints[f.name], name)
+        return cls(**read, **given)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class Context(RunSettings):
     """Every setting: the deployment settings (store, providers, keys, tenant) and the run settings.
 
-    Only the operator builds a Context: `Context()` reads the environment and `Context(use_hyde=True)`
-    overrides it. An endpoint and its key are configured together: setting one in code stops the other
-    from being read from the environment.
+    Only the operator builds a Context: `Context.from_env()` reads the environment, `Context(...)` holds
+    exactly what code gives it.
     """
 
     # --- store: Postgres by DSN, else Supabase by URL and key, else the embedded SQLite file ---------
@@ -216,12 +269,14 @@ class Context(RunSettings):
         "Supabase project URL (https://<project>.supabase.co); with a key, the "
         "store is Supabase, searched by RPC.",
         url=True,
+        also="SUPABASE_URL",
     )
     supabase_key: str = setting(
         "",
         "Supabase API key: the service role key to ingest, or the anon key "
         "(with a user token) to search as a user.",
         secret=True,
+        also="SUPABASE_KEY",
     )
     supabase_user_token: str = setting(
         "",
@@ -253,8 +308,8 @@ class Context(RunSettings):
     # --- embeddings and chat models ----------------------------------------------------------
     embedding_provider: EmbeddingProvider = setting(
         "local",
-        "Embedding provider: local (all-MiniLM-L6-v2, offline), voyage or openai. "
-        "USE_VOYAGE_EMBEDDINGS=true selects voyage.",
+        "Embedding provider: local (all-MiniLM-L6-v2, offline), voyage or openai "
+        "(use_voyage_embeddings=true selects voyage).",
     )
     use_voyage_embeddings: bool = setting(False, "Shortcut for embedding_provider=voyage.")
     local_embedding_model: str = setting(
@@ -279,15 +334,18 @@ class Context(RunSettings):
         "BaseDocumentCompressor passed as Retrieval(reranker=...) takes its place.",
     )
     voyage_rerank_model: str = setting("rerank-2.5-lite", "Voyage rerank model.")
-    voyage_api_key: str = setting("", "Voyage AI API key.", secret=True)
+    voyage_api_key: str = setting("", "Voyage AI API key.", secret=True, also="VOYAGE_API_KEY")
     voyage_embedding_model: str = setting("voyage-3.5", "Voyage embedding model.")
     voyage_base_url: str = setting("", "Voyage API base URL (blank: Voyage's own).", url=True)
-    openai_api_key: str = setting("", "OpenAI (or compatible server) API key.", secret=True)
+    openai_api_key: str = setting(
+        "", "OpenAI (or compatible server) API key.", secret=True, also="OPENAI_API_KEY"
+    )
     openai_base_url: str = setting(
         "",
         "OpenAI-compatible base URL, e.g. http://localhost:11434/v1 for "
         "Ollama or a vLLM server (blank: OpenAI).",
         url=True,
+        also="OPENAI_BASE_URL",
     )
     openai_chat_model: str = setting("gpt-4o-mini", "Chat model for HyDE and planning.")
     openai_embedding_model: str = setting("text-embedding-3-small", "OpenAI embedding model.")
@@ -349,6 +407,7 @@ class Context(RunSettings):
         "The Supabase project's JWT secret (Settings > API), to verify HS256 access tokens; tokens "
         "signed with the project's asymmetric keys are verified by its JWKS at SUPABASE_URL.",
         secret=True,
+        also="SUPABASE_JWT_SECRET",
     )
     supabase_jwt_issuer: str = setting(
         "",
@@ -365,17 +424,13 @@ class Context(RunSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.use_voyage_embeddings:
-            self.embedding_provider = "voyage"
+            object.__setattr__(self, "embedding_provider", "voyage")
         if bool(self.supabase_url) != bool(self.supabase_key) and not self.postgres_dsn:
-            missing = "SUPABASE_KEY" if self.supabase_url else "SUPABASE_URL"
-            raise ConfigError(f"Supabase needs both SUPABASE_URL and SUPABASE_KEY; {missing} is not set")
-        secrets = (
-            getattr(self, f.name)
-            for f in fields(self)
-            if f.metadata.get("secret") and f.name != "supabase_user_token"
-        )
-        protect(*secrets, dsn_password(self.postgres_dsn))
-        protect(self.supabase_user_token, user_token=True)
+            missing = "supabase_key" if self.supabase_url else "supabase_url"
+            raise ConfigError(
+                f"Supabase needs both supabase_url and supabase_key; {missing} is not set "
+                f"({env_name(_field(missing))} or {_field(missing).metadata['also']})"
+            )
         if self.chunk_overlap >= self.chunk_size:
             raise ConfigError(
                 f"chunk_overlap must be smaller than chunk_size "
@@ -383,10 +438,9 @@ class Context(RunSettings):
             )
 
     def with_run(self, run: RunSettings | None) -> Context:
-        """These deployment settings with a run's knobs (a run that set none keeps these)."""
-        if run is None:
-            return self
-        return replace(self, **{f.name: getattr(run, f.name) for f in fields(RunSettings)})
+        """These settings with the knobs a run chose (`run.given`); the rest stay as they are."""
+        chosen = {name: getattr(run, name) for name in run.given if name in RUN_SETTINGS} if run else {}
+        return replace(self, **chosen) if chosen else self
 
     @property
     def store_backend(self) -> str:
@@ -411,13 +465,13 @@ class Context(RunSettings):
         return bool(self.openai_api_key or self.openai_base_url)
 
     def describe(self) -> list[tuple[str, str, Any, str]]:
-        """(field, env var, value, description) for every setting, secrets masked."""
+        """(field, environment variables, value, description) for every setting, secrets masked."""
         rows = []
         for f in fields(self):
             value = getattr(self, f.name)
             if f.metadata.get("secret"):
                 value = "***" if value else ""
-            rows.append((f.name, env_name(f), value, f.metadata["description"]))
+            rows.append((f.name, _variables(f), value, f.metadata["description"]))
         return rows
 
 
@@ -438,19 +492,10 @@ def _field(name: str) -> Any:
     return next(f for f in fields(Context) if f.name == name)
 
 
-def _load(settings: RunSettings) -> None:
-    """Fill fields left at their default from the environment, then check every field.
-
-    An endpoint and its key come from one place: if code set either, neither is read from the environment.
-    """
-    hints = typing.get_type_hints(type(settings))
-    given = {f.name for f in fields(settings) if getattr(settings, f.name) != f.default}
-    code_only = {name for group in _CONFIGURED_TOGETHER if given & set(group) for name in group}
-    for f in fields(settings):
-        value, env = getattr(settings, f.name), env_name(f)
-        if f.name not in given | code_only and os.environ.get(env) is not None:
-            value = _parse(f.name, os.environ[env], hints[f.name], env)
-        setattr(settings, f.name, _check(f, value, hints[f.name]))
+def _variables(f: Any) -> str:
+    """A field's variable as the README and `agent-retrieval config` show it: ours, or ours or the
+    provider's own."""
+    return " or ".join(name for name in env_names(f) if name != _deprecated(f))
 
 
 def _parse(name: str, raw: str, kind: Any, env: str) -> Any:

@@ -40,7 +40,7 @@ def run_context(runtime: Runtime[RunSettings]) -> Context:
     if isinstance(runtime.context, Context):
         return runtime.context
     if runtime.server_info is None:  # code running the graph with run settings of its own
-        return Context().with_run(runtime.context)
+        return Context.from_env().with_run(runtime.context)
     from agent_retrieval.auth import deployment_for
 
     return deployment_for(runtime.server_info.user).with_run(runtime.context)

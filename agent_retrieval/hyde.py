@@ -101,14 +101,14 @@ def generate_hypothetical_documents(
 ) -> list[str]:
     """ONE LLM call writing `num` short passages that answer the question, bounded by the HyDE timeout;
     [] on any failure."""
-    return run(_passages(query, num, llm, context or Context()))
+    return run(_passages(query, num, llm, context or Context.from_env()))
 
 
 async def agenerate_hypothetical_documents(
     query: str, num: int = 2, *, llm: BaseChatModel | None = None, context: Context | None = None
 ) -> list[str]:
     """Async `generate_hypothetical_documents`."""
-    return await arun(_passages(query, num, llm, context or Context()))
+    return await arun(_passages(query, num, llm, context or Context.from_env()))
 
 
 def format_query_for_embedding(
@@ -121,7 +121,7 @@ def format_query_for_embedding(
 ) -> str | None:
     """Rewrite a request into the stored-item template (Inputs / Outputs / Purpose), bounded by the HyDE
     timeout; None on failure."""
-    return run(_schema_text(query, input_schema, output_schema, llm, context or Context()))
+    return run(_schema_text(query, input_schema, output_schema, llm, context or Context.from_env()))
 
 
 async def aformat_query_for_embedding(
@@ -133,7 +133,7 @@ async def aformat_query_for_embedding(
     context: Context | None = None,
 ) -> str | None:
     """Async `format_query_for_embedding`."""
-    return await arun(_schema_text(query, input_schema, output_schema, llm, context or Context()))
+    return await arun(_schema_text(query, input_schema, output_schema, llm, context or Context.from_env()))
 
 
 def _passages(query: str, num: int, llm: BaseChatModel | None, context: Context) -> Steps[list[str]]:
@@ -311,7 +311,7 @@ def _prepare(
     resources: SearchResources | None,
 ) -> Steps[_Job]:
     """Fill in what the caller left out (from the Context) and plan the computation."""
-    context = context or Context()
+    context = context or Context.from_env()
     resources = resources or shared_resources(context)
     # Building an embedder or a chat client reads files (a model, certificates): off the event loop.
     if embedder is None:

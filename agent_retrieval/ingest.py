@@ -148,7 +148,7 @@ def ingest(
     to every tenant and to anonymous readers (Postgres and Supabase): the operator's explicit act, never a
     document's own metadata. Without it documents are written private, an earlier published version too.
     """
-    context = context or Context()
+    context = context or Context.from_env()
     if mismatch := store.model_mismatch(embedder.model_id):
         raise mismatch
     unique: dict[str, Document] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from langchain_core.language_models import BaseChatModel
 
 from agent_retrieval.context import Context
+from agent_retrieval.redaction import protect
 
 
 def make_chat_model(
@@ -21,6 +22,7 @@ def make_chat_model(
     from langchain_openai import ChatOpenAI
     from pydantic import SecretStr
 
+    protect(context.openai_api_key)  # the SDK's errors may quote a refused key
     return ChatOpenAI(
         # Field names, not their aliases (model=, api_key=): the same call, and a type checker can follow it.
         model_name=model or context.openai_chat_model,

@@ -86,7 +86,7 @@ class SearchResources:
     """
 
     def __init__(self, context: Context | None = None):
-        context = context or Context()
+        context = context or Context.from_env()
         self.search_threads = context.search_threads
         self.hyde_cache = SharedValues(context.hyde_cache_size)
         self._lock = threading.Lock()

@@ -62,7 +62,7 @@ class Retrieval:
         min_similarity: float | None = None,
         reranker: BaseDocumentCompressor | None = None,
     ):
-        self.context = context or Context()
+        self.context = context or Context.from_env()
         # The vector side's similarity floor; None: by query type (fusion.PROFILES). A LangChain vector store
         # promises the k nearest whatever their similarity, so it sets -1.
         self.min_similarity = min_similarity

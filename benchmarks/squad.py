@@ -170,7 +170,7 @@ def local_embedder(context: Context) -> Embedder:
         raise BenchmarkError(
             f"this benchmark measures {EMBEDDER_ID}, but the environment selects "
             f"{embedder.model_id}: unset EMBEDDING_PROVIDER, USE_VOYAGE_EMBEDDINGS and "
-            "LOCAL_EMBEDDING_MODEL"
+            "AGENT_RETRIEVAL_LOCAL_EMBEDDING_MODEL"
         )
     return embedder
 

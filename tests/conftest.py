@@ -18,7 +18,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from pydantic import Field
 
 from agent_retrieval import hyde
-from agent_retrieval.context import Context
+from agent_retrieval.context import Context, env_names
 from agent_retrieval.embeddings import Embedder
 from agent_retrieval.ingest import ingest
 from agent_retrieval.loaders import load_documents
@@ -98,7 +98,8 @@ class WordHashEmbeddings(Embeddings):
 def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
     """No setting leaks in from the machine's environment, and every test starts with an empty HyDE cache."""
     for f in fields(Context):
-        monkeypatch.delenv(f.metadata.get("env") or f.name.upper(), raising=False)
+        for name in env_names(f):
+            monkeypatch.delenv(name, raising=False)
     hyde.clear_cache()
 
 

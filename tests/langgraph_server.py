@@ -26,12 +26,12 @@ from dotenv import dotenv_values
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
 
-from agent_retrieval.context import Context, env_name
+from agent_retrieval.context import Context, env_names
 from tests.stack import ISSUER, _free_port, mint_jwt
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 60.0
-CONTEXT_VARIABLES = {env_name(f) for f in fields(Context)}
+CONTEXT_VARIABLES = {name for f in fields(Context) for name in env_names(f)}
 
 
 @dataclass
@@ -73,14 +73,15 @@ def server_environment(settings: dict[str, str]) -> dict[str, str]:
     }
     env.update(
         {
-            "MAX_RETRIES": "0",
+            "AGENT_RETRIEVAL_MAX_RETRIES": "0",
             "LANGSMITH_TRACING": "false",
             "LANGCHAIN_TRACING_V2": "false",
             "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # the CLI otherwise posts usage analytics
             "LANGGRAPH_NO_VERSION_CHECK": "true",  # the server otherwise asks PyPI for a newer langgraph-api
             "HF_HUB_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
-            "SUPABASE_JWT_ISSUER": ISSUER,  # what the tests' tokens name (tests.stack.mint_jwt)
+            # what the tests' tokens name (tests.stack.mint_jwt)
+            "AGENT_RETRIEVAL_SUPABASE_JWT_ISSUER": ISSUER,
             **settings,
         }
     )

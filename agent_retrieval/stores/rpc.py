@@ -301,7 +301,7 @@ class RPCStore(Store):
                 f"the {self.backend} store did not answer within {self.timeout:g} s "
                 "(request_timeout_seconds): the query is slow or waiting on a lock another session "
                 "holds; narrow the search (filters, fewer candidates) or raise "
-                "REQUEST_TIMEOUT_SECONDS"
+                "AGENT_RETRIEVAL_REQUEST_TIMEOUT_SECONDS"
             )
         if error.code == "AR001":
             info = json.loads(error.detail or "{}")

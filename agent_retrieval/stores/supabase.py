@@ -115,7 +115,7 @@ class SupabaseStore(RPCStore):
         # Both travel in HTTP headers: one that cannot be sent would fail every call, with an error
         # that quotes the header (and so the secret) in full.
         key = check_secret("SUPABASE_KEY", key)
-        user_token = check_secret("SUPABASE_USER_TOKEN", user_token) if user_token else None
+        user_token = check_secret("AGENT_RETRIEVAL_SUPABASE_USER_TOKEN", user_token) if user_token else None
         if not key:
             raise ConfigError(
                 "the Supabase key is empty: set SUPABASE_KEY to the project's anon or service role key"
@@ -245,7 +245,7 @@ def _call_error(error: Exception) -> CallError:
             "header",
             f"the request could not be sent: {name} holds a character no HTTP header "
             "may carry (a line break, say); check SUPABASE_KEY and the user token "
-            "(SUPABASE_USER_TOKEN)",
+            "(AGENT_RETRIEVAL_SUPABASE_USER_TOKEN)",
         )
     if isinstance(error, httpx.ReadTimeout | httpx.WriteTimeout):
         # Not retried: the request reached the API and is slow or blocked; asking again only adds waiting.

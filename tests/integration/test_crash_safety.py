@@ -49,12 +49,12 @@ REPO = Path(__file__).resolve().parents[2]
 SEED = 20240611
 CONTEXT = Context(chunk_size=400, chunk_overlap=40)
 SETTINGS = {
-    "EMBEDDING_PROVIDER": "openai",
+    "AGENT_RETRIEVAL_EMBEDDING_PROVIDER": "openai",
     "OPENAI_API_KEY": "test-key-not-a-secret",
-    "CHUNK_SIZE": "400",
-    "CHUNK_OVERLAP": "40",
-    "EMBEDDING_BATCH_SIZE": "64",
-    "MAX_RETRIES": "0",
+    "AGENT_RETRIEVAL_CHUNK_SIZE": "400",
+    "AGENT_RETRIEVAL_CHUNK_OVERLAP": "40",
+    "AGENT_RETRIEVAL_EMBEDDING_BATCH_SIZE": "64",
+    "AGENT_RETRIEVAL_MAX_RETRIES": "0",
 }
 FAILED_REQUESTS = 2  # the provider's first embedding requests fail
 REQUEST_DELAY = 0.02  # every embedding request is held this long, so a kill can land inside one

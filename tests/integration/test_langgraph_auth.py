@@ -76,7 +76,7 @@ def server(supabase_stack, api, tmp_path_factory) -> Iterator[Server]:
         "SUPABASE_KEY": stack.anon_key,
         "AGENT_RETRIEVAL_SCHEMA": SCHEMA,
         "SUPABASE_JWT_SECRET": stack.jwt_secret,
-        "EMBEDDING_PROVIDER": "openai",
+        "AGENT_RETRIEVAL_EMBEDDING_PROVIDER": "openai",
         "OPENAI_BASE_URL": api.openai_url,
         "OPENAI_API_KEY": SERVER_KEY,
     }

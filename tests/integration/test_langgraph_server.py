@@ -32,6 +32,7 @@ from tests.langgraph_server import REPO, Server, serve
 QUESTION = "Do estate agents have to tell the seller about referral fees from third parties?"
 BLOCKING = re.compile(r"BlockingError|Blocking call to|identified a synchronous blocking call")
 SERVER_KEY = "sk-fake-server-key"
+SERVER_ANSWER_CHUNKS = 3  # the operator's choice, not the default (6)
 TENANT = "demo"
 
 
@@ -70,10 +71,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, api: FakeAPI) -> Iterator[S
     api.clear()
     settings = {
         "AGENT_RETRIEVAL_DB": str(folder / "store.db"),
-        "EMBEDDING_PROVIDER": "openai",
+        "AGENT_RETRIEVAL_EMBEDDING_PROVIDER": "openai",
         "OPENAI_BASE_URL": api.openai_url,
         "OPENAI_API_KEY": SERVER_KEY,
-        "USE_HYDE": "true",
+        "AGENT_RETRIEVAL_USE_HYDE": "true",
+        "AGENT_RETRIEVAL_ANSWER_CHUNKS": str(SERVER_ANSWER_CHUNKS),
         "SUPABASE_JWT_SECRET": secrets.token_urlsafe(32),
     }
     with serve(folder, settings) as running:
@@ -146,6 +148,20 @@ def test_rag_streams_its_answer_as_studio_does_with_the_run_context(client, api)
     assert len([h for h in values["hits"] if h["queries"] != [READING_ON]]) == 2  # reading on adds others
     assert "".join(answer_tokens) == values["answer"] and cited(values["answer"]) == [values["hits"][0]["id"]]
     assert any(r.body.get("stream") for r in api.requests_to("chat/completions"))
+
+
+def test_a_run_that_sets_a_knob_to_its_default_gets_the_default_not_the_servers_value(client):
+    """The environment once filled every field equal to its default, so no run could choose a default the
+    operator had changed."""
+
+    def passages(**run: object) -> int:
+        out = client.runs.wait(
+            None, "rag", input={"messages": [{"role": "user", "content": QUESTION}]}, **run
+        )
+        return len([h for h in out["hits"] if h["queries"] != [READING_ON]])
+
+    assert passages() == SERVER_ANSWER_CHUNKS
+    assert passages(context={"answer_chunks": 6}) == 6 == Context().answer_chunks
 
 
 def test_agent_calls_both_tools_then_cites_a_chunk(client):

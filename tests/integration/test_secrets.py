@@ -112,8 +112,8 @@ async def test_refused_keys_leave_no_trace_in_tools_graph_state_logs_or_output(a
 def test_the_cli_never_prints_a_refused_key(api, tmp_path, seen, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
     monkeypatch.setenv("OPENAI_BASE_URL", api.openai_url)
-    monkeypatch.setenv("EMBEDDING_PROVIDER", "openai")
-    monkeypatch.setenv("MAX_RETRIES", "0")
+    monkeypatch.setenv("AGENT_RETRIEVAL_EMBEDDING_PROVIDER", "openai")
+    monkeypatch.setenv("AGENT_RETRIEVAL_MAX_RETRIES", "0")
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "fees.md").write_text("# Referral fees\n\nEstate agents must disclose referral fees.\n")
@@ -170,7 +170,7 @@ def test_a_key_or_token_is_stripped_or_refused_by_setting_name_never_by_value(su
     password = "pg-LEAKCHECK-ctl-" + "x" * 8
     refused = {
         "SUPABASE_KEY": lambda: SupabaseStore(supabase_stack.url, f"{head}\n.{tail}"),
-        "SUPABASE_USER_TOKEN": lambda: SupabaseStore(
+        "AGENT_RETRIEVAL_SUPABASE_USER_TOKEN": lambda: SupabaseStore(
             supabase_stack.url, supabase_stack.anon_key, user_token=f"{head}.\x00{tail}"
         ),
         "AGENT_RETRIEVAL_DSN": lambda: PostgresStore(
@@ -248,8 +248,8 @@ async def test_a_token_no_header_can_carry_is_not_retried_and_leaves_no_trace(
     readers, errors = await every_reader(store, tmp_path)
     assert time.monotonic() - started < 10 and retries(caplog) == 0  # the same header would fail again
     for error in errors:
-        assert "SUPABASE_USER_TOKEN" in str(error) and "header" in str(error)
-    assert "SUPABASE_USER_TOKEN" in readers[0]  # the model is told what to check
+        assert "AGENT_RETRIEVAL_SUPABASE_USER_TOKEN" in str(error) and "header" in str(error)
+    assert "AGENT_RETRIEVAL_SUPABASE_USER_TOKEN" in readers[0]  # the model is told what to check
     text = seen(*readers, *(rendered(e) for e in errors))
     for part in secret_parts(token, supabase_stack.anon_key):
         assert part not in text
@@ -280,7 +280,7 @@ def test_a_header_error_from_the_transport_is_final_and_does_not_quote_the_heade
 
     error = _call_error(httpx.LocalProtocolError("Illegal header value b'Bearer eyJ.LEAKCHECK-token\\n'"))
     assert error.code == "header" and not error.transient
-    assert "LEAKCHECK" not in error.message and "SUPABASE_USER_TOKEN" in error.message
+    assert "LEAKCHECK" not in error.message and "AGENT_RETRIEVAL_SUPABASE_USER_TOKEN" in error.message
 
 
 @pytest.mark.parametrize("refused", ["key", "token"])

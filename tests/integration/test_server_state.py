@@ -74,7 +74,7 @@ def server(postgres, api, tmp_path_factory) -> Iterator[Server]:
     settings = {
         "AGENT_RETRIEVAL_DSN": postgres.dsn,
         "AGENT_RETRIEVAL_SCHEMA": SCHEMA,
-        "EMBEDDING_PROVIDER": "openai",
+        "AGENT_RETRIEVAL_EMBEDDING_PROVIDER": "openai",
         "OPENAI_BASE_URL": api.openai_url,
         "OPENAI_API_KEY": SERVER_KEY,
         "SUPABASE_JWT_SECRET": secrets.token_urlsafe(32),

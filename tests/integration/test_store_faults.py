@@ -374,6 +374,9 @@ def test_a_query_blocked_by_a_lock_ends_at_the_request_timeout_on_supabase(stack
                     call()
                 assert time.monotonic() - started < 1.0 + 1.0
                 message = assert_readable(caught.value, stack.service_key)
-                assert "did not answer within 1 s" in message and "REQUEST_TIMEOUT_SECONDS" in message
+                assert (
+                    "did not answer within 1 s" in message
+                    and "AGENT_RETRIEVAL_REQUEST_TIMEOUT_SECONDS" in message
+                )
         for call in calls:
             assert ids(call()) == expected

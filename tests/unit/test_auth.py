@@ -50,7 +50,7 @@ def token(key=SECRET, algorithm="HS256", *, headers=None, **claims) -> str:
 @pytest.fixture
 def verifying(monkeypatch):
     monkeypatch.setenv("SUPABASE_JWT_SECRET", SECRET)
-    monkeypatch.setenv("SUPABASE_JWT_ISSUER", ISSUER)
+    monkeypatch.setenv("AGENT_RETRIEVAL_SUPABASE_JWT_ISSUER", ISSUER)
 
 
 async def refused(authorization: str | None) -> Auth.exceptions.HTTPException:
@@ -109,15 +109,15 @@ async def test_auth_off_trusts_every_caller_as_the_operator(monkeypatch):
 async def test_without_an_issuer_to_check_no_token_is_accepted(monkeypatch):
     monkeypatch.setenv("SUPABASE_JWT_SECRET", SECRET)
     error = await refused(f"Bearer {token()}")
-    assert error.status_code == 401 and "SUPABASE_JWT_ISSUER" in error.detail
+    assert error.status_code == 401 and "AGENT_RETRIEVAL_SUPABASE_JWT_ISSUER" in error.detail
 
 
 async def test_the_issuer_is_the_supabase_projects_auth_unless_configured(monkeypatch, verifying):
-    monkeypatch.delenv("SUPABASE_JWT_ISSUER")
+    monkeypatch.delenv("AGENT_RETRIEVAL_SUPABASE_JWT_ISSUER")
     monkeypatch.setenv("SUPABASE_URL", "https://project.supabase.co/")
     monkeypatch.setenv("SUPABASE_KEY", "anon-key-for-the-test")
     assert (await authenticate(f"Bearer {token()}"))["identity"] == "u1"
-    monkeypatch.setenv("SUPABASE_JWT_ISSUER", "https://auth.example.com")
+    monkeypatch.setenv("AGENT_RETRIEVAL_SUPABASE_JWT_ISSUER", "https://auth.example.com")
     assert "Invalid issuer" in (await refused(f"Bearer {token()}")).detail
 
 

@@ -133,7 +133,7 @@ def test_bad_input_exits_2_with_one_readable_line(capsys, tmp_path, args, messag
 def test_config_masks_secrets(capsys, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-never-print-me")
     code, out, _ = run(capsys, "config")
-    assert code == 0 and "use_hyde" in out and "$HYDE_NUM_DOCS" in out
+    assert code == 0 and "use_hyde" in out and "$AGENT_RETRIEVAL_HYDE_NUM_DOCS" in out
     assert "sk-never-print-me" not in out
 
 

@@ -1,13 +1,14 @@
-"""The Context: defaults, environment fallback, validation with readable errors, masked secrets."""
+"""The Context: defaults, the environment read only by from_env, validation with readable errors, masked
+secrets."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
 
 import pytest
 
-from agent_retrieval.context import Context
+from agent_retrieval.context import Context, RunSettings, _variables
 from agent_retrieval.errors import ConfigError
 
 
@@ -25,32 +26,67 @@ def test_every_setting_has_a_description():
     assert all(f.metadata.get("description") for f in fields(Context))
 
 
-def test_environment_fills_fields_left_at_their_default(monkeypatch):
-    monkeypatch.setenv("USE_HYDE", "true")
-    monkeypatch.setenv("HYDE_NUM_DOCS", "3")
-    monkeypatch.setenv("HYDE_MODEL", "llama3")
+def test_from_env_reads_each_setting_not_given_and_context_reads_nothing(monkeypatch):
+    monkeypatch.setenv("AGENT_RETRIEVAL_USE_HYDE", "true")
+    monkeypatch.setenv("AGENT_RETRIEVAL_HYDE_NUM_DOCS", "3")
+    monkeypatch.setenv("AGENT_RETRIEVAL_HYDE_MODEL", "llama3")
     monkeypatch.setenv("AGENT_RETRIEVAL_DB", "/tmp/x.db")
-    monkeypatch.setenv("USE_VOYAGE_EMBEDDINGS", "1")
-    context = Context()
+    monkeypatch.setenv("AGENT_RETRIEVAL_USE_VOYAGE_EMBEDDINGS", "1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    context = Context.from_env()
     assert (context.use_hyde, context.hyde_num_docs, context.hyde_chat_model) == (True, 3, "llama3")
-    assert context.db_path == "/tmp/x.db"
+    assert context.db_path == "/tmp/x.db" and context.openai_api_key == "sk-from-the-environment"
     assert context.embedding_provider == "voyage"
-    assert Context(hyde_num_docs=4).hyde_num_docs == 4  # an explicit value wins
+    assert Context.from_env(hyde_num_docs=4).hyde_num_docs == 4  # an explicit value wins
+    assert Context() == Context(use_hyde=False, hyde_num_docs=2)  # pure: the environment is not read
+
+
+def test_an_explicit_default_beats_the_environment(monkeypatch):
+    """Reading the environment for "fields equal to their default" could not set a knob back to its
+    default once the environment overrode it."""
+    monkeypatch.setenv("AGENT_RETRIEVAL_CANDIDATES", "50")
+    monkeypatch.setenv("AGENT_RETRIEVAL_USE_HYDE", "true")
+    monkeypatch.setenv("AGENT_RETRIEVAL_FOLLOW_LINKS", "0")
+    assert Context.from_env(candidates=100).candidates == 100
+    context = Context.from_env(use_hyde=False, follow_links=4)
+    assert (context.use_hyde, context.follow_links) == (False, 4)
+    server = Context.from_env()  # a server run: the operator's environment, then the run's own choices
+    run = server.with_run(RunSettings(candidates=100, use_hyde=False))
+    assert (run.candidates, run.use_hyde, run.follow_links) == (100, False, 0)
+    assert server.with_run(RunSettings()) == server  # a run that chose nothing keeps the operator's
+
+
+def test_settings_are_frozen_and_building_one_changes_nothing_in_the_process(monkeypatch):
+    from agent_retrieval import redaction
+
+    monkeypatch.setattr(redaction, "_secrets", frozenset())
+    context = Context(openai_api_key="sk-held-not-protected")
+    assert redaction.redact("sk-held-not-protected") == "sk-held-not-protected"
+    with pytest.raises(FrozenInstanceError):
+        context.candidates = 5  # type: ignore[misc]
+
+
+def test_a_bare_variable_of_earlier_releases_still_works_with_a_warning(monkeypatch):
+    monkeypatch.setenv("CANDIDATES", "40")
+    with pytest.warns(FutureWarning, match="CANDIDATES is deprecated: set AGENT_RETRIEVAL_CANDIDATES"):
+        assert Context.from_env().candidates == 40
+    monkeypatch.setenv("AGENT_RETRIEVAL_CANDIDATES", "60")  # ours wins over the bare one
+    assert Context.from_env().candidates == 60
 
 
 @pytest.mark.parametrize(
     ("env", "value", "message"),
     [
-        ("HYDE_NUM_DOCS", "two", "HYDE_NUM_DOCS='two' is not a valid int"),
-        ("USE_HYDE", "maybe", "USE_HYDE='maybe' is not a valid bool"),
-        ("HYDE_TEMPERATURE", "0.7", "hyde_temperature must be between 0 and 0.2"),
-        ("EMBEDDING_PROVIDER", "cohere", "embedding_provider must be one of local, voyage, openai"),
+        ("AGENT_RETRIEVAL_HYDE_NUM_DOCS", "two", "AGENT_RETRIEVAL_HYDE_NUM_DOCS='two' is not a valid int"),
+        ("AGENT_RETRIEVAL_USE_HYDE", "maybe", "AGENT_RETRIEVAL_USE_HYDE='maybe' is not a valid bool"),
+        ("AGENT_RETRIEVAL_HYDE_TEMPERATURE", "0.7", "hyde_temperature must be between 0 and 0.2"),
+        ("AGENT_RETRIEVAL_EMBEDDING_PROVIDER", "cohere", "embedding_provider must be one of local, voyage"),
     ],
 )
 def test_bad_environment_values_name_the_setting_and_what_is_allowed(monkeypatch, env, value, message):
     monkeypatch.setenv(env, value)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
-        Context()
+        Context.from_env()
 
 
 def test_bad_arguments_are_rejected():
@@ -70,6 +106,6 @@ def test_secrets_are_masked_in_describe_and_repr():
 def test_the_readme_table_lists_every_setting_as_the_context_describes_it():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     for f in fields(Context):
-        env = f.metadata.get("env") or f.name.upper()
+        env = " or ".join(f"`{name}`" for name in _variables(f).split(" or "))
         default = f"`{f.default}`" if f.default != "" else "(unset)"
-        assert f"| `{f.name}` | `{env}` | {default} | {f.metadata['description']} |" in readme, f.name
+        assert f"| `{f.name}` | {env} | {default} | {f.metadata['description']} |" in readme, f.name

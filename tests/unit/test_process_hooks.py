@@ -11,13 +11,14 @@ import pytest
 
 from agent_retrieval import redaction
 from agent_retrieval.context import Context
+from agent_retrieval.llm import make_chat_model
 
 
-def test_the_log_hook_is_installed_once_and_a_context_only_records_new_keys():
-    Context(openai_api_key="sk-first-key-0000")
+def test_the_log_hook_is_installed_once_and_a_chat_model_only_records_new_keys():
+    make_chat_model(Context(openai_api_key="sk-first-key-0000"))
     hook = logging.getLogRecordFactory()
     for n in range(3):
-        Context(openai_api_key=f"sk-later-key-{n}{n}{n}{n}")
+        make_chat_model(Context(openai_api_key=f"sk-later-key-{n}{n}{n}{n}"))
     assert logging.getLogRecordFactory() is hook
     assert isinstance(hook, redaction._RedactingFactory)
     assert not isinstance(hook.previous, redaction._RedactingFactory)  # never wrapped a second time

@@ -88,10 +88,10 @@ async def test_voyage_async_sides(api):
 
 
 def test_use_voyage_embeddings_env_selects_voyage(api, monkeypatch):
-    monkeypatch.setenv("USE_VOYAGE_EMBEDDINGS", "true")
+    monkeypatch.setenv("AGENT_RETRIEVAL_USE_VOYAGE_EMBEDDINGS", "true")
     monkeypatch.setenv("VOYAGE_API_KEY", "k")
-    monkeypatch.setenv("VOYAGE_BASE_URL", api.voyage_url)
-    embedder = make_embedder(Context())
+    monkeypatch.setenv("AGENT_RETRIEVAL_VOYAGE_BASE_URL", api.voyage_url)
+    embedder = make_embedder(Context.from_env())
     assert embedder.model_id == "voyage/voyage-3.5"
     vector = embedder.embed_query("hello")
     assert [r.path for r in api.requests] == ["/voyage/v1/embeddings"]

@@ -240,7 +240,7 @@ def test_the_module_graph_builds_nothing_at_import():
 
 
 async def test_a_run_without_a_context_reads_the_environment(retrieval, monkeypatch):
-    monkeypatch.setenv("ANSWER_CHUNKS", "2")
+    monkeypatch.setenv("AGENT_RETRIEVAL_ANSWER_CHUNKS", "2")
     out = await rag.build(GraphParts(retrieval=retrieval)).ainvoke({"messages": [("user", QUESTION)]})
     assert out["answer"] and len(out["hits"]) == 2
 

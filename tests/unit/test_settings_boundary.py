@@ -63,22 +63,22 @@ def test_a_key_from_the_environment_is_never_sent_to_an_endpoint_set_in_code(mon
     with FakeAPI() as server_api, FakeAPI() as other:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-server-key-1234")
         monkeypatch.setenv("OPENAI_BASE_URL", server_api.openai_url)
-        make_chat_model(Context()).invoke("hello")
-        make_chat_model(Context(openai_base_url=other.openai_url)).invoke("hello")
+        make_chat_model(Context.from_env()).invoke("hello")
+        make_chat_model(Context.from_env(openai_base_url=other.openai_url)).invoke("hello")
         assert [r.headers["authorization"] for r in server_api.requests_to("chat/completions")] == [
             "Bearer sk-server-key-1234"
         ]
         assert "sk-server-key-1234" not in str(other.requests_to("chat/completions"))
     # and the other way round: a key set in code does not go to the environment's endpoint
-    assert Context(openai_api_key="sk-code-key-5678").openai_base_url == ""
+    assert Context.from_env(openai_api_key="sk-code-key-5678").openai_base_url == ""
 
 
 def test_keys_read_from_a_file_lose_their_newline_and_a_broken_key_is_refused_without_showing_it(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-a-file-1234\n")
-    assert Context().openai_api_key == "sk-from-a-file-1234"
-    monkeypatch.setenv("SUPABASE_USER_TOKEN", "eyJhbGci.eyJzdWIi\n.sig")
+    assert Context.from_env().openai_api_key == "sk-from-a-file-1234"
+    monkeypatch.setenv("AGENT_RETRIEVAL_SUPABASE_USER_TOKEN", "eyJhbGci.eyJzdWIi\n.sig")
     with pytest.raises(ConfigError) as error:
-        Context()
+        Context.from_env()
     assert "supabase_user_token" in str(error.value) and "eyJ" not in str(error.value)
 
 
@@ -86,7 +86,7 @@ def test_settings_that_are_not_utf8_or_hold_control_characters_are_refused_by_na
     script = (
         "from agent_retrieval.context import Context\n"
         "from agent_retrieval.errors import ConfigError\n"
-        "try:\n    Context()\nexcept ConfigError as e:\n    print(e)\n"
+        "try:\n    Context.from_env()\nexcept ConfigError as e:\n    print(e)\n"
     )
     env = {**os.environ, "AGENT_RETRIEVAL_TENANT": "acme"}
     env_bytes = {k.encode(): v.encode() for k, v in env.items()} | {b"AGENT_RETRIEVAL_TENANT": b"acm\xe9"}
