@@ -4,12 +4,16 @@ each mode, and score the runs (nDCG@10, Recall@10, Recall@100, MRR@10).
 A folder holds corpus.jsonl, queries.jsonl and qrels/<split>.tsv. Each query's candidates are fetched
 once (`Retrieval.candidates`, as the tools do) and ranked under every mode by the tools' own fusion
 (`Retrieval.rank`). Runs are written as TREC run files, one line per ranked document, appended query by
-query: an interrupted evaluation resumes where it stopped.
+query: an interrupted evaluation resumes where it stopped. A run is reused only under the same key (the
+dataset's content, every setting a ranking depends on, the embedding model and this version), and only
+over a store that holds the corpus and nothing else.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import math
 import time
 from collections.abc import Coroutine, Iterator, Sequence
@@ -20,7 +24,8 @@ from typing import Any, TypeVar
 
 from tqdm import tqdm
 
-from agent_retrieval.context import Context
+from agent_retrieval import __version__
+from agent_retrieval.context import RUN_SETTINGS, Context
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import MAX_TOP_K, Document, Hit, Level, SearchRequest, parse_request
 from agent_retrieval.planning import Facets, make_plan, run_plan
@@ -28,6 +33,12 @@ from agent_retrieval.retrieval import Candidates, Retrieval
 
 T = TypeVar("T")
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+# What each column measures, printed under the table.
+LEGEND = (
+    "ndcg@10: graded gain of the top 10 against the best possible order; recall@k: the mean share of a "
+    "query's relevant documents in its top k; mrr@10: 1 / rank of the first relevant one (0 past 10); "
+    "all-gold@k: the share of queries with two or more relevant documents that have all of them in the top k"
+)
 # Every relevant document in the top k, over the queries with two or more: what a multi-hop question needs,
 # and what recall hides (finding one of two documents scores recall 0.5, and answers nothing).
 ALL_GOLD = ("all-gold@5", "all-gold@10")
@@ -41,8 +52,10 @@ MODES = {
     "hybrid-convex": "both, fused by the weighted mean of each side's standard scores",
     "hyde+hybrid": "HyDE passages' embedding for the vector side, fused as configured (needs a chat model)",
     "plan": "the rag graph's retrieval: the planner's searches (heuristic without a chat model), fused; "
-    f"documents at their best passage, {MAX_TOP_K} at most",
+    f"passages at either level, each document at its best one, {MAX_TOP_K} passages at most",
 }
+# How deep each mode ranks documents: a metric past it is not reported (plan's recall@100 was a recall@50).
+MODE_DEPTH = {"plan": MAX_TOP_K}
 
 
 class DatasetError(InvalidRequest):
@@ -67,6 +80,16 @@ class Dataset:
     @property
     def corpus(self) -> Path:
         return self.folder / "corpus.jsonl"
+
+    def fingerprint(self) -> str:
+        """A digest of what the scores rest on: the files' bytes, the split and the queries and documents
+        kept."""
+        digest = hashlib.sha256(f"{self.split}|{sorted(self.queries)}|{sorted(self.subset or ())}".encode())
+        for path in (self.corpus, self.folder / "queries.jsonl", self.folder / "qrels" / f"{self.split}.tsv"):
+            with path.open("rb") as file:
+                while block := file.read(2**20):
+                    digest.update(block)
+        return digest.hexdigest()
 
     def documents(self) -> Iterator[Document]:
         """The corpus (or its subset) as Documents (`_id`, `title`, `text`), for ingestion."""
@@ -189,22 +212,30 @@ def multi_gold(qrels: dict[str, dict[str, int]]) -> list[str]:
     return [qid for qid, grades in qrels.items() if sum(g > 0 for g in grades.values()) >= 2]
 
 
-def score_run(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+def score_run(
+    run: dict[str, list[str]], qrels: dict[str, dict[str, int]], depth: int = DEPTH
+) -> dict[str, float]:
     """Mean of each metric over the judged queries (a query missing from the run scores 0); all-gold@k over
-    the queries with two or more relevant documents, when there are any."""
-    totals = dict.fromkeys(METRICS, 0.0)
+    the queries with two or more relevant documents, when there are any. A metric looking past `depth`,
+    how deep the run ranks, is left out."""
+    totals = {name: 0.0 for name in METRICS if _k(name) <= depth}
     for qid, grades in qrels.items():
         ranked = run.get(qid, [])
         totals["ndcg@10"] += ndcg(ranked, grades)
         totals["recall@10"] += recall(ranked, grades, 10)
-        totals["recall@100"] += recall(ranked, grades, 100)
+        if "recall@100" in totals:
+            totals["recall@100"] += recall(ranked, grades, 100)
         totals["mrr@10"] += mrr(ranked, grades)
     scores = {name: total / len(qrels) for name, total in totals.items()}
     several = multi_gold(qrels)
     for name in ALL_GOLD if several else ():
-        k = int(name.split("@")[1])
+        k = _k(name)
         scores[name] = sum(all_gold(run.get(qid, []), qrels[qid], k) for qid in several) / len(several)
     return scores
+
+
+def _k(metric: str) -> int:
+    return int(metric.split("@")[1])
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -224,6 +255,7 @@ class EvalReport:
     settings: dict[str, Any]
     runs: dict[str, str]
     multi_gold_queries: int = 0  # queries with two or more relevant documents
+    notes: list[str] = field(default_factory=list)  # what a reader of the scores must know
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -238,19 +270,21 @@ class EvalReport:
             "seconds_per_query": self.seconds_per_query,
             "settings": self.settings,
             "runs": self.runs,
+            "notes": self.notes,
         }
 
     def table(self) -> str:
         head = f"{self.dataset} ({self.split}, {self.queries} queries, {self.level} level)"
-        metrics = [m for m in (*METRICS, *ALL_GOLD) if all(m in s for s in self.scores.values())]
+        metrics = [m for m in (*METRICS, *ALL_GOLD) if any(m in s for s in self.scores.values())]
         lines = [head, "", f"{'mode':<15}" + "".join(f"{m:>12}" for m in metrics)]
         for mode, scores in self.scores.items():
-            lines.append(f"{mode:<15}" + "".join(f"{100 * scores[m]:>12.2f}" for m in metrics))
-        if ALL_GOLD[0] in metrics:
-            lines.append(
-                f"all-gold@k: every relevant document in the top k, over the {self.multi_gold_queries} "
-                "queries with two or more"
-            )
+            cells = (f"{100 * scores[m]:>12.2f}" if m in scores else f"{'-':>12}" for m in metrics)
+            lines.append(f"{mode:<15}" + "".join(cells))
+        lines += [
+            "",
+            LEGEND + (f" ({self.multi_gold_queries} such queries)" if self.multi_gold_queries else ""),
+        ]
+        lines += self.notes
         if self.skipped:
             lines += ["", f"skipped {len(self.skipped)} line(s) of the dataset, e.g. {self.skipped[0]}"]
         return "\n".join(lines)
@@ -280,6 +314,19 @@ def evaluate(
         raise InvalidRequest(f"unknown mode(s) {', '.join(unknown)}; the modes are {', '.join(MODES)}")
     if "hyde+hybrid" in modes and not retrieval.context.has_chat_model:
         raise InvalidRequest("hyde+hybrid needs a chat model: set OPENAI_API_KEY or OPENAI_BASE_URL")
+    stats = retrieval.store.stats()
+    held = stats.documents
+    if held != dataset.corpus_size:
+        raise InvalidRequest(
+            f"the store at {stats.location} holds {held:,} documents and the corpus "
+            f"{dataset.corpus_size:,}: "
+            + (
+                "the others would be ranked beside it; evaluate on a store of its own (`agent-retrieval "
+                "eval` keeps one per dataset under --out when --db is left out)"
+                if held > dataset.corpus_size
+                else "ingest the corpus into it first"
+            )
+        )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     deep = replace(retrieval.context, candidates=max(retrieval.context.candidates, DEPTH))
@@ -291,6 +338,7 @@ def evaluate(
         resources=retrieval.resources,
     )
     files = {mode: out / f"run.{mode}.trec" for mode in modes}
+    notes = _reuse_runs(out, _run_key(dataset, searcher, level))
     done = {mode: _run_queries(path) for mode, path in files.items()}
     todo = [q for q in dataset.queries if any(q not in done[mode] for mode in modes)]
     # the plan mode is told the documents' metadata, as the rag graph's planner is
@@ -302,8 +350,12 @@ def evaluate(
         for mode in missing:
             _append_run(files[mode], qid, ranked[mode], mode)
     per_query = (time.perf_counter() - started) / len(todo) if todo else 0.0
-    scores = {mode: score_run(read_run(files[mode]), dataset.qrels) for mode in modes}
+    scores = {
+        mode: score_run(read_run(files[mode]), dataset.qrels, MODE_DEPTH.get(mode, DEPTH)) for mode in modes
+    }
     settings = {key: getattr(deep, key) for key in (*RANKING_SETTINGS, "embedding_provider")}
+    if "plan" in modes and level == "documents":
+        notes.append("plan ranks passages at either level: its documents are ranked at their best passage")
     return EvalReport(
         dataset.folder.name,
         dataset.split,
@@ -315,7 +367,55 @@ def evaluate(
         settings,
         {mode: str(path) for mode, path in files.items()},
         len(multi_gold(dataset.qrels)),
+        notes,
     )
+
+
+def _run_key(dataset: Dataset, searcher: Retrieval, level: Level) -> dict[str, Any]:
+    """Everything a stored ranking depends on besides the store: if any of it changes, the runs are stale."""
+    context = searcher.context
+    return {
+        "dataset": dataset.fingerprint(),
+        "level": level,
+        "version": __version__,
+        "embedder": searcher.embedder.model_id,
+        "chat_model": context.hyde_chat_model if context.has_chat_model else None,
+        "chunking": [context.chunk_size, context.chunk_overlap],
+        "reranker": context.reranker,
+        "settings": {name: getattr(context, name) for name in RUN_SETTINGS},
+    }
+
+
+def _reuse_runs(out: Path, key: dict[str, Any]) -> list[str]:
+    """Keep the run files in `out` only if they were made under `key`; else remove them, and say what
+    changed. Records the key for the next run."""
+    path = out / "key.json"
+    notes: list[str] = []
+    earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    runs = sorted(out.glob("run.*.trec"))
+    if runs and earlier != key:
+        changed = _changes(earlier or {}, key)
+        for run in runs:
+            run.unlink()
+        notes.append(
+            f"earlier runs in {out} were made under other conditions ({changed}): every query ran again"
+        )
+    path.write_text(json.dumps(key, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return notes
+
+
+def _changes(earlier: dict[str, Any], now: dict[str, Any]) -> str:
+    """What differs between two run keys, as "name: was -> now" (no record at all: "unrecorded")."""
+    if not earlier:
+        return "unrecorded"
+    flat_earlier = {**earlier, **earlier.get("settings", {})}
+    flat_now = {**now, **now.get("settings", {})}
+    parts = [
+        f"{name}: {flat_earlier.get(name)!r} -> {value!r}"
+        for name, value in flat_now.items()
+        if name != "settings" and flat_earlier.get(name) != value
+    ]
+    return "; ".join(parts)[:500] or "unrecorded"
 
 
 def _rank_modes(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,10 @@ import pytrec_eval
 from agent_retrieval import demo, hyde
 from agent_retrieval.cli import main
 from agent_retrieval.context import Context
+from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.evaluation import (
+    DEPTH,
+    MODE_DEPTH,
     DatasetError,
     all_gold,
     available_modes,
@@ -26,6 +30,7 @@ from agent_retrieval.evaluation import (
 )
 from agent_retrieval.ingest import ingest
 from agent_retrieval.loaders import load_documents
+from agent_retrieval.models import Document
 from agent_retrieval.retrieval import Retrieval
 from tests.conftest import CountingChatModel
 
@@ -169,11 +174,46 @@ def test_every_mode_is_run_written_as_trec_and_scored(beir_store, tmp_path):
         lines = Path(path).read_text().splitlines()
         _qid, q0, _doc, rank, score, tag = lines[0].split()
         assert (q0, rank, tag) == ("Q0", "1", mode) and float(score) > 0
-        assert report.scores[mode] == score_run(read_run(path), dataset.qrels)
+        assert report.scores[mode] == score_run(read_run(path), dataset.qrels, MODE_DEPTH.get(mode, DEPTH))
     assert report.scores["keyword"]["recall@100"] == 1.0  # every expected document is found somewhere
     assert report.scores["hybrid-rrf"]["ndcg@10"] > 0.5
     assert report.scores["plan"]["recall@10"] > 0.5  # the rag graph's searches, fused, find them too
     assert "hybrid-convex" in report.table() and report.to_dict()["queries"] == len(dataset.queries)
+
+
+def test_a_metric_deeper_than_a_mode_ranks_is_not_reported_and_plans_level_is_said(beir_store, tmp_path):
+    dataset, retrieval = beir_store
+    report = evaluate(dataset, retrieval, tmp_path / "out", modes=["keyword", "plan"], progress=False)
+    assert "recall@100" in report.scores["keyword"] and "recall@100" not in report.scores["plan"]
+    plan_row = next(line for line in report.table().splitlines() if line.startswith("plan "))
+    assert plan_row.split()[3] == "-"  # ndcg@10, recall@10, then recall@100
+    assert any("plan ranks passages at either level" in note for note in report.notes)
+    assert "recall@k: the mean share of a query's relevant documents in its top k" in report.table()
+
+
+def test_runs_made_under_other_settings_are_not_reported_as_new(beir_store, tmp_path, embeddings):
+    """A rerun into the same folder with vector_weight 0.9 printed the earlier score beside the new one."""
+    dataset, retrieval = beir_store
+    first = evaluate(dataset, retrieval, tmp_path / "out", modes=["hybrid-convex"], progress=False)
+    assert first.notes == []
+    calls = embeddings.query_calls
+    hyde.clear_cache()
+    heavier = Retrieval(
+        replace(retrieval.context, vector_weight=0.9), store=retrieval.store, embedder=retrieval.embedder
+    )
+    again = evaluate(dataset, heavier, tmp_path / "out", modes=["hybrid-convex"], progress=False)
+    assert embeddings.query_calls == calls + len(dataset.queries)  # every query ran again
+    assert any("vector_weight: 0.45 -> 0.9" in note for note in again.notes)
+    fresh = evaluate(dataset, heavier, tmp_path / "fresh", modes=["hybrid-convex"], progress=False)
+    assert again.scores == fresh.scores
+
+
+def test_a_store_holding_documents_outside_the_corpus_is_refused(beir_store, tmp_path, embedder):
+    dataset, retrieval = beir_store
+    extra = Document(id="stray", title="Stray", content="A document the dataset does not hold.")
+    ingest([extra], retrieval.store, embedder, retrieval.context, progress=False)
+    with pytest.raises(InvalidRequest, match=f"holds {dataset.corpus_size + 1:,} documents and the corpus"):
+        evaluate(dataset, retrieval, tmp_path / "out", modes=["keyword"], progress=False)
 
 
 def test_a_rerun_resumes_and_runs_only_what_is_missing(beir_store, tmp_path, embeddings):
