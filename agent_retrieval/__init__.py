@@ -1,14 +1,39 @@
 """agent-retrieval: hybrid retrieval with HyDE for LangGraph agents.
 
-The names below are imported on first use, so `import agent_retrieval` stays light and builds nothing.
+The names below are imported on first use, so `import agent_retrieval` stays light and builds nothing; a
+type checker reads them from the TYPE_CHECKING imports, which tests/unit/test_packaging.py keeps equal to
+_EXPORTS.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what a type checker sees: the real classes and functions, not __getattr__'s Any
+    from agent_retrieval.context import Context as Context
+    from agent_retrieval.embeddings import make_embedder as make_embedder
+    from agent_retrieval.hyde import aget_query_embedding_for_retrieval as aget_query_embedding_for_retrieval
+    from agent_retrieval.hyde import format_query_for_embedding as format_query_for_embedding
+    from agent_retrieval.hyde import generate_hypothetical_documents as generate_hypothetical_documents
+    from agent_retrieval.hyde import get_query_embedding_for_retrieval as get_query_embedding_for_retrieval
+    from agent_retrieval.ingest import IngestReport as IngestReport
+    from agent_retrieval.ingest import reembed as reembed
+    from agent_retrieval.loaders import load_documents as load_documents
+    from agent_retrieval.resources import SearchResources as SearchResources
+    from agent_retrieval.retrieval import Retrieval as Retrieval
+    from agent_retrieval.stores import SQLiteStore as SQLiteStore
+    from agent_retrieval.stores import open_store as open_store
+    from agent_retrieval.sync import ingest_paths as ingest_paths
+    from agent_retrieval.tools import AgentRetriever as AgentRetriever
+    from agent_retrieval.tools import ChunkRetrieverTool as ChunkRetrieverTool
+    from agent_retrieval.tools import DocumentRetrieverTool as DocumentRetrieverTool
+    from agent_retrieval.tools import IndexDocumentTool as IndexDocumentTool
+    from agent_retrieval.tools import SimilaritySearchTool as SimilaritySearchTool
+    from agent_retrieval.tools import make_retrieval_tools as make_retrieval_tools
+    from agent_retrieval.vectorstore import AgentRetrievalVectorStore as AgentRetrievalVectorStore
 
 _EXPORTS = {
     "Context": "agent_retrieval.context",

@@ -39,7 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_notices(not getattr(args, "no_progress", False))
     try:
         overrides = {"db_path": args.db} if getattr(args, "db", None) else {}
-        return args.run(args, Context.from_env(**overrides))
+        code: int = args.run(args, Context.from_env(**overrides))
+        return code
     except AgentRetrievalError as error:
         print(f"error: {printable(str(error))}", file=sys.stderr)
         return 2

@@ -68,7 +68,7 @@ def setting(
 
 def env_name(f: Any) -> str:
     """The environment variable a settings field is read from."""
-    return f.metadata.get("env") or ENV_PREFIX + f.name.upper()
+    return str(f.metadata.get("env") or ENV_PREFIX + f.name.upper())
 
 
 def env_names(f: Any) -> tuple[str, ...]:
@@ -216,7 +216,8 @@ class RunSettings:
     @property
     def given(self) -> frozenset[str]:
         """The settings this object was built with, as against left at their defaults: what a run chose."""
-        return self.__dict__.get("_given", frozenset())
+        given: frozenset[str] = self.__dict__.get("_given", frozenset())
+        return given
 
     @classmethod
     def from_env(cls, **given: Any) -> Self:

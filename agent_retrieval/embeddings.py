@@ -9,7 +9,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -46,7 +46,7 @@ class Embedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         """The query-side vector of one text."""
-        return _unit(self._checked([self._call(self.embeddings.embed_query, text)], 1))[0]
+        return _first(_unit(self._checked([self._call(self.embeddings.embed_query, text)], 1)))
 
     def embed_documents(
         self, texts: Sequence[str], *, on_batch: Callable[[int], None] | None = None
@@ -62,7 +62,7 @@ class Embedder:
         return _unit(self._checked(rows, len(texts)))
 
     async def aembed_query(self, text: str) -> np.ndarray:
-        return _unit(self._checked([await self._acall(self.embeddings.aembed_query, text)], 1))[0]
+        return _first(_unit(self._checked([await self._acall(self.embeddings.aembed_query, text)], 1)))
 
     async def aembed_documents(self, texts: Sequence[str]) -> np.ndarray:
         rows: list[Any] = []
@@ -109,12 +109,18 @@ def _unit(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     if (norms == 0).any():
         raise EmbeddingError("the embedding model returned an all-zero vector")
-    return matrix / norms
+    unit: np.ndarray = matrix / norms
+    return unit
+
+
+def _first(matrix: np.ndarray) -> np.ndarray:
+    row: np.ndarray = matrix[0]
+    return row
 
 
 def average(vectors: np.ndarray) -> np.ndarray:
     """The element-wise mean of unit vectors, re-normalised to unit length."""
-    return _unit(vectors.mean(axis=0, keepdims=True))[0]
+    return _first(_unit(vectors.mean(axis=0, keepdims=True)))
 
 
 def _describe(error: Exception) -> str:
@@ -187,27 +193,30 @@ class LocalEmbeddings(Embeddings):
         self.runtime = runtime
         self.cache = cache
 
+    # The rows are numpy arrays, not lists: Embedder takes them as they are, without a copy into lists.
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self._encode(texts)
+        return cast(list[list[float]], self._encode(texts))
 
     def embed_query(self, text: str) -> list[float]:
-        return self._encode([text])[0]
+        return cast(list[float], self._encode([text])[0])
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        return await asyncio.to_thread(self._encode, texts)
+        return cast(list[list[float]], await asyncio.to_thread(self._encode, texts))
 
     async def aembed_query(self, text: str) -> list[float]:
-        return (await asyncio.to_thread(self._encode, [text]))[0]
+        return cast(list[float], (await asyncio.to_thread(self._encode, [text]))[0])
 
-    def _encode(self, texts: list[str]) -> Any:
+    def _encode(self, texts: list[str]) -> np.ndarray:
         onnx = self._onnx()
         if onnx is not None:
-            return onnx.encode(texts)
+            vectors: np.ndarray = onnx.encode(texts)
+            return vectors
         model = _load_sentence_transformer(self.model)
         # A single query gains little from a second core but, with torch's threads spinning on it, it would
         # stall the keyword search that runs beside it; batches (ingestion) use every core.
         with _torch_threads(1 if len(texts) == 1 else None):
-            return model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+            vectors = model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+        return vectors
 
     def _onnx(self) -> Any:
         if self.runtime == "torch" or self.model != BUNDLED_LOCAL_MODEL:
@@ -311,26 +320,34 @@ class VoyageEmbeddings(Embeddings):
 
     def _sync(self) -> Any:
         if self._client is None:
-            import voyageai
+            from voyageai.client import Client
 
-            self._client = voyageai.Client(**self._settings)
+            self._client = Client(**self._settings)
         return self._client
 
     def _async(self) -> Any:
         if self._aclient is None:
-            import voyageai
+            from voyageai.client_async import AsyncClient
 
-            self._aclient = voyageai.AsyncClient(**self._settings)
+            self._aclient = AsyncClient(**self._settings)
         return self._aclient
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self._sync().embed(texts, model=self.model, input_type="document").embeddings
+        vectors: list[list[float]] = (
+            self._sync().embed(texts, model=self.model, input_type="document").embeddings
+        )
+        return vectors
 
     def embed_query(self, text: str) -> list[float]:
-        return self._sync().embed([text], model=self.model, input_type="query").embeddings[0]
+        vector: list[float] = self._sync().embed([text], model=self.model, input_type="query").embeddings[0]
+        return vector
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        return (await self._async().embed(texts, model=self.model, input_type="document")).embeddings
+        reply = await self._async().embed(texts, model=self.model, input_type="document")
+        vectors: list[list[float]] = reply.embeddings
+        return vectors
 
     async def aembed_query(self, text: str) -> list[float]:
-        return (await self._async().embed([text], model=self.model, input_type="query")).embeddings[0]
+        reply = await self._async().embed([text], model=self.model, input_type="query")
+        vector: list[float] = reply.embeddings[0]
+        return vector

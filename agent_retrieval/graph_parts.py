@@ -127,6 +127,7 @@ def _redacted(node: Node) -> Node:
             if message == str(error):
                 raise
             raise NodeFailed(f"{type(error).__name__}: {message}") from None
-        return redact_value(update)
+        redacted: dict[str, Any] = redact_value(update)
+        return redacted
 
     return run

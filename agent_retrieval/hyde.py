@@ -170,7 +170,7 @@ def _ask(llm: BaseChatModel | None, messages: list[Any], context: Context, what:
     except Exception as error:
         log.warning("%s failed (%s); using the raw query", what, type(error).__name__)
         return None
-    return reply.text
+    return str(reply.text)
 
 
 def hyde_chat_model(context: Context) -> BaseChatModel | None:

@@ -348,7 +348,7 @@ class _FrontMatterLoader(yaml.SafeLoader):
         self.depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML's stubs leave it untyped
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise _Refused(
                 problem="uses a YAML anchor or alias (&name or *name); write each value out in "

@@ -244,9 +244,15 @@ class SearchRequest(BaseModel):
             raise ValueError(f"must be at most {MAX_SCHEMA_CHARS} characters of JSON")
         return value or None
 
+    @property
+    def summarizes(self) -> bool:
+        """Whether this asks for documents' chunks in reading order rather than a search (chunk_retriever's
+        query_type 'summarize')."""
+        return False
+
     @model_validator(mode="after")
     def _needs_query(self) -> SearchRequest:
-        if self.query_type != "summarize" and (problem := QUESTION.problem(self.query)):
+        if not self.summarizes and (problem := QUESTION.problem(self.query)):
             raise ValueError(f"query: {problem}")
         return self
 
@@ -264,6 +270,10 @@ class ChunkSearchRequest(SearchRequest):
         description="Search only inside these documents (ids returned by document_retriever). "
         f"Required for 'summarize'. At most {MAX_DOCUMENT_IDS}.",
     )
+
+    @property
+    def summarizes(self) -> bool:
+        return self.query_type == "summarize"
 
     @field_validator("document_ids")
     @classmethod

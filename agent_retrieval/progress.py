@@ -44,9 +44,9 @@ def transformers_bars_off() -> Iterator[None]:
     from transformers.utils import logging as transformers_logging
 
     were_on = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
         yield
     finally:
         if were_on:
-            transformers_logging.enable_progress_bar()
+            transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]

@@ -47,9 +47,10 @@ class VoyageReranker(BaseDocumentCompressor):
 
     def _client(self, kind: str) -> Any:
         if kind not in self._clients:
-            import voyageai
+            from voyageai.client import Client
+            from voyageai.client_async import AsyncClient
 
-            make = voyageai.AsyncClient if kind == "async" else voyageai.Client
+            make = AsyncClient if kind == "async" else Client
             self._clients[kind] = make(
                 api_key=self.api_key.get_secret_value(),
                 base_url=self.base_url,

@@ -40,7 +40,9 @@ class SharedValues:
 
     def __init__(self, maxsize: int):
         self._lock = threading.Lock()
-        self._values: TLRUCache = TLRUCache(maxsize=maxsize, ttu=lambda _key, kept, now: now + kept[1])
+        self._values: TLRUCache[Hashable, Any] = TLRUCache(
+            maxsize=maxsize, ttu=lambda _key, kept, now: now + kept[1]
+        )
         self._inflight: dict[Hashable, Future[Any]] = {}
 
     def claim(self, key: Hashable) -> Claim:

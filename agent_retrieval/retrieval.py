@@ -137,7 +137,7 @@ class Retrieval:
         scope = _scope(request)
         if scope:
             _check_scope((yield call(store.unknown_documents, store.aunknown_documents, scope)))
-        if request.query_type == "summarize":
+        if request.summarizes:
             limit = self.context.summarize_max_chunks
             hits = yield call(store.document_chunks, store.adocument_chunks, scope, limit + 1)
             return _summary(request, hits, limit)

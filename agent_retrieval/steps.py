@@ -82,7 +82,8 @@ def blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> Call[T]:
 
 def single(step: Call[T]) -> Steps[T]:
     """Logic that is one call: how a lone call becomes a branch of `Together`."""
-    return (yield step)
+    value: T = yield step
+    return value
 
 
 # The two drivers share their shape: they cannot share the loop, as one awaits where the other calls.
@@ -107,11 +108,11 @@ async def arun(steps: Steps[T]) -> T:
 
 
 @dataclass(frozen=True)
-class _Returned:
-    value: Any
+class _Returned(Generic[T]):
+    value: T
 
 
-def _resume(steps: Steps[Any], outcome: Outcome[Any]) -> Step | _Returned:
+def _resume(steps: Steps[T], outcome: Outcome[Any]) -> Step | _Returned[T]:
     """Hand the logic a call's outcome (its value, or its error raised at the `yield`); what it asks next."""
     try:
         return steps.send(outcome.value) if outcome.error is None else steps.throw(outcome.error)

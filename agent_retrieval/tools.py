@@ -21,7 +21,7 @@ from langchain_core.documents import Document as LCDocument
 from langchain_core.messages import ToolMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import BaseTool, ToolException
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
@@ -32,6 +32,7 @@ from agent_retrieval.models import (
     Hit,
     IndexDocumentRequest,
     Level,
+    Request,
     RetrievalResult,
     SearchRequest,
     SimilaritySearchRequest,
@@ -91,7 +92,7 @@ class _StoreTool(BaseTool):
             return message
         return ToolMessage(content=message, tool_call_id=tool_call_id, name=self.name, status="error")
 
-    def _parse(self, model: type[BaseModel], arguments: dict[str, Any]) -> Any:
+    def _parse(self, model: type[Request], arguments: dict[str, Any]) -> Request:
         try:
             return parse_request(model, arguments)
         except AgentRetrievalError as error:

@@ -21,7 +21,8 @@ def schemas_dir() -> Path:
 
 def questions() -> list[dict[str, Any]]:
     """The demo questions, each with the document and sections that answer it and why the wording differs."""
-    return json.loads((_HERE / "questions.json").read_text(encoding="utf-8"))
+    questions: list[dict[str, Any]] = json.loads((_HERE / "questions.json").read_text(encoding="utf-8"))
+    return questions
 
 
 def answers(question: dict[str, Any], hit: dict[str, Any]) -> bool:

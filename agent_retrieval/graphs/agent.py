@@ -135,7 +135,10 @@ async def _call(tools: dict[str, Any], call: ToolCall) -> ToolMessage:
             name=call["name"],
             status="error",
         )
-    return await tool.ainvoke({**call, "type": "tool_call"})
+    message: ToolMessage = await tool.ainvoke(
+        {**call, "type": "tool_call"}
+    )  # a tool call gives a ToolMessage
+    return message
 
 
 def _offline_step(question: str, messages: list[AnyMessage]) -> AIMessage:

@@ -258,7 +258,7 @@ def extract_code(text: str, language: str) -> str:
     blocks = _FENCE.findall(text)
     if not blocks:
         return text.strip()
-    chosen = next((body for tag, body in blocks if tag.lower() == language), blocks[0][1])
+    chosen: str = next((body for tag, body in blocks if tag.lower() == language), blocks[0][1])
     return chosen.strip()
 
 

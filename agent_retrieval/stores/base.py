@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from numbers import Real
-from typing import Any, NamedTuple, Self
+from typing import Any, NamedTuple, Self, cast
 
 import numpy as np
 
@@ -40,7 +40,7 @@ STORED_TEXT = Text()  # a row's text: no length bound here (the loaders and requ
 def check_level(level: Any) -> Level:
     if level not in ("documents", "chunks"):
         raise InvalidRequest(f"level: must be 'documents' or 'chunks' (got {repr(level)[:40]})")
-    return level
+    return cast(Level, level)
 
 
 def check_filters(filters: Any) -> dict[str, Any] | None:

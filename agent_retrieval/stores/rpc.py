@@ -17,7 +17,7 @@ from abc import abstractmethod
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from agent_retrieval.stores.base import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SQL_DIR = Path(__file__).parent / "sql"
 DEFAULT_SCHEMA = "agent_retrieval"
@@ -239,7 +240,7 @@ class RPCStore(Store):
                 await asyncio.sleep(self._retry_delay(function, error, attempt))
             attempt += 1
 
-    def _run(self, calls: Generator[_SqlCall, Any, Any]) -> Any:
+    def _run(self, calls: Generator[_SqlCall, Any, T]) -> T:
         """Make each call a paging generator asks for and send it the answer, until it returns its result."""
         answer = None
         try:
@@ -247,23 +248,23 @@ class RPCStore(Store):
                 function, params = calls.send(answer)
                 answer = self._call(function, **params)
         except StopIteration as done:
-            return done.value
+            return cast(T, done.value)
 
-    async def _arun(self, calls: Generator[_SqlCall, Any, Any]) -> Any:
+    async def _arun(self, calls: Generator[_SqlCall, Any, T]) -> T:
         answer = None
         try:
             while True:
                 function, params = calls.send(answer)
                 answer = await self._acall(function, **params)
         except StopIteration as done:
-            return done.value
+            return cast(T, done.value)
 
     def _retry_delay(self, function: str, error: CallError, attempt: int) -> float:
         """How long to wait before retrying a failed call; raises our error when it should not be retried.
         Every function is safe to repeat: reads change nothing and each write replaces what it wrote."""
         if not error.transient or attempt >= self.max_retries:
             raise self._readable(error, attempts=attempt + 1) from None
-        delay = min(4.0, 0.2 * 2**attempt) * (0.5 + random.random() / 2)  # jitter spreads retrying clients
+        delay = min(4.0, 0.2 * 2.0**attempt) * (0.5 + random.random() / 2)  # jitter spreads retrying clients
         log.info(
             "%s: transient failure (%s), retry %d of %d in %.2f s",
             function,
@@ -473,10 +474,10 @@ class RPCStore(Store):
         return hits
 
     def _unknown_documents(self, ids: list[str]) -> list[str]:
-        return self._call("unknown_documents", ids=ids, tenant=self.tenant)
+        return [str(i) for i in self._call("unknown_documents", ids=ids, tenant=self.tenant)]
 
     async def _aunknown_documents(self, ids: list[str]) -> list[str]:
-        return await self._acall("unknown_documents", ids=ids, tenant=self.tenant)
+        return [str(i) for i in await self._acall("unknown_documents", ids=ids, tenant=self.tenant)]
 
     def _metadata_counts(self, max_values: int) -> list[MetadataCount]:
         rows = self._call(

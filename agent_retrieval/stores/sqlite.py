@@ -695,7 +695,7 @@ class SQLiteStore(Store):
             model = info.get("embedding_model")
 
             def count(sql: str, *params: Any) -> int:
-                return conn.execute(sql, params).fetchone()[0]
+                return int(conn.execute(sql, params).fetchone()[0])
 
             return StoreStats(
                 backend=self.backend,
