@@ -18,6 +18,7 @@ from typing import Any
 
 from agent_retrieval.models import Hit
 from agent_retrieval.stores.base import Store
+from agent_retrieval.text import AUXILIARY
 
 # A name: capitalised words (or numbers), joined by the small words that names hold ("Bank of England").
 _WORD = r"[A-Z0-9](?:[\w'’&\-]|\.(?=\w))*"  # a full stop inside ("U.S"), never one ending a sentence
@@ -26,7 +27,7 @@ NAME = re.compile(rf"(?<![\w'’]){_WORD}(?:[ \t]+(?:{_JOIN}[ \t]+)*{_WORD})*")
 LOOKUP_DEPTH = 3  # documents read per name looked up: a title outranks prose that merely mentions it
 
 
-_YES_NO_OPENING = re.compile(r"(?:is|are|was|were|do|does|did|has|have|had|can|could)\s+(?:the\s+)?", re.I)
+_YES_NO_OPENING = re.compile(rf"(?:{AUXILIARY})\s+(?:the\s+)?", re.I)
 _OR = re.compile(r"\s*,?\s+or\s+(?:the\s+)?")
 _AND = re.compile(r"\s+and\s+(?:the\s+)?")
 

@@ -35,7 +35,7 @@ from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import clean, element, quote, quote_json, unquote
 from agent_retrieval.retrieval import Retrieval
 from agent_retrieval.stores.base import FACET_VALUES, MetadataValue
-from agent_retrieval.text import entity_matches
+from agent_retrieval.text import AUXILIARY, AUXILIARY_VERBS, entity_matches
 from agent_retrieval.validation import MAX_QUERY_CHARS, check_question, one_line
 
 log = logging.getLogger(__name__)
@@ -278,14 +278,13 @@ def _describe(error: BaseException) -> str:
 
 _OPERATOR = re.compile(r"(?<![\w/])([A-Za-z_][\w-]{0,63}):(\"[^\"]{1,200}\"|[^\s/\"][^\s\"]{0,199})")
 _SPLIT = re.compile(
-    r"\s*(?:;|\?|,?\s+and\s+(?=(?:what|who|whom|whose|when|where|which|why|how|is|are|was|"
-    r"were|does|do|did|can|could|should|must|will|would|has|have)\b))\s*",
+    rf"\s*(?:;|\?|,?\s+and\s+(?=(?:what|who|whom|whose|when|where|which|why|how|{AUXILIARY})\b))\s*",
     re.IGNORECASE,
 )
 _QUESTION_LEAD = re.compile(
     r"^(?:(?:please\s+)?(?:tell me|explain|describe|show me|find|list)\s+)?"
     r"(?:(?:what|which|who|whom|whose|when|where|why|how(?:\s+(?:much|many|long|often|soon))?)\s+)?"
-    r"(?:(?:is|are|was|were|does|do|did|can|could|should|must|will|would|has|have|had)\s+)?",
+    rf"(?:(?:{AUXILIARY})\s+)?",
     re.IGNORECASE,
 )
 
@@ -330,9 +329,6 @@ def heuristic_plan(request: str, facets: Facets | None = None) -> QueryPlan:
 # A later part of a request that begins with one of these and no auxiliary verb is a relative clause about
 # something before it ("... the writer of X and who died in 2007"), not a question of its own.
 _RELATIVE = frozenset({"who", "whom", "whose", "which", "that"})
-_AUXILIARY = frozenset(
-    "is are was were does do did can could should must will would has have had".split()  # noqa: SIM905
-)
 # Words that point back to something named earlier ("... and where is it stored?").
 _REFERRING = frozenset("it its they them their this that these those he she him his her".split())  # noqa: SIM905
 
@@ -343,7 +339,7 @@ def _stands_alone(part: str) -> bool:
     words = [w.lower() for w in re.findall(r"[\w']+", part)]
     if len(words) < 3 or _REFERRING & set(words[1:] if words[0] in _RELATIVE else words):
         return False
-    return words[0] not in _RELATIVE or words[1] in _AUXILIARY
+    return words[0] not in _RELATIVE or words[1] in AUXILIARY_VERBS
 
 
 def to_statement(question: str) -> str:

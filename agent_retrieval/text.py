@@ -25,6 +25,14 @@ STOPWORDS = frozenset(
 )
 
 
+# English auxiliary verbs: a yes-no question opens with one ("Were X and Y born ..."), a question after "and"
+# may too, and a relative clause after "and who" has one.
+AUXILIARY_VERBS = frozenset(
+    "is are was were do does did has have had can could should must will would".split()  # noqa: SIM905
+)
+AUXILIARY = "|".join(sorted(AUXILIARY_VERBS))  # for a regular expression's alternation
+
+
 def keyword_terms(query: str) -> list[str]:
     """The words keyword search looks for: lower-cased, stopwords dropped (unless nothing else is left)."""
     words = list(dict.fromkeys(re.findall(r"\w+", query.lower())))

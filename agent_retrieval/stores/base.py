@@ -6,11 +6,11 @@ import asyncio
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from numbers import Real
-from typing import Any, NamedTuple, Self, cast
+from typing import Any, NamedTuple, Self, TypeVar, cast, final
 
 import numpy as np
 
@@ -35,6 +35,15 @@ CHUNK_ROWS = Count(MAX_CHUNK_ROWS)
 LISTED = Count(MAX_LISTED)
 DIMENSION = Count(MAX_DIMENSION)
 STORED_TEXT = Text()  # a row's text: no length bound here (the loaders and request models set those)
+
+
+T = TypeVar("T")
+
+
+def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """`items` in runs of `size`: what one statement or call may bind (itertools.batched from 3.12)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def check_level(level: Any) -> Level:
@@ -270,18 +279,21 @@ class Store(ABC):
     publishes: bool = False  # whether it holds public rows, read by every tenant (stores tenants share)
 
     # Each public method checks its arguments with the shared rules, once for every backend, then calls the
-    # backend's protected method (`upsert` -> `_upsert`), which may trust what it is given.
+    # backend's protected method (`upsert` -> `_upsert`), which may trust what it is given. The public ones
+    # are @final, so a backend cannot skip the checks by overriding one.
 
     # --- what the vectors are ------------------------------------------------------------------
     @abstractmethod
     def embedding_model(self) -> tuple[str, int] | None:
         """(model id, dimension) of the stored vectors, or None while the store has none."""
 
+    @final
     def set_embedding_model(self, model_id: str, dimension: int) -> None:
         """Declare the model searches use (after every row was re-embedded with it)."""
         self._set_embedding_model(ID.check("model_id", model_id), DIMENSION.check("dimension", dimension))
 
     # --- writing -------------------------------------------------------------------------------
+    @final
     def upsert(self, documents: Sequence[Document], chunks: Sequence[Chunk], model_id: str) -> None:
         """Write documents with their complete chunk lists in one transaction, replacing earlier
         versions; rows with `embedding=None` are stored unembedded (for `reembed` to backfill)."""
@@ -290,6 +302,7 @@ class Store(ABC):
         self.check_public(documents)
         self._upsert(documents, chunks, model_id)
 
+    @final
     def check_public(self, documents: Sequence[Document]) -> None:
         """Refuse to publish where no row is shared by tenants (each tenant has its own store file)."""
         published = [d.id for d in documents if d.public]
@@ -301,26 +314,31 @@ class Store(ABC):
                 "here, leave public off"
             )
 
+    @final
     def delete_documents(self, ids: Sequence[str]) -> int:
         """Delete documents and their chunks; returns how many documents were deleted."""
         ids = check_ids(ids, "ids", max_ids=None)
         return self._delete_documents(ids) if ids else 0
 
+    @final
     def document_states(self, ids: Sequence[str]) -> dict[str, DocumentState]:
         """The state of each of these ids that the store holds for the tenant it writes."""
         ids = check_ids(ids, "ids", max_ids=None)
         return self._document_states(ids) if ids else {}
 
+    @final
     def documents_from(self, source: str) -> list[str]:
         """The ids of the documents the writing tenant holds whose source starts with `source` (a file, or a
         folder ended by its separator): what files under a folder were stored as, for sync and prune."""
         source = STORED_TEXT.check("source", source)
         return self._documents_from(source) if source else []
 
+    @final
     def list_documents(self, prefix: str = "", limit: int = MAX_LISTED) -> list[DocumentListing]:
         """The documents the writing tenant holds whose id starts with `prefix`, by id, at most `limit`."""
         return self._list_documents(STORED_TEXT.check("prefix", prefix), LISTED.check("limit", limit))
 
+    @final
     def get_documents(self, ids: Sequence[str]) -> list[Document]:
         """The whole documents (title, content, metadata, source) of these ids that a search could return,
         in the order asked, each once (the tenant's own before a public one of the same id)."""
@@ -330,6 +348,7 @@ class Store(ABC):
             found.setdefault(doc.id, doc)
         return [found[doc_id] for doc_id in dict.fromkeys(ids) if doc_id in found]
 
+    @final
     def vectors_by_hash(self, text_hashes: Sequence[str], model_id: str) -> dict[str, np.ndarray]:
         """Stored vectors of `model_id` for these embedding-text hashes, so unchanged text is not embedded
         again."""
@@ -337,12 +356,14 @@ class Store(ABC):
         model_id = ID.check("model_id", model_id)
         return self._vectors_by_hash(text_hashes, model_id) if text_hashes else {}
 
+    @final
     def pending_embeddings(self, level: Level, model_id: str, limit: int) -> list[Document] | list[Chunk]:
         """Rows with no vector or another model's vector, for backfill and re-embedding."""
         return self._pending_embeddings(
             check_level(level), ID.check("model_id", model_id), CHUNK_ROWS.check("limit", limit)
         )
 
+    @final
     def set_embeddings(self, level: Level, rows: Sequence[Document] | Sequence[Chunk], model_id: str) -> None:
         """Store the `embedding` and `text_hash` of already stored rows, in one transaction."""
         level, model_id = check_level(level), ID.check("model_id", model_id)
@@ -350,6 +371,7 @@ class Store(ABC):
         if rows:
             self._set_embeddings(level, rows, model_id)
 
+    @final
     def model_mismatch(self, model_id: str) -> EmbeddingModelMismatch | None:
         """The error vectors of `model_id` meet here (they cannot be mixed with the stored model's, nor
         compared with them), or None when the store holds that model's vectors or none yet."""
@@ -360,6 +382,7 @@ class Store(ABC):
         return None
 
     # --- reading -------------------------------------------------------------------------------
+    @final
     def vector_search(
         self,
         level: Level,
@@ -374,6 +397,7 @@ class Store(ABC):
         search = checked_vector_search(level, vector, k, filters, document_ids, min_similarity)
         return self._vector_search(search) if search else []
 
+    @final
     def keyword_search(
         self,
         level: Level,
@@ -389,17 +413,20 @@ class Store(ABC):
         search = checked_keyword_search(level, query, k, filters, document_ids)
         return self._keyword_search(search) if search else []
 
+    @final
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
         """Chunks of these documents in reading order (documents in the order given)."""
         document_ids = check_ids(document_ids, max_ids=MAX_SCOPE_IDS)
         limit = CHUNK_ROWS.check("limit", limit)
         return self._document_chunks(document_ids, limit) if document_ids else []
 
+    @final
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
         """Those of `ids` that are not stored."""
         ids = check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS)
         return self._unknown_documents(ids) if ids else []
 
+    @final
     def metadata_values(self) -> dict[str, list[MetadataValue]]:
         """What the caller's documents are tagged with, for a planner to choose filters from: the metadata
         keys, most used first (at most FACET_KEYS), each with its most common values (at most FACET_VALUES;
@@ -407,6 +434,7 @@ class Store(ABC):
         lists the most common only."""
         return _facets(self._metadata_counts(FACET_VALUES))
 
+    @final
     async def ametadata_values(self) -> dict[str, list[MetadataValue]]:
         return _facets(await self._ametadata_counts(FACET_VALUES))
 
@@ -421,6 +449,7 @@ class Store(ABC):
     # --- async: the same checks, then the backend's async call ------------------------------------
     # Each twin repeats its sync method's signature on purpose: it is the public API, typed for callers.
     # What they share beyond it (the checks) is one function each: checked_vector_search, ...
+    @final
     async def avector_search(
         self,
         level: Level,
@@ -434,6 +463,7 @@ class Store(ABC):
         search = checked_vector_search(level, vector, k, filters, document_ids, min_similarity)
         return await self._avector_search(search) if search else []
 
+    @final
     async def akeyword_search(
         self,
         level: Level,
@@ -446,11 +476,13 @@ class Store(ABC):
         search = checked_keyword_search(level, query, k, filters, document_ids)
         return await self._akeyword_search(search) if search else []
 
+    @final
     async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
         document_ids = check_ids(document_ids, max_ids=MAX_SCOPE_IDS)
         limit = CHUNK_ROWS.check("limit", limit)
         return await self._adocument_chunks(document_ids, limit) if document_ids else []
 
+    @final
     async def aunknown_documents(self, ids: Sequence[str]) -> list[str]:
         ids = check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS)
         return await self._aunknown_documents(ids) if ids else []

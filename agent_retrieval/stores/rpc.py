@@ -14,7 +14,7 @@ import random
 import re
 import time
 from abc import abstractmethod
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -45,6 +45,7 @@ from agent_retrieval.stores.base import (
     Store,
     StoreStats,
     VectorSearch,
+    batches,
     filter_values,
     pending_rows,
 )
@@ -369,7 +370,7 @@ class RPCStore(Store):
 
     def _document_states(self, ids: list[str]) -> dict[str, DocumentState]:
         states: dict[str, DocumentState] = {}
-        for batch in _batches(ids, IDS_PER_CALL):
+        for batch in batches(ids, IDS_PER_CALL):
             for r in self._call("document_states", ids=batch, tenant=self.tenant):
                 states[r["id"]] = DocumentState(r["content_hash"], r["embedded"], r["source"], r["public"])
         return states
@@ -386,14 +387,14 @@ class RPCStore(Store):
 
     def _get_documents(self, ids: list[str]) -> list[Document]:
         found: list[Document] = []
-        for batch in _batches(ids, IDS_PER_CALL):
+        for batch in batches(ids, IDS_PER_CALL):
             rows = self._call("get_documents", ids=batch, tenant=self.tenant)
             found += [Document(r["id"], r["title"], r["content"], r["metadata"], r["source"]) for r in rows]
         return found
 
     def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
-        for batch in _batches(text_hashes, HASHES_PER_CALL):
+        for batch in batches(text_hashes, HASHES_PER_CALL):
             vectors = self._call("vectors_by_hash", hashes=batch, model=model_id, tenant=self.tenant)
             found.update({text_hash: _vector(vector) for text_hash, vector in vectors.items()})
         return found
@@ -508,11 +509,6 @@ def _vector(value: Any) -> np.ndarray:
     elif hasattr(value, "to_numpy"):
         value = value.to_numpy()
     return np.asarray(value, dtype=np.float32)
-
-
-def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def _vector_json(vector: Any) -> list[float] | None:

@@ -39,6 +39,7 @@ from agent_retrieval.stores.base import (
     Store,
     StoreStats,
     VectorSearch,
+    batches,
     filter_values,
     pending_rows,
 )
@@ -407,7 +408,7 @@ class SQLiteStore(Store):
         states: dict[str, DocumentState] = {}
         with self._read() as conn:
             model = self._info(conn).get("embedding_model", "")
-            for batch in _batches(ids, 500):
+            for batch in batches(ids, 500):
                 marks = ",".join("?" * len(batch))
                 rows = conn.execute(
                     f"""SELECT d.id, d.content_hash,
@@ -448,7 +449,7 @@ class SQLiteStore(Store):
     def _get_documents(self, ids: list[str]) -> list[Document]:
         with self._read() as conn:
             rows: list[Any] = []
-            for batch in _batches(ids, 500):
+            for batch in batches(ids, 500):
                 marks = ",".join("?" * len(batch))
                 rows += conn.execute(
                     f"SELECT id, title, content, metadata, source FROM documents WHERE id IN ({marks})", batch
@@ -460,7 +461,7 @@ class SQLiteStore(Store):
     def _vectors_by_hash(self, text_hashes: list[str], model_id: str) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
         with self._read() as conn:
-            for batch in _batches(text_hashes, 500):
+            for batch in batches(text_hashes, 500):
                 marks = ",".join("?" * len(batch))
                 for table in ("chunks", "documents"):
                     rows = conn.execute(
@@ -656,7 +657,7 @@ class SQLiteStore(Store):
     def _unknown_documents(self, ids: list[str]) -> list[str]:
         known: set[str] = set()
         with self._read() as conn:
-            for batch in _batches(ids, 500):
+            for batch in batches(ids, 500):
                 marks = ",".join("?" * len(batch))
                 known.update(
                     r[0] for r in conn.execute(f"SELECT id FROM documents WHERE id IN ({marks})", batch)
@@ -799,11 +800,6 @@ def _blob(vector: Any, model_id: str) -> tuple[bytes | None, str | None]:
     if vector is None:
         return None, None
     return np.asarray(vector, dtype=np.float32).tobytes(), model_id
-
-
-def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def _where(
