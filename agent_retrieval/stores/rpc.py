@@ -14,10 +14,10 @@ import random
 import re
 import time
 from abc import abstractmethod
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from agent_retrieval.errors import (
 from agent_retrieval.fusion import FULL_KEYWORD_COVERAGE
 from agent_retrieval.models import Chunk, Document, Hit, Level
 from agent_retrieval.redaction import redact
+from agent_retrieval.steps import Steps, arun, call, run
 from agent_retrieval.stores.base import (
     DIMENSION,
     DOCUMENT_PREVIEW_CHARS,
@@ -51,7 +52,6 @@ from agent_retrieval.stores.base import (
 )
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 SQL_DIR = Path(__file__).parent / "sql"
 DEFAULT_SCHEMA = "agent_retrieval"
@@ -223,42 +223,20 @@ class RPCStore(Store):
         return await asyncio.to_thread(self._send, function, params)
 
     def _call(self, function: str, **params: Any) -> Any:
+        return run(self._calling(function, params))
+
+    async def _acall(self, function: str, **params: Any) -> Any:
+        return await arun(self._calling(function, params))
+
+    def _calling(self, function: str, params: dict[str, Any]) -> Steps[Any]:
         """One call, retried with backoff while the failure is transient, errors made readable."""
         attempt = 0
         while True:
             try:
-                return self._send(function, params)
+                return (yield call(self._send, self._asend, function, params))
             except CallError as error:
-                time.sleep(self._retry_delay(function, error, attempt))
+                yield call(time.sleep, asyncio.sleep, self._retry_delay(function, error, attempt))
             attempt += 1
-
-    async def _acall(self, function: str, **params: Any) -> Any:
-        attempt = 0
-        while True:
-            try:
-                return await self._asend(function, params)
-            except CallError as error:
-                await asyncio.sleep(self._retry_delay(function, error, attempt))
-            attempt += 1
-
-    def _run(self, calls: Generator[_SqlCall, Any, T]) -> T:
-        """Make each call a paging generator asks for and send it the answer, until it returns its result."""
-        answer = None
-        try:
-            while True:
-                function, params = calls.send(answer)
-                answer = self._call(function, **params)
-        except StopIteration as done:
-            return cast(T, done.value)
-
-    async def _arun(self, calls: Generator[_SqlCall, Any, T]) -> T:
-        answer = None
-        try:
-            while True:
-                function, params = calls.send(answer)
-                answer = await self._acall(function, **params)
-        except StopIteration as done:
-            return cast(T, done.value)
 
     def _retry_delay(self, function: str, error: CallError, attempt: int) -> float:
         """How long to wait before retrying a failed call; raises our error when it should not be retried.
@@ -450,17 +428,17 @@ class RPCStore(Store):
         return [_hit(search.level, r) for r in await self._acall(function, **params)]
 
     def _document_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
-        return self._run(self._chunk_pages(document_ids, limit))
+        return run(self._chunk_pages(document_ids, limit))
 
     async def _adocument_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
-        return await self._arun(self._chunk_pages(document_ids, limit))
+        return await arun(self._chunk_pages(document_ids, limit))
 
-    def _chunk_pages(self, document_ids: list[str], limit: int) -> Generator[_SqlCall, Any, list[Hit]]:
-        """The calls that read `limit` chunks (or all there are) a page at a time, and the hits they make."""
+    def _chunk_pages(self, document_ids: list[str], limit: int) -> Steps[list[Hit]]:
+        """`limit` chunks (or all there are), read a page at a time."""
         hits: list[Hit] = []
         after = None
         while len(hits) < limit:
-            page = yield (
+            page = yield from self._calling(
                 "document_chunks",
                 {
                     "ids": document_ids,
