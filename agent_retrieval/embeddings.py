@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -16,6 +15,7 @@ from langchain_core.embeddings import Embeddings
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import ConfigError, EmbeddingError
+from agent_retrieval.process import PROCESS
 from agent_retrieval.progress import notices, transformers_bars_off
 from agent_retrieval.redaction import check_secret, endpoint_id, protect
 
@@ -223,8 +223,8 @@ class LocalEmbeddings(Embeddings):
             return None
         from agent_retrieval import onnx_model
 
-        with _load_lock:
-            return onnx_model.load(bundled_model_path(), onnx_model.cache_folder(self.cache), self.runtime)
+        where = (bundled_model_path(), onnx_model.cache_folder(self.cache), self.runtime)
+        return PROCESS.part(("onnx model", *where), lambda: onnx_model.load(*where))
 
 
 # Torch's thread count is one setting for the whole process, and no single value serves both sides: a batch
@@ -233,7 +233,6 @@ class LocalEmbeddings(Embeddings):
 # while it does: setting the count, encoding and restoring it are one step that no other encode can
 # interleave with (a lock per model let two models restore each other's setting, leaving torch on one
 # thread for good). Encodes were already one at a time, as torch uses every core.
-_torch_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -241,7 +240,7 @@ def _torch_threads(count: int | None) -> Iterator[None]:
     """Hold the encode lock, with torch on `count` threads for the block (None: as configured)."""
     import torch
 
-    with _torch_lock:
+    with PROCESS.part("torch encode lock", threading.Lock):
         if count is None:
             yield
             return
@@ -253,18 +252,13 @@ def _torch_threads(count: int | None) -> Iterator[None]:
             torch.set_num_threads(configured)
 
 
-_load_lock = threading.Lock()
-
-
 def _load_sentence_transformer(name: str) -> Any:
     """Load a model once per process (it takes seconds), even when searches running side by side ask for it
     at once (each used to load its own copy)."""
-    with _load_lock:
-        return _load_once(name)
+    return PROCESS.part(("sentence-transformer", name), lambda: _load(name))
 
 
-@functools.lru_cache(maxsize=4)
-def _load_once(name: str) -> Any:
+def _load(name: str) -> Any:
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:

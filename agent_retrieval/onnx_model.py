@@ -44,10 +44,10 @@ def model_file(model_dir: Path, cache: Path) -> Path:
     return cache / f"all-MiniLM-L6-v2-{key[:16]}.onnx"
 
 
-@functools.lru_cache(maxsize=4)
 def load(model_dir: Path, cache: Path, runtime: str) -> OnnxModel | None:
     """The model on ONNX Runtime, exported first if it is not cached yet. None, with `runtime` "auto", when
-    onnxruntime is not installed or the export cannot run (then sentence-transformers serves)."""
+    onnxruntime is not installed or the export cannot run (then sentence-transformers serves). Each call
+    loads it: LocalEmbeddings keeps one per process (agent_retrieval.process)."""
     try:
         import onnxruntime  # noqa: F401
         import tokenizers  # noqa: F401

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agent_retrieval.errors import ConfigError
+from agent_retrieval.process import PROCESS
 
 MASK = "[redacted]"
 MIN_SECRET_CHARS = 8  # shorter values ("k", "test") would mask ordinary words
@@ -26,7 +27,6 @@ RECENT_USER_TOKENS = 1024  # a server sees a new user token per sign-in: keep th
 
 _secrets: frozenset[str] = frozenset()  # the operator's keys: few, kept for the life of the process
 _recent: dict[str, None] = {}  # users' tokens, oldest first (a dict keeps insertion order)
-_lock = threading.Lock()
 _factory: _RedactingFactory | None = None  # the log record factory this module installed
 
 
@@ -39,7 +39,7 @@ def protect(*values: str, user_token: bool = False) -> None:
     new = {v for v in values if v and len(v) >= MIN_SECRET_CHARS} - _secrets
     if not new or (user_token and new <= _recent.keys()):
         return
-    with _lock:
+    with PROCESS.part("redaction lock", threading.Lock):  # a forked child's own: one may be held at the fork
         if user_token:
             recent = {**_recent, **dict.fromkeys(new)}
             _recent = dict(list(recent.items())[-RECENT_USER_TOKENS:])

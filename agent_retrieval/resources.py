@@ -19,6 +19,7 @@ from typing import Any
 from cachetools import TLRUCache
 
 from agent_retrieval.context import Context
+from agent_retrieval.process import PROCESS
 
 
 @dataclass(frozen=True)
@@ -134,25 +135,15 @@ class SearchResources:
         self.close()
 
 
-_shared_lock = threading.Lock()
-_shared: dict[tuple[int, int], SearchResources] = {}
-
-
 def shared_resources(context: Context) -> SearchResources:
     """The process's resources for this context's sizes, made on first use (one, unless sizes differ)."""
     sizes = (context.search_threads, context.hyde_cache_size)
-    with _shared_lock:
-        resources = _shared.get(sizes)
-        if resources is None:
-            resources = _shared[sizes] = SearchResources(context)
-        return resources
+    return PROCESS.part(("search resources", sizes), lambda: SearchResources(context), SearchResources.close)
 
 
 def clear_shared_caches() -> None:
     """Empty the HyDE cache of every shared instance (tests, or after re-embedding a store)."""
-    with _shared_lock:
-        instances = list(_shared.values())
-    for resources in instances:
+    for resources in PROCESS.parts(SearchResources):
         resources.hyde_cache.clear()
 
 
@@ -206,14 +197,7 @@ class Turns:
         return min(self._waiting, key=lambda ticket: (self._last.get(ticket[0], -1), ticket[1]))
 
 
-_turns: tuple[int, Turns] | None = None
-
-
 def shared_turns() -> Turns:
     """The process's turns for callers' writes (a forked child starts its own: a turn held in the parent
     would never be handed back there)."""
-    global _turns
-    with _shared_lock:
-        if _turns is None or _turns[0] != os.getpid():
-            _turns = (os.getpid(), Turns())
-        return _turns[1]
+    return PROCESS.part("caller turns", Turns)

@@ -26,7 +26,8 @@ from agent_retrieval.retrieval import Retrieval
 from tests.stack import Postgres, SupabaseStack, start_postgres, start_stack
 
 # Schemas PostgREST serves: `agent_retrieval` (the default, for tests with real embedders), `ar_contract`
-# (the store contract suite), `ar_load` (tests/integration/test_load.py), `ar_server` (a `langgraph dev`
+# (the store contract suite), `ar_load` (tests/integration/test_load.py), `ar_process`
+# (tests/integration/test_process_state.py), `ar_server` (a `langgraph dev`
 # in front of the stack: tests/integration/test_langgraph_auth.py), `stack_test`
 # (tests/integration/test_stack.py), and `public`. They need not
 # exist when PostgREST starts: the store's SQL creates them and reloads its schema cache.
@@ -34,6 +35,7 @@ SUPABASE_SCHEMAS = [
     "agent_retrieval",
     "ar_contract",
     "ar_load",
+    "ar_process",
     "ar_server",
     "ar_vectorstore",
     "public",

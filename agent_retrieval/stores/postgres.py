@@ -4,7 +4,6 @@ functions of stores/sql/ (the same ones Supabase serves by RPC)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import threading
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent_retrieval.errors import ConfigError, InvalidRequest
+from agent_retrieval.process import PROCESS
 from agent_retrieval.redaction import check_secret, protect
 from agent_retrieval.stores.base import Failure
 from agent_retrieval.stores.rpc import (
@@ -52,18 +52,11 @@ class _SharedPool:
     lent: int = 0  # connections lent to calls now: tells a busy pool from one that lends nothing
 
 
-_POOLS: dict[tuple[str, float, int], _SharedPool] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def _forget_pools() -> None:
-    """In a forked child: its parent's connections are not its own, so its stores open pools of their own
-    (PostgresStore._shared). The lock is new too: another thread may have held it at the fork."""
-    global _POOLS, _POOLS_LOCK
-    _POOLS, _POOLS_LOCK = {}, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pools)
+def _close_pool(shared: _SharedPool) -> None:
+    with shared.lock:
+        pool, shared.pool = shared.pool, None
+    if pool is not None:
+        pool.close()
 
 
 class PostgresStore(RPCStore):
@@ -108,7 +101,7 @@ class PostgresStore(RPCStore):
         protect(self._conninfo.get("password", ""))  # never in a log or an error, psycopg's included
         self.pool_size = pool_size
         self._pool_key = (dsn, self.timeout, pool_size)
-        self._shared_in: tuple[int, _SharedPool] | None = None  # (process, its shared pool), see _shared
+        self._shared_in: _SharedPool | None = None  # the process's pool this store last used, see _shared
         self._using = False  # whether this store counts among its shared pool's users
         self._use_pool()
         self._loading: Any = None  # the connection of an initial load, while one runs (initial_load)
@@ -126,14 +119,13 @@ class PostgresStore(RPCStore):
     # --- connections -------------------------------------------------------------------------------
     @property
     def _shared(self) -> _SharedPool:
-        """This process's pool for the store's DSN: in a forked child, the child's own (two processes on
-        one connection garble each other's replies), even for a store the parent made."""
-        pid = os.getpid()
-        if self._shared_in is None or self._shared_in[0] != pid:
-            with _POOLS_LOCK:
-                self._shared_in = (pid, _POOLS.setdefault(self._pool_key, _SharedPool()))
-            self._using = False  # not yet among this process's users of it
-        return self._shared_in[1]
+        """This process's pool for the store's DSN (agent_retrieval.process): in a forked child, the child's
+        own (two processes on one connection garble each other's replies), even for a store the parent
+        made."""
+        shared = PROCESS.part(("postgres pool", self._pool_key), _SharedPool, _close_pool)
+        if self._shared_in is not shared:  # first use, or the first in a forked child
+            self._shared_in, self._using = shared, False  # not yet among this process's users of it
+        return shared
 
     def _connect_options(self) -> dict[str, Any]:
         # The statement timeout bounds every call on the server side; the pool bounds waiting for a slot.

@@ -27,6 +27,7 @@ import numpy as np
 from agent_retrieval.context import STORE_CACHE_MB
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
+from agent_retrieval.process import PROCESS
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     FACET_VALUE_CHARS,
@@ -117,15 +118,14 @@ class _FileCaches:
                 total -= self._files.popitem(last=False)[1].nbytes
 
 
-_FILE_CACHES = _FileCaches()
-# Connections a forked child inherited and let go of: never used or closed there (see SQLiteStore.close)
-_PARENTS_CONNECTIONS: list[sqlite3.Connection] = []
+def _file_caches() -> _FileCaches:
+    return PROCESS.part("sqlite file caches", _FileCaches)
 
 
 def release_file_caches() -> None:
     """Drop what the process keeps between stores of the files it searched (stores open now keep theirs):
     for measuring one store's memory alone."""
-    _FILE_CACHES.trim(0)
+    _file_caches().trim(0)
 
 
 class SQLiteStore(Store):
@@ -158,7 +158,7 @@ class SQLiteStore(Store):
             raise StoreError(f"cannot create the folder of {self.path}: {error.strerror}") from None
         self._migrate()
         with self._read() as conn:
-            self._cache = _FILE_CACHES.of(self.path, self._info(conn).get("store_id"), self._cache_bytes)
+            self._cache = _file_caches().of(self.path, self._info(conn).get("store_id"), self._cache_bytes)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -313,7 +313,7 @@ class SQLiteStore(Store):
                 if pid == os.getpid():
                     conn.close()
                 else:  # a parent's, in a forked child: closing it here could act on the parent's locks
-                    _PARENTS_CONNECTIONS.append(conn)
+                    PROCESS.keep(conn)
             self._connections.clear()
         self._cache = _FileCache()  # what the file's other stores share stays theirs
 
@@ -513,7 +513,7 @@ class SQLiteStore(Store):
             rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dim)
             current = cache.matrices[level] = _Matrix(generation, model, rowids, vectors)
-        _FILE_CACHES.trim(self._cache_bytes)
+        _file_caches().trim(self._cache_bytes)
         return current
 
     def _vector_search(self, search: VectorSearch) -> list[Hit]:

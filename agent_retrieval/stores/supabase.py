@@ -7,12 +7,14 @@ access token it reads what row-level security lets that user see.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from typing import Any
 
 import numpy as np
 
 from agent_retrieval.errors import ConfigError
+from agent_retrieval.process import PROCESS
 from agent_retrieval.redaction import check_secret, protect
 from agent_retrieval.stores.base import Failure
 from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore, sqlstate_failure
@@ -124,6 +126,7 @@ class SupabaseStore(RPCStore):
         protect(key)  # keys never reach a log, the SDKs' included
         protect(user_token or "", user_token=True)
         self._client: Any = None
+        self._client_pid = 0  # the process that made the sync client
         self._async_clients: dict[asyncio.AbstractEventLoop, Any] = {}
         self._lock = threading.Lock()
 
@@ -142,6 +145,10 @@ class SupabaseStore(RPCStore):
 
     def _sync_client(self) -> Any:
         with self._lock:
+            if self._client is not None and self._client_pid != os.getpid():
+                # A forked child's: the parent's connections are the parent's (shared, they garble replies)
+                PROCESS.keep(self._client)
+                self._client = None
             if self._client is None:
                 import httpx
                 from supabase import create_client
@@ -153,6 +160,7 @@ class SupabaseStore(RPCStore):
                     event_hooks={"request": [_check_request], "response": [_check_response]},
                 )
                 self._client = create_client(self.url, self._key, self._options(SyncClientOptions, http))
+                self._client_pid = os.getpid()
             return self._client
 
     async def _async_client(self) -> Any:

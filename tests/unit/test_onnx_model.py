@@ -30,7 +30,6 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("onnx-cache")
-    onnx_model.load.cache_clear()
     assert onnx_model.load(bundled_model_path(), folder, "onnx") is not None  # exports once
     return folder
 
@@ -54,12 +53,10 @@ def test_the_runtime_is_a_setting_and_torch_stays_the_fallback(cache):
 def test_a_cached_file_that_fails_its_checksum_is_exported_again(cache, tmp_path):
     folder = tmp_path / "cache"
     model_dir = bundled_model_path()
-    onnx_model.load.cache_clear()
     onnx_model.load(model_dir, folder, "onnx")
     path = onnx_model.model_file(model_dir, folder)
     good = path.read_bytes()
     path.write_bytes(good[:1000])  # a torn or tampered file
-    onnx_model.load.cache_clear()
     model = onnx_model.load(model_dir, folder, "onnx")
     assert path.read_bytes() == good and model is not None
     assert model.encode(["deposit"]).shape == (1, 384)
