@@ -87,28 +87,28 @@ bench-hyde: $(STAMP)
 	$(BIN)/python benchmarks/hyde_accounting.py
 
 bench-postgres: $(STAMP)
-	$(BIN)/python benchmarks/postgres.py
+	$(BIN)/python -m benchmarks.postgres
 
 bench-initial-load: $(STAMP)
-	$(BIN)/python benchmarks/postgres.py --initial-load
+	$(BIN)/python -m benchmarks.postgres --initial-load
 
 bench-supabase-peer: $(STAMP)
-	$(BIN)/python benchmarks/supabase_peer.py
+	$(BIN)/python -m benchmarks.supabase_peer
 
 bench-growth: $(STAMP)
-	$(BIN)/python benchmarks/growth.py
+	$(BIN)/python -m benchmarks.growth
 
 bench-musique: $(STAMP)
 	$(BIN)/python benchmarks/musique.py
 
 bench-load: $(STAMP)
-	$(BIN)/python benchmarks/load.py
+	$(BIN)/python -m benchmarks.load
 
 bench-fidelity: $(STAMP)
 	$(BIN)/python benchmarks/fidelity.py
 
 bench-fair-share: $(STAMP)
-	$(BIN)/python benchmarks/fair_share.py
+	$(BIN)/python -m benchmarks.fair_share
 
 plots: $(STAMP)
 	$(BIN)/python benchmarks/plots.py

@@ -5,8 +5,8 @@ ONNX embedder, the embedded store); three seconds later a user of another tenant
 question. We report how long that question took, and what each write did, for `langgraph dev`'s one run
 slot and for four (`--n-jobs-per-worker 4`, as a deployment has ten).
 
-    python benchmarks/fair_share.py                 # both, about 10 minutes on 2 cores
-    python benchmarks/fair_share.py --jobs 4
+    python -m benchmarks.fair_share                 # both, about 10 minutes on 2 cores
+    python -m benchmarks.fair_share --jobs 4
 """
 
 from __future__ import annotations
@@ -14,18 +14,13 @@ from __future__ import annotations
 import argparse
 import random
 import secrets
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT.parent))
-
-
-from tests.langgraph_server import serve  # noqa: E402
+from tests.langgraph_server import serve
 
 WRITES, CHARACTERS = 4, 1_000_000
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda"]

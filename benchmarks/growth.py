@@ -8,7 +8,7 @@ kept between runs), and the same tool call is timed on it with the same queries;
 is the size of the schema's tables and indexes, which the server must keep in its cache to answer at
 this speed.
 
-    python benchmarks/growth.py [--sizes 10000 100000 300000]   # JSON in results/growth.json
+    python -m benchmarks.growth [--sizes 10000 100000 300000]   # JSON in results/growth.json
 """
 
 from __future__ import annotations
@@ -16,19 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT.parent))
-
-from agent_retrieval.context import Context  # noqa: E402
-from agent_retrieval.embeddings import make_embedder  # noqa: E402
-from agent_retrieval.retrieval import Retrieval  # noqa: E402
-from agent_retrieval.stores.postgres import PostgresStore  # noqa: E402
-from agent_retrieval.tools import ChunkRetrieverTool  # noqa: E402
-from benchmarks.latency import RESULTS, queries  # noqa: E402
-from benchmarks.postgres import copy_store, timed  # noqa: E402
-from tests.stack import start_postgres  # noqa: E402
+from agent_retrieval.context import Context
+from agent_retrieval.embeddings import make_embedder
+from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.stores.postgres import PostgresStore
+from agent_retrieval.tools import ChunkRetrieverTool
+from benchmarks.latency import RESULTS, queries
+from benchmarks.postgres import copy_store, timed
+from tests.stack import start_postgres
 
 
 def main() -> dict:

@@ -6,8 +6,8 @@ keeps in benchmarks/results/postgres-stack/. Each call is a full tool call with 
 (hybrid search, HyDE off: no LLM is reachable here). 64 callers run at once, as sync threads and as
 asyncio tasks; we report calls per second, p50/p95 per call, errors, and the process's peak memory.
 
-    python benchmarks/load.py                       # every store
-    python benchmarks/load.py --stores sqlite       # one
+    python -m benchmarks.load                       # every store
+    python -m benchmarks.load --stores sqlite       # one
 """
 
 from __future__ import annotations
@@ -21,19 +21,15 @@ import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT.parent))
-
-from agent_retrieval.context import Context  # noqa: E402
-from agent_retrieval.retrieval import Retrieval  # noqa: E402
-from agent_retrieval.stores.postgres import PostgresStore  # noqa: E402
-from agent_retrieval.stores.supabase import SupabaseStore  # noqa: E402
-from agent_retrieval.tools import ChunkRetrieverTool  # noqa: E402
-from benchmarks.latency import RESULTS, queries  # noqa: E402
-from benchmarks.postgres import copy_store  # noqa: E402
-from tests.stack import start_stack  # noqa: E402
+from agent_retrieval.context import Context
+from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.stores.postgres import PostgresStore
+from agent_retrieval.stores.supabase import SupabaseStore
+from agent_retrieval.tools import ChunkRetrieverTool
+from benchmarks.latency import RESULTS, queries
+from benchmarks.postgres import copy_store
+from tests.stack import start_stack
 
 CONCURRENCY = 64
 SCHEMA_10K = "bench_10k"

@@ -13,7 +13,7 @@ Supabase-style gateway), then measures:
 
 Needs the SQLite stores of benchmarks/latency.py (run it first; it builds them).
 
-    python benchmarks/postgres.py [--initial-load]
+    python -m benchmarks.postgres [--initial-load]
 """
 
 from __future__ import annotations
@@ -34,18 +34,15 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT.parent))
-
-from agent_retrieval.context import Context  # noqa: E402
-from agent_retrieval.models import Chunk, Document, SearchRequest  # noqa: E402
-from agent_retrieval.retrieval import Retrieval  # noqa: E402
-from agent_retrieval.stores import SQLiteStore  # noqa: E402
-from agent_retrieval.stores.postgres import PostgresStore  # noqa: E402
-from agent_retrieval.stores.supabase import SupabaseStore  # noqa: E402
-from agent_retrieval.tools import ChunkRetrieverTool  # noqa: E402
-from benchmarks.latency import DATASET, RESULTS, queries  # noqa: E402
-from tests.stack import start_postgres, start_stack  # noqa: E402
+from agent_retrieval.context import Context
+from agent_retrieval.models import Chunk, Document, SearchRequest
+from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.stores import SQLiteStore
+from agent_retrieval.stores.postgres import PostgresStore
+from agent_retrieval.stores.supabase import SupabaseStore
+from agent_retrieval.tools import ChunkRetrieverTool
+from benchmarks.latency import DATASET, RESULTS, queries
+from tests.stack import start_postgres, start_stack
 
 SCHEMA_100K, SCHEMA_SCIFACT = "bench_100k", "bench_scifact"
 

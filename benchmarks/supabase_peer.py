@@ -11,7 +11,7 @@ Ours is `hybrid_search_documents`, the SQL function an RPC caller uses, with the
 called by DSN (psycopg) with the query's vector computed beforehand, top 10, and judged as BEIR judges
 SciFact (nDCG@10 over documents, 300 test queries).
 
-    python benchmarks/supabase_peer.py   # needs benchmarks/results/scifact-base.db (make bench-quality)
+    python -m benchmarks.supabase_peer   # needs benchmarks/results/scifact-base.db (make bench-quality)
 """
 
 from __future__ import annotations
@@ -19,19 +19,15 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT.parent))
-
-from agent_retrieval.context import Context  # noqa: E402
-from agent_retrieval.embeddings import make_embedder  # noqa: E402
-from agent_retrieval.stores.postgres import PostgresStore  # noqa: E402
-from benchmarks.postgres import DATASET, RESULTS, copy_store, ndcg_at_10, qrels, timed  # noqa: E402
-from tests.stack import start_postgres  # noqa: E402
+from agent_retrieval.context import Context
+from agent_retrieval.embeddings import make_embedder
+from agent_retrieval.stores.postgres import PostgresStore
+from benchmarks.postgres import DATASET, RESULTS, copy_store, ndcg_at_10, qrels, timed
+from tests.stack import start_postgres
 
 OURS, PEER = "bench_scifact", "guide_peer"
 

@@ -4,6 +4,7 @@ them from there."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -100,3 +101,10 @@ def test_the_public_names_are_typed_and_each_is_exported_once(tmp_path: Path):
     out, _err, status = mypy_api.run(["--cache-dir", str(ROOT / ".mypy_cache"), str(probe)])
     assert status == 1 and 'Unexpected keyword argument "nonsense"' in out, out
     assert 'Revealed type is "def (*' in out and "agent_retrieval.context.Context" in out, out
+
+
+def test_contributings_map_names_every_module():
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`([\w/]+(?:\.py)?/?)`", text.split("## Where things live")[1].split("\n## ")[0]))
+    modules = {p.name for p in (ROOT / "agent_retrieval").glob("*.py")} - {"__init__.py"}
+    assert modules <= named, sorted(modules - named)
