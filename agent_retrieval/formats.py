@@ -13,7 +13,7 @@ import io
 import json
 import re
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,22 @@ FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")  # a code fence's opening run; it cl
 _SECTION_HEADING = re.compile(r"^ {0,3}(#{1,3})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 
 
+def fenced(lines: Iterable[str]) -> Iterator[tuple[str, bool]]:
+    """Each line with whether it is code: inside a fenced block, its fences included. A block closes at a
+    fence of the same character at least as long as its opening one (or at the end of the text)."""
+    fence = ""
+    for line in lines:
+        if fence:
+            if line.lstrip().startswith(fence):
+                fence = ""
+            yield line, True
+        elif opening := FENCE.match(line):
+            fence = opening.group(1)
+            yield line, True
+        else:
+            yield line, False
+
+
 def markdown_sections(text: str) -> list[tuple[list[str], str]]:
     """A markdown text's sections, each (the headings above it, h1 to h3; its text as written), split at
     "#", "##" and "###" headings outside code fences. LangChain's MarkdownHeaderTextSplitter strips every
@@ -38,7 +54,6 @@ def markdown_sections(text: str) -> list[tuple[list[str], str]]:
     sections: list[tuple[list[str], str]] = []
     headings: list[str] = []
     lines: list[str] = []
-    fence = ""
 
     def close() -> None:
         body = "\n".join(lines).strip("\n")
@@ -46,13 +61,8 @@ def markdown_sections(text: str) -> list[tuple[list[str], str]]:
             sections.append(([heading for heading in headings if heading], body))
         lines.clear()
 
-    for line in text.split("\n"):
-        if fence:
-            if line.lstrip().startswith(fence):
-                fence = ""
-        elif opening := FENCE.match(line):
-            fence = opening.group(1)
-        elif heading := _SECTION_HEADING.match(line):
+    for line, code in fenced(text.split("\n")):
+        if not code and (heading := _SECTION_HEADING.match(line)):
             close()
             level = len(heading.group(1))
             headings = [*headings[: level - 1], *[""] * (level - 1 - len(headings)), heading.group(2).strip()]

@@ -438,7 +438,8 @@ def _name_as_title(path: Path) -> str:
 
 def _first_heading(text: str) -> str | None:
     """The words of the first top-level heading: its badges, images and link targets left out."""
-    prose = _FENCED_BLOCK.sub("", text)  # a comment line in code ("# setup") is not a heading
+    # a comment line in code ("# setup") is not a heading
+    prose = "\n".join(line for line, code in formats.fenced(text.split("\n")) if not code)
     for match in re.finditer(r"^#\s+(.+?)\s*#*\s*$", prose, re.MULTILINE):
         words = " ".join(_LINK.sub(r"\1", _IMAGE.sub("", match.group(1))).split())
         if has_words(words):
@@ -449,7 +450,6 @@ def _first_heading(text: str) -> str | None:
 # Markdown as a writer marks it up, made plain for search and for a model to read: setext headings become
 # "#" headings (so the chunker splits there), backslash escapes ("Z\_OK") lose their backslash, and a
 # permalink mark ending a heading ("¶") goes; code, fenced or inline, is left exactly as written.
-_FENCED_BLOCK = re.compile(r"^\s{0,3}(`{3,}|~{3,})[^\n]*\n.*?^\s{0,3}\1", re.MULTILINE | re.DOTALL)
 _SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 _ESCAPE = re.compile(r"\\([!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1")
@@ -464,15 +464,8 @@ def tidy_markdown(text: str) -> str:
     """`text` with setext headings as "#" headings, backslash escapes resolved and permalink marks dropped,
     outside code."""
     out: list[str] = []
-    fence = ""
-    for line in text.split("\n"):
-        if fence:
-            out.append(line)
-            if line.strip().startswith(fence):
-                fence = ""
-            continue
-        if opening := formats.FENCE.match(line):
-            fence = opening.group(1)[0] * 3
+    for line, code in formats.fenced(text.split("\n")):
+        if code:
             out.append(line)
             continue
         underline = _SETEXT.match(line)

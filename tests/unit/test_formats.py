@@ -14,7 +14,13 @@ from lxml import html as lxml_html
 from agent_retrieval import formats
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.ingest import chunk_document
-from agent_retrieval.loaders import SUPPORTED_SUFFIXES, load_documents, load_file
+from agent_retrieval.loaders import (
+    SUPPORTED_SUFFIXES,
+    _first_heading,
+    load_documents,
+    load_file,
+    tidy_markdown,
+)
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real"
 
@@ -217,3 +223,13 @@ def test_a_projects_dependency_folders_are_not_its_documents(tmp_path):
     (tmp_path / "venv" / "lib" / "site.py").write_text("def main():\n    pass\n")
     assert [d.id for d in load_documents([tmp_path])] == ["docs/guide"]
     assert [d.id for d in load_documents([tmp_path / "node_modules"])] == ["left-pad/index"]  # named: read
+
+
+def test_one_rule_tells_code_from_prose_for_sections_titles_and_escapes():
+    """A fence closes only at a fence as long as its opening: a ```` block showing a ``` example stays code
+    whole (tidy_markdown closed it at the inner ``` and unescaped the example's lines)."""
+    text = "````md\n```\n\\# not a heading: Z\\_OK\n```\n````\n\n# Real title\n\nZ\\_OK in prose"
+    tidied = tidy_markdown(text)
+    assert "\\# not a heading: Z\\_OK" in tidied and tidied.endswith("Z_OK in prose")
+    assert _first_heading(tidied) == "Real title"
+    assert [h for h, _ in formats.markdown_sections(text)] == [[], ["Real title"]]
