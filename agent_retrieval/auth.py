@@ -71,9 +71,8 @@ async def authenticate(
     Operator (auth off, or Studio on this machine)."""
     headers = headers or {}
     try:
-        settings = await asyncio.to_thread(
-            Context.from_env
-        )  # the server's environment, read as the operator set it
+        # the server's environment, read as the operator set it
+        settings = await asyncio.to_thread(Context.from_env)
     except ConfigError as error:
         log.error("the server's settings are invalid: %s", error)
         raise _refuse(

@@ -135,9 +135,7 @@ async def _call(tools: dict[str, Any], call: ToolCall) -> ToolMessage:
             name=call["name"],
             status="error",
         )
-    message: ToolMessage = await tool.ainvoke(
-        {**call, "type": "tool_call"}
-    )  # a tool call gives a ToolMessage
+    message: ToolMessage = await tool.ainvoke({**call, "type": "tool_call"})  # a tool call gives one
     return message
 
 
