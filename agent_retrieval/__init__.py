@@ -8,25 +8,32 @@ _EXPORTS.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what a type checker sees: the real classes and functions, not __getattr__'s Any
     from agent_retrieval.context import Context as Context
-    from agent_retrieval.embeddings import make_embedder as make_embedder
     from agent_retrieval.hyde import aget_query_embedding_for_retrieval as aget_query_embedding_for_retrieval
     from agent_retrieval.hyde import format_query_for_embedding as format_query_for_embedding
     from agent_retrieval.hyde import generate_hypothetical_documents as generate_hypothetical_documents
     from agent_retrieval.hyde import get_query_embedding_for_retrieval as get_query_embedding_for_retrieval
     from agent_retrieval.ingest import IngestReport as IngestReport
     from agent_retrieval.ingest import reembed as reembed
-    from agent_retrieval.loaders import load_documents as load_documents
-    from agent_retrieval.resources import SearchResources as SearchResources
-    from agent_retrieval.retrieval import Retrieval as Retrieval
+    from agent_retrieval.ingest.loaders import load_documents as load_documents
+    from agent_retrieval.ingest.sync import ingest_paths as ingest_paths
+    from agent_retrieval.providers.embeddings import make_embedder as make_embedder
+    from agent_retrieval.search.resources import SearchResources as SearchResources
+    from agent_retrieval.search.retrieval import Retrieval as Retrieval
     from agent_retrieval.stores import SQLiteStore as SQLiteStore
     from agent_retrieval.stores import open_store as open_store
-    from agent_retrieval.sync import ingest_paths as ingest_paths
     from agent_retrieval.tools import AgentRetriever as AgentRetriever
     from agent_retrieval.tools import ChunkRetrieverTool as ChunkRetrieverTool
     from agent_retrieval.tools import DocumentRetrieverTool as DocumentRetrieverTool
@@ -37,8 +44,8 @@ if TYPE_CHECKING:  # what a type checker sees: the real classes and functions, n
 
 _EXPORTS = {
     "Context": "agent_retrieval.context",
-    "Retrieval": "agent_retrieval.retrieval",
-    "SearchResources": "agent_retrieval.resources",
+    "Retrieval": "agent_retrieval.search.retrieval",
+    "SearchResources": "agent_retrieval.search.resources",
     "make_retrieval_tools": "agent_retrieval.tools",
     "DocumentRetrieverTool": "agent_retrieval.tools",
     "ChunkRetrieverTool": "agent_retrieval.tools",
@@ -50,12 +57,12 @@ _EXPORTS = {
     "aget_query_embedding_for_retrieval": "agent_retrieval.hyde",
     "generate_hypothetical_documents": "agent_retrieval.hyde",
     "format_query_for_embedding": "agent_retrieval.hyde",
-    "make_embedder": "agent_retrieval.embeddings",
+    "make_embedder": "agent_retrieval.providers.embeddings",
     "open_store": "agent_retrieval.stores",
     "SQLiteStore": "agent_retrieval.stores",
-    "load_documents": "agent_retrieval.loaders",
+    "load_documents": "agent_retrieval.ingest.loaders",
     "reembed": "agent_retrieval.ingest",
-    "ingest_paths": "agent_retrieval.sync",
+    "ingest_paths": "agent_retrieval.ingest.sync",
     "IngestReport": "agent_retrieval.ingest",
 }
 
@@ -66,3 +73,46 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'agent_retrieval' has no attribute {name!r}")
     return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+# Modules that moved into subpackages in 0.2: their old paths give the same module objects until 1.0.
+_MOVED = {
+    "retrieval": "search.retrieval",
+    "rerank": "search.rerank",
+    "resources": "search.resources",
+    "loaders": "ingest.loaders",
+    "formats": "ingest.formats",
+    "sync": "ingest.sync",
+    "links": "planning.links",
+    "answer": "planning.answer",
+    "embeddings": "providers.embeddings",
+    "onnx_model": "providers.onnx_model",
+    "llm": "providers.llm",
+    "auth": "server.auth",
+    "identity": "server.identity",
+    "graph_parts": "server.graph_parts",
+    "stores.sqlite_schema": "stores.sqlite.schema",
+}
+
+
+class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """`import agent_retrieval.retrieval` gives agent_retrieval.search.retrieval itself (one module object,
+    so patching either patches both), with a DeprecationWarning naming the new path."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        old = fullname.removeprefix(__name__ + ".")
+        return importlib.util.spec_from_loader(fullname, self) if old in _MOVED and old != fullname else None
+
+    def create_module(self, spec: ModuleSpec) -> None:
+        return None  # a placeholder, swapped for the real module below
+
+    def exec_module(self, module: ModuleType) -> None:
+        new = f"{__name__}.{_MOVED[module.__name__.removeprefix(__name__ + '.')]}"
+        warnings.warn(f"{module.__name__} is now {new}; the old path works until 1.0", DeprecationWarning, 2)
+        # The import system returns whatever sys.modules holds for the name once this returns.
+        sys.modules[module.__name__] = importlib.import_module(new)
+
+
+sys.meta_path.append(_OldPaths())

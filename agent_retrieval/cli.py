@@ -19,7 +19,7 @@ from agent_retrieval.text import counted, printable
 
 if TYPE_CHECKING:
     from agent_retrieval.ingest import IngestReport
-    from agent_retrieval.retrieval import Retrieval
+    from agent_retrieval.search.retrieval import Retrieval
 
 log = logging.getLogger("agent_retrieval")
 
@@ -287,7 +287,9 @@ def _retrieval(context: Context, *, store_must_exist: bool = False) -> Any:
     would otherwise create an empty store and answer "No matches"); a write creates the store file, never
     its missing folders."""
     _check_store_path(context, must_exist=store_must_exist)
-    from agent_retrieval.retrieval import Retrieval  # the heavy imports wait until a command needs them
+    from agent_retrieval.search.retrieval import (
+        Retrieval,  # the heavy imports wait until a command needs them
+    )
 
     return Retrieval(context)
 
@@ -305,8 +307,8 @@ def _check_store_path(context: Context, *, must_exist: bool) -> None:
 
 
 def _ingest(args: argparse.Namespace, context: Context) -> int:
-    from agent_retrieval.loaders import SUPPORTED_SUFFIXES, describe_unsupported
-    from agent_retrieval.sync import ingest_paths
+    from agent_retrieval.ingest.loaders import SUPPORTED_SUFFIXES, describe_unsupported
+    from agent_retrieval.ingest.sync import ingest_paths
 
     _check_store_path(context, must_exist=args.dry_run)  # a dry run compares with a store, never makes one
     report = ingest_paths(
@@ -443,8 +445,8 @@ def _files(retrieval: Retrieval, ids: list[str]) -> dict[str, str]:
 def _ask(args: argparse.Namespace, context: Context) -> int:
     import asyncio
 
-    from agent_retrieval.graph_parts import GraphParts
     from agent_retrieval.graphs import rag
+    from agent_retrieval.server.graph_parts import GraphParts
 
     with _retrieval(context, store_must_exist=True) as retrieval:
         graph = rag.build(GraphParts(retrieval=retrieval))
@@ -505,8 +507,8 @@ def _embedder_status(context: Context) -> str:
     """Which embedder this configuration uses and how it runs (nothing is loaded to say so)."""
     if context.embedding_provider != "local":
         return context.embedding_provider
-    from agent_retrieval import onnx_model
-    from agent_retrieval.embeddings import BUNDLED_LOCAL_MODEL, bundled_model_path
+    from agent_retrieval.providers import onnx_model
+    from agent_retrieval.providers.embeddings import BUNDLED_LOCAL_MODEL, bundled_model_path
 
     name = f"local {context.local_embedding_model}"
     if context.local_runtime == "torch" or context.local_embedding_model != BUNDLED_LOCAL_MODEL:
@@ -566,7 +568,7 @@ def _db_init(args: argparse.Namespace, context: Context) -> int:
 
     schema, dimension = args.schema or context.db_schema, args.dimension
     if dimension is None:
-        from agent_retrieval.embeddings import make_embedder
+        from agent_retrieval.providers.embeddings import make_embedder
 
         embedder = make_embedder(context)
         dimension = len(embedder.embed_query("dimension probe"))
@@ -595,7 +597,7 @@ def _db_init(args: argparse.Namespace, context: Context) -> int:
 def _demo(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval import demo
     from agent_retrieval.ingest import ingest
-    from agent_retrieval.loaders import load_documents
+    from agent_retrieval.ingest.loaders import load_documents
     from agent_retrieval.tools import make_retrieval_tools
 
     if not args.db:

@@ -5,7 +5,7 @@ what a caller may choose per run, including the caller of a run on a LangGraph s
 read as RunSettings and nothing else. `Context` adds the deployment settings only the operator sets: where
 the store is and its credentials, provider endpoints and keys, the schema, the tenant. A server run's
 deployment settings come from the server's environment and the run's authenticated user
-(agent_retrieval.auth), never from the run's caller.
+(agent_retrieval.server.auth), never from the run's caller.
 
 Both are frozen and pure: `Context(...)` holds what it is given and the defaults, reads nothing and changes
 nothing in the process. `Context.from_env(...)` is the operator's: each setting not given is read from its

@@ -29,7 +29,7 @@ from agent_retrieval.context import RUN_SETTINGS, Context
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import MAX_TOP_K, Document, Hit, Level, SearchRequest, parse_request
 from agent_retrieval.planning import Facets, make_plan, run_plan
-from agent_retrieval.retrieval import Candidates, Retrieval
+from agent_retrieval.search.retrieval import Candidates, Retrieval
 
 T = TypeVar("T")
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
@@ -93,7 +93,7 @@ class Dataset:
 
     def documents(self) -> Iterator[Document]:
         """The corpus (or its subset) as Documents (`_id`, `title`, `text`), for ingestion."""
-        from agent_retrieval.loaders import load_documents
+        from agent_retrieval.ingest.loaders import load_documents
 
         return (d for d in load_documents([self.corpus]) if self.subset is None or d.id in self.subset)
 
@@ -156,7 +156,7 @@ def load_beir(
 
 
 def _jsonl(path: Path, required: Sequence[str]) -> Iterator[tuple[dict[str, Any], str]]:
-    from agent_retrieval.loaders import jsonl_records
+    from agent_retrieval.ingest.loaders import jsonl_records
 
     for where, record in jsonl_records(path, DatasetError):
         if not isinstance(record, dict) or any(not isinstance(record.get(k), str) for k in required):

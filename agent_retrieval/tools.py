@@ -42,7 +42,7 @@ from agent_retrieval.models import (
     parse_request,
 )
 from agent_retrieval.quoting import passage, passages, quote_attribute, unquote_id
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.text import counted, shorten
 
 _MARKDOWN_HEADING = re.compile(r"(?m)^#{1,6}\s+")

@@ -29,11 +29,11 @@ from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import ChunkSearchRequest, Document, Hit, Level, SearchRequest, parse_request
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.base import MAX_SEARCH_K, check_rows
 
 ANY_SIMILARITY = -1.0  # a vector store returns the k nearest, however far: no similarity floor

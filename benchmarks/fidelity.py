@@ -46,9 +46,9 @@ from typing import Any
 from lxml import html as lxml_html
 
 from agent_retrieval.context import Context
+from agent_retrieval.ingest.sync import ingest_paths
 from agent_retrieval.models import SearchRequest
-from agent_retrieval.retrieval import Retrieval
-from agent_retrieval.sync import ingest_paths
+from agent_retrieval.search.retrieval import Retrieval
 
 ROOT = Path(__file__).resolve().parent
 CORPUS = ROOT / "fidelity" / "corpus.json"

@@ -18,8 +18,8 @@ import json
 import sys
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import make_embedder
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import make_embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.tools import ChunkRetrieverTool
 from benchmarks.latency import RESULTS, queries

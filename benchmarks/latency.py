@@ -28,9 +28,9 @@ from tqdm import tqdm
 
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import ingest
-from agent_retrieval.loaders import load_documents
+from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import Chunk, ChunkSearchRequest, Document, parse_request
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores.sqlite import release_file_caches
 from agent_retrieval.tools import ChunkRetrieverTool, format_result

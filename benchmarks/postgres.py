@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from agent_retrieval.context import Context
 from agent_retrieval.models import Chunk, Document, SearchRequest
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore

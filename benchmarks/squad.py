@@ -32,11 +32,11 @@ from tqdm import tqdm
 
 from agent_retrieval import hyde
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder, make_embedder
 from agent_retrieval.evaluation import RANKING_SETTINGS
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import Embedder, make_embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import SQLiteStore, Store
 from agent_retrieval.tools import ChunkRetrieverTool, DocumentRetrieverTool
 

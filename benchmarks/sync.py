@@ -19,8 +19,8 @@ from pathlib import Path
 
 from agent_retrieval.context import Context
 from agent_retrieval.evaluation import load_beir
-from agent_retrieval.retrieval import Retrieval
-from agent_retrieval.sync import ingest_paths
+from agent_retrieval.ingest.sync import ingest_paths
+from agent_retrieval.search.retrieval import Retrieval
 
 ROOT = Path(__file__).resolve().parent
 DATASET = ROOT.parent.parent / "shared" / "datasets" / "scifact"

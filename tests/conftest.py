@@ -19,10 +19,10 @@ from pydantic import Field
 
 from agent_retrieval import hyde
 from agent_retrieval.context import Context, env_names
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.ingest import ingest
-from agent_retrieval.loaders import load_documents
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.ingest.loaders import load_documents
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
 from tests.stack import Postgres, SupabaseStack, start_postgres, start_stack
 
 # Schemas PostgREST serves: `agent_retrieval` (the default, for tests with real embedders), `ar_contract`

@@ -3,7 +3,7 @@
 The server is configured only by its environment, as a user's would be: nothing of the machine's own
 agent-retrieval, provider or LangSmith settings leaks in, and nothing reaches the network (no LangSmith,
 analytics or version check). It runs without --allow-blocking, so a blocking call in an async node fails
-the run. Requests carry a signed-in user's access token, verified by agent_retrieval.auth.
+the run. Requests carry a signed-in user's access token, verified by agent_retrieval.server.auth.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import numpy as np
 
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import chunk_document, chunk_text, document_text
-from agent_retrieval.loaders import load_documents
+from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores.base import DocumentState

@@ -25,10 +25,10 @@ from typing_extensions import TypedDict  # pydantic validates typing's TypedDict
 
 from agent_retrieval.context import RunSettings
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
-from agent_retrieval.graph_parts import GraphParts, add_nodes, read_state, run_context
 from agent_retrieval.models import MAX_TOP_K, ChunkSearchRequest, parse_request
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import element, passage, quote
+from agent_retrieval.server.graph_parts import GraphParts, add_nodes, read_state, run_context
 from agent_retrieval.text import shorten
 from agent_retrieval.validation import Question, Text, check_question
 

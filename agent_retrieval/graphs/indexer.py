@@ -22,10 +22,10 @@ from langgraph.runtime import Runtime
 
 from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
-from agent_retrieval.graph_parts import GraphParts, add_nodes, run_context
 from agent_retrieval.ingest import MAX_CALLER_DOCUMENTS, IngestReport, ingest_for_caller
-from agent_retrieval.loaders import SUPPORTED_SUFFIXES, load_documents
+from agent_retrieval.ingest.loaders import SUPPORTED_SUFFIXES, load_documents
 from agent_retrieval.models import Document
+from agent_retrieval.server.graph_parts import GraphParts, add_nodes, run_context
 
 
 @dataclass(kw_only=True)

@@ -16,12 +16,12 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from pydantic import Field
 
-from agent_retrieval.answer import write_answer
 from agent_retrieval.context import RunSettings
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
-from agent_retrieval.graph_parts import GraphParts, add_nodes, last_question, read_state, run_context
 from agent_retrieval.models import MAX_TOP_K, ChunkSearchRequest, Hit, parse_request
 from agent_retrieval.planning import QueryPlan, check_request, make_plan, run_plan
+from agent_retrieval.planning.answer import write_answer
+from agent_retrieval.server.graph_parts import GraphParts, add_nodes, last_question, read_state, run_context
 
 # The most passages an answer is written from: answer_chunks, and what reading on adds beside them.
 MAX_ANSWER_PASSAGES = 2 * MAX_TOP_K

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_retrieval.embeddings import Embedder
+from agent_retrieval.providers.embeddings import Embedder
 from tests.benchmarks import BENCHMARKS, load_script
 from tests.conftest import WordHashEmbeddings
 
@@ -16,7 +16,8 @@ def test_the_sync_benchmark_runs_and_embeds_only_edited_text(monkeypatch, tmp_pa
     module = load_script("sync")
     monkeypatch.setattr(module, "ROOT", tmp_path)
     monkeypatch.setattr(
-        "agent_retrieval.retrieval.make_embedder", lambda context: Embedder(WordHashEmbeddings(), "test/w")
+        "agent_retrieval.search.retrieval.make_embedder",
+        lambda context: Embedder(WordHashEmbeddings(), "test/w"),
     )
     result = module.main(["--files", "60"])
     assert (result["edited"], result["renamed"], result["deleted"]) == (3, 3, 3)

@@ -15,16 +15,16 @@ import numpy as np
 import pytest
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
 from agent_retrieval.ingest import ingest
+from agent_retrieval.ingest.sync import ingest_paths
 from agent_retrieval.models import Chunk, Document
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import SQLiteStore, Store
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
-from agent_retrieval.sync import ingest_paths
 from tests.conftest import WordHashEmbeddings
 from tests.unit.test_argument_rules import NOT_WHOLE_NUMBERS
 

@@ -14,11 +14,11 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from agent_retrieval import demo
 from agent_retrieval.context import Context
-from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.ingest import ingest
-from agent_retrieval.loaders import load_documents
+from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import ChunkSearchRequest, parse_request
 from agent_retrieval.planning import READING_ON
+from agent_retrieval.server.graph_parts import GraphParts
 from tests.fakeapi import FakeAPI, agent_script
 
 QUESTION = "Do estate agents have to tell the seller about referral fees from third parties?"

@@ -66,7 +66,7 @@ KILLS = ["embedding", "writing", "random", "writing", "embedding", "writing"]
 DRIVER = textwrap.dedent("""
     import json, os, sys, threading, traceback
     from agent_retrieval import cli
-    import agent_retrieval.ingest, agent_retrieval.retrieval, langchain_openai  # noqa
+    import agent_retrieval.ingest, agent_retrieval.search.retrieval, langchain_openai  # noqa
     try:
         import psycopg, psycopg_pool  # noqa: the Postgres store's, when the extra is installed
     except ImportError:

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from agent_retrieval import demo
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
 from agent_retrieval.ingest import ingest
-from agent_retrieval.loaders import load_documents
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.ingest.loaders import load_documents
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
 from agent_retrieval.tools import make_retrieval_tools

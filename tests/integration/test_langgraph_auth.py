@@ -15,9 +15,9 @@ import pytest
 from langgraph_sdk import get_sync_client
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import make_embedder
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document
+from agent_retrieval.providers.embeddings import make_embedder
 from agent_retrieval.stores import open_store
 from agent_retrieval.stores.postgres import PostgresStore
 from tests.fakeapi import FakeAPI, agent_script

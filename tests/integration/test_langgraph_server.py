@@ -21,11 +21,11 @@ from langgraph_sdk.client import SyncLangGraphClient
 
 from agent_retrieval import demo
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import make_embedder
 from agent_retrieval.ingest import ingest
-from agent_retrieval.loaders import load_documents
+from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.planning import READING_ON
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import make_embedder
+from agent_retrieval.search.retrieval import Retrieval
 from tests.fakeapi import FakeAPI, agent_script
 from tests.langgraph_server import REPO, Server, serve
 

@@ -22,10 +22,10 @@ import pytest
 
 from agent_retrieval import demo, hyde
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.ingest import ingest
-from agent_retrieval.loaders import load_documents
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.ingest.loaders import load_documents
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
 from agent_retrieval.tools import make_retrieval_tools

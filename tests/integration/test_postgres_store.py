@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from agent_retrieval import cli
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import DimensionMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import Chunk, Document
+from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from tests.conftest import WordHashEmbeddings
@@ -35,8 +35,8 @@ def word_hash_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
     def make(context):
         return Embedder(WordHashEmbeddings(), "test/word-hash")
 
-    monkeypatch.setattr("agent_retrieval.retrieval.make_embedder", make)
-    monkeypatch.setattr("agent_retrieval.embeddings.make_embedder", make)
+    monkeypatch.setattr("agent_retrieval.search.retrieval.make_embedder", make)
+    monkeypatch.setattr("agent_retrieval.providers.embeddings.make_embedder", make)
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
@@ -182,7 +182,7 @@ def test_a_search_blocked_on_both_paths_fails_clearly_at_the_tool_deadline(postg
 
     from agent_retrieval.context import Context
     from agent_retrieval.models import ChunkSearchRequest
-    from agent_retrieval.retrieval import Retrieval
+    from agent_retrieval.search.retrieval import Retrieval
 
     store = stores(timeout=20)
     vector = np.asarray([1, 0, 0, 0], dtype=np.float32)

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import make_embedder
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document, SearchRequest
 from agent_retrieval.process import PROCESS
-from agent_retrieval.resources import NoTurn, shared_turns
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import make_embedder
+from agent_retrieval.search.resources import NoTurn, shared_turns
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
 

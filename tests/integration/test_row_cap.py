@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.ingest import ingest, reembed
 from agent_retrieval.models import Chunk, ChunkSearchRequest, Document
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
 from tests.conftest import WordHashEmbeddings

@@ -21,13 +21,13 @@ import pytest
 
 from agent_retrieval import cli
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder, VoyageEmbeddings
 from agent_retrieval.errors import AgentRetrievalError, ConfigError, StoreUnavailable
-from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs import rag
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import Embedder, VoyageEmbeddings
+from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.server.graph_parts import GraphParts
 from agent_retrieval.stores.base import Failure
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.rpc import CallError, RPCStore

@@ -20,14 +20,14 @@ import pytest
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
 
-from agent_retrieval.auth import MAX_REQUEST_BYTES
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import make_embedder
 from agent_retrieval.graphs.agent import MAX_TOOL_CALLS
 from agent_retrieval.graphs.codegen import COMPUTES_DATA
 from agent_retrieval.ingest import MAX_CALLER_CHARS, ingest
 from agent_retrieval.models import Document
 from agent_retrieval.planning import READING_ON
+from agent_retrieval.providers.embeddings import make_embedder
+from agent_retrieval.server.auth import MAX_REQUEST_BYTES
 from agent_retrieval.stores.postgres import PostgresStore
 from tests.fakeapi import FakeAPI, agent_script
 from tests.langgraph_server import Server, serve

@@ -23,11 +23,11 @@ import pytest
 
 from agent_retrieval import demo
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import AgentRetrievalError, StoreError, StoreUnavailable
 from agent_retrieval.ingest import ingest
-from agent_retrieval.loaders import load_documents
+from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import Document
+from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores import open_store
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore

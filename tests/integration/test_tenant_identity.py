@@ -13,11 +13,11 @@ import json
 import pytest
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
-from agent_retrieval.identity import tenant_of_claims
 from agent_retrieval.ingest import chunk_document, ingest
 from agent_retrieval.models import ChunkSearchRequest, Document
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.server.identity import tenant_of_claims
 from agent_retrieval.stores import open_store
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
@@ -266,8 +266,8 @@ def current_tenant(postgres):
 
 @pytest.mark.parametrize("claims", CLAIMS, ids=[json.dumps(c) for c in CLAIMS])
 def test_the_python_rule_is_the_sql_rule(current_tenant, claims):
-    """agent_retrieval.identity.tenant_of_claims (the auth handler's) and the SQL current_tenant() (row-level
-    security's) name the same tenant for every token."""
+    """identity.tenant_of_claims (the auth handler's) and the SQL current_tenant() (row-level security's)
+    name the same tenant for every token."""
     assert current_tenant(claims) == tenant_of_claims(claims)
 
 
@@ -301,7 +301,7 @@ def test_metadata_never_publishes_only_the_operators_flag_does(stack):
 
 def test_ingest_publishes_only_when_asked_and_says_where_each_document_came_from(stack, tmp_path):
     (tmp_path / "rota.md").write_text("---\npublic: true\n---\n# Rota\n\nThe weekend rota starts at nine.\n")
-    from agent_retrieval.loaders import load_documents
+    from agent_retrieval.ingest.loaders import load_documents
 
     context = writer(stack, "globex")
     with open_store(context) as store:

@@ -14,9 +14,9 @@ from langchain_core.indexing import InMemoryRecordManager, index
 from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore

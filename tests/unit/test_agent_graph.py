@@ -12,9 +12,9 @@ from langchain_core.messages import AIMessage, ToolMessage
 from pydantic import Field
 
 from agent_retrieval.context import Context, RunSettings
-from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs import agent
 from agent_retrieval.ingest import ingest
+from agent_retrieval.server.graph_parts import GraphParts
 from tests.promptcheck import PAYLOADS, assert_quoted, hostile_document, passages_outline
 
 QUESTION = "How long does the landlord have to protect the deposit?"

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs import codegen
 from agent_retrieval.planning import check_request
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.server.graph_parts import GraphParts
 from agent_retrieval.tools import TOOLS, AgentRetriever, make_retrieval_tools
 from tests.conftest import WordHashEmbeddings
 

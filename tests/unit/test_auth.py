@@ -17,7 +17,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from langgraph_sdk import Auth
 
-from agent_retrieval.auth import (
+from agent_retrieval.errors import ConfigError
+from agent_retrieval.server.auth import (
     STUDIO_ORIGINS,
     Operator,
     authenticate,
@@ -25,7 +26,6 @@ from agent_retrieval.auth import (
     is_operator,
     private_to_owner,
 )
-from agent_retrieval.errors import ConfigError
 
 SECRET = "a-test-jwt-secret-of-at-least-32-characters"
 ISSUER = "https://project.supabase.co/auth/v1"

@@ -9,11 +9,11 @@ import time
 import pytest
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.ingest import ingest_for_caller
 from agent_retrieval.models import ChunkSearchRequest
-from agent_retrieval.resources import NoTurn, Turns
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.resources import NoTurn, Turns
+from agent_retrieval.search.retrieval import Retrieval
 from tests.conftest import WordHashEmbeddings
 
 

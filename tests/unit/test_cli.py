@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent_retrieval import cli
-from agent_retrieval.embeddings import Embedder
+from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores import SQLiteStore
 from tests.conftest import WordHashEmbeddings
 
@@ -19,7 +19,7 @@ from tests.conftest import WordHashEmbeddings
 def word_hash_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI builds its embedder from the Context; here it gets the fast test one."""
     monkeypatch.setattr(
-        "agent_retrieval.retrieval.make_embedder",
+        "agent_retrieval.search.retrieval.make_embedder",
         lambda context: Embedder(WordHashEmbeddings(), "test/word-hash"),
     )
 
@@ -212,7 +212,7 @@ def test_progress_counts_texts_and_the_model_loading_notice_is_one_line(
         notices.info("loading the embedding model test ...")
         return Embedder(WordHashEmbeddings(), "test/word-hash")
 
-    monkeypatch.setattr("agent_retrieval.retrieval.make_embedder", loading)
+    monkeypatch.setattr("agent_retrieval.search.retrieval.make_embedder", loading)
     code, _out, err = run(capsys, "ingest", "--db", str(tmp_path / "p.db"), str(corpus))
     assert code == 0
     assert "loading the embedding model test ...\n" in err

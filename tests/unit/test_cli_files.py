@@ -16,8 +16,8 @@ from pypdf import PdfWriter
 from pypdf.generic import NameObject, StreamObject
 
 from agent_retrieval import cli
-from agent_retrieval.embeddings import Embedder
-from agent_retrieval.loaders import MAX_PDF_PAGES
+from agent_retrieval.ingest.loaders import MAX_PDF_PAGES
+from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores import SQLiteStore
 from tests.conftest import WordHashEmbeddings
 
@@ -27,7 +27,7 @@ KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAE
 @pytest.fixture(autouse=True)
 def word_hash_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        "agent_retrieval.retrieval.make_embedder",
+        "agent_retrieval.search.retrieval.make_embedder",
         lambda context: Embedder(WordHashEmbeddings(), "test/word-hash"),
     )
 

@@ -15,14 +15,14 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from agent_retrieval import demo
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
-from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs import codegen
 from agent_retrieval.graphs.codegen import OFFLINE_NOTE, Passage, State, build, codegen_messages, validate_sql
 from agent_retrieval.ingest import chunk_document, ingest
-from agent_retrieval.loaders import load_documents
+from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import Document
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.server.graph_parts import GraphParts
 from tests.conftest import CountingChatModel, chat_text
 from tests.promptcheck import PAYLOADS, as_read, assert_quoted, hostile_document, outline, passages_outline
 

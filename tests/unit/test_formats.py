@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from lxml import html as lxml_html
 
-from agent_retrieval import formats
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.ingest import chunk_document
-from agent_retrieval.loaders import (
+from agent_retrieval.ingest import chunk_document, formats
+from agent_retrieval.ingest.loaders import (
     SUPPORTED_SUFFIXES,
     _first_heading,
     load_documents,

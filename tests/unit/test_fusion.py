@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from agent_retrieval.fusion import FULL_KEYWORD_COVERAGE, PROFILES, convex, fuse, keyword_trust, rrf, zscores
 from agent_retrieval.models import Hit
+from agent_retrieval.fusion import (
+    FULL_KEYWORD_COVERAGE,
+    PROFILES,
+    convex,
+    fuse,
+    keyword_trust,
+    rrf,
+    zscores,
+)
 from agent_retrieval.text import entity_matches, entity_terms
 
 

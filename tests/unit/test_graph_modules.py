@@ -12,8 +12,8 @@ import pytest
 from blockbuster import blockbuster_ctx
 
 from agent_retrieval.context import Context
-from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs import agent, rag
+from agent_retrieval.server.graph_parts import GraphParts
 
 REPO = Path(__file__).resolve().parents[2]
 GRAPHS = json.loads((REPO / "langgraph.json").read_text())["graphs"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.loaders import MAX_METADATA_CHARS, load_documents, load_file
+from agent_retrieval.ingest.loaders import MAX_METADATA_CHARS, load_documents, load_file
 from agent_retrieval.models import MAX_NESTING
 
 REPO = Path(__file__).resolve().parents[2]
@@ -263,7 +263,7 @@ def test_a_pipe_named_like_a_document_is_refused_without_waiting_for_a_writer(tm
 
 UNREADABLE_SCRIPT = """
 import json, sys
-from agent_retrieval.loaders import load_documents
+from agent_retrieval.ingest.loaders import load_documents
 skipped = []
 ids = [d.id for d in load_documents([sys.argv[1]], skipped=skipped)]
 print(json.dumps({"ids": ids, "skipped": skipped}))

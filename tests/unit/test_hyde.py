@@ -13,7 +13,6 @@ import pytest
 
 from agent_retrieval import hyde
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.hyde import (
     aget_query_embedding_for_retrieval,
     format_query_for_embedding,
@@ -21,6 +20,7 @@ from agent_retrieval.hyde import (
     get_query_embedding_for_retrieval,
     parse_passages,
 )
+from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.tools import make_retrieval_tools
 from tests.conftest import CountingChatModel, WordHashEmbeddings, chat_text
 

@@ -8,8 +8,8 @@ import pytest
 from blockbuster import blockbuster_ctx
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.models import ChunkSearchRequest, title_document_id
+from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.tools import IndexDocumentTool, SimilaritySearchTool, make_retrieval_tools
 from tests.conftest import WordHashEmbeddings
 from tests.unit.test_tools import acall, call, fingerprint

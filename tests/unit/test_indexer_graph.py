@@ -8,13 +8,13 @@ import pytest
 from blockbuster import blockbuster_ctx
 from langgraph.checkpoint.memory import InMemorySaver
 
-from agent_retrieval.embeddings import Embedder
-from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs.indexer import build
 from agent_retrieval.ingest import ingest
-from agent_retrieval.loaders import SUPPORTED_SUFFIXES, load_documents
+from agent_retrieval.ingest.loaders import SUPPORTED_SUFFIXES, load_documents
 from agent_retrieval.models import ChunkSearchRequest, title_document_id
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.server.graph_parts import GraphParts
 from tests.conftest import WordHashEmbeddings
 from tests.unit.test_cli_files import deep_pdf
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
 from agent_retrieval.ingest import (
     IngestReport,
@@ -18,8 +17,9 @@ from agent_retrieval.ingest import (
     ingest,
     reembed,
 )
-from agent_retrieval.loaders import load_documents
+from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import Document
+from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores import SQLiteStore
 from tests.conftest import WordHashEmbeddings
 
@@ -297,7 +297,7 @@ def test_ingest_paths_loads_what_it_can_and_lists_the_rest(tmp_path, folder, mon
     from agent_retrieval import Context, ingest_paths
 
     monkeypatch.setattr(
-        "agent_retrieval.retrieval.make_embedder",
+        "agent_retrieval.search.retrieval.make_embedder",
         lambda context: Embedder(WordHashEmbeddings(), "test/word-hash"),
     )
     (folder / "diagram.svg").write_text("<svg/>", encoding="utf-8")
@@ -362,7 +362,7 @@ def test_an_interrupted_ingest_of_a_large_file_keeps_what_it_embedded(tmp_path):
 
 def test_prune_removes_a_jsonl_record_no_longer_in_its_file(tmp_path, embedder):
     from agent_retrieval import Context, Retrieval
-    from agent_retrieval.sync import ingest_paths
+    from agent_retrieval.ingest.sync import ingest_paths
 
     records = tmp_path / "docs" / "records.jsonl"
     records.parent.mkdir()

@@ -8,10 +8,10 @@ import pytest
 
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import ingest
-from agent_retrieval.links import bridge_names, compares, find_links, names, title_forms
 from agent_retrieval.models import Document, Hit
 from agent_retrieval.planning import PlannedQuery, QueryPlan, run_plan
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.planning.links import bridge_names, compares, find_links, names, title_forms
+from agent_retrieval.search.retrieval import Retrieval
 
 # A three-hop chain linked by titles (album -> its performer -> his spouse), a two-hop one through a name
 # that is no title (a role -> the actress -> her sister), and distractors sharing the questions' words.
@@ -179,7 +179,7 @@ async def test_a_name_the_question_holds_is_not_looked_up(chain):
 
 
 def test_a_document_read_on_to_moves_up_from_lower_down_and_is_listed_once():
-    from agent_retrieval.planning import _placed_after
+    from agent_retrieval.planning.execution import _placed_after
 
     hits = [Hit(f"{n}#0", "chunks", n, n, "", score=1 / (i + 1)) for i, n in enumerate("abcde")]
     placed = _placed_after(hits, [hits[4]], hits[:3])

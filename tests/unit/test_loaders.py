@@ -11,9 +11,9 @@ import pytest
 
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import chunk_document, ingest
-from agent_retrieval.loaders import load_documents, load_file
+from agent_retrieval.ingest.loaders import load_documents, load_file
 from agent_retrieval.models import ChunkSearchRequest, Document
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.search.retrieval import Retrieval
 
 HTML = Path(__file__).resolve().parents[1] / "data" / "html"
 
@@ -111,11 +111,12 @@ def test_include_and_exclude_select_a_folders_files(tmp_path):
 
 def test_the_cli_takes_include_and_exclude(tmp_path, capsys, monkeypatch):
     from agent_retrieval import cli
-    from agent_retrieval.embeddings import Embedder
+    from agent_retrieval.providers.embeddings import Embedder
     from tests.conftest import WordHashEmbeddings
 
     monkeypatch.setattr(
-        "agent_retrieval.retrieval.make_embedder", lambda context: Embedder(WordHashEmbeddings(), "test/w")
+        "agent_retrieval.search.retrieval.make_embedder",
+        lambda context: Embedder(WordHashEmbeddings(), "test/w"),
     )
     shutil.copytree(HTML, tmp_path / "site")
     db = str(tmp_path / "s.db")

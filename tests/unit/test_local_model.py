@@ -6,10 +6,10 @@ import pytest
 
 from agent_retrieval import cli, demo
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import make_embedder
 from agent_retrieval.ingest import ingest
-from agent_retrieval.loaders import load_documents
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.ingest.loaders import load_documents
+from agent_retrieval.providers.embeddings import make_embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.tools import make_retrieval_tools
 
 pytestmark = pytest.mark.slow

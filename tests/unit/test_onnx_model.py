@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent_retrieval import onnx_model
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import LocalEmbeddings, bundled_model_path, make_embedder
+from agent_retrieval.providers import onnx_model
+from agent_retrieval.providers.embeddings import LocalEmbeddings, bundled_model_path, make_embedder
 
 pytestmark = pytest.mark.slow
 

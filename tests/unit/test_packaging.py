@@ -3,6 +3,7 @@ them from there."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -105,6 +106,60 @@ def test_the_public_names_are_typed_and_each_is_exported_once(tmp_path: Path):
 
 def test_contributings_map_names_every_module():
     text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
-    named = set(re.findall(r"`([\w/]+(?:\.py)?/?)`", text.split("## Where things live")[1].split("\n## ")[0]))
-    modules = {p.name for p in (ROOT / "agent_retrieval").glob("*.py")} - {"__init__.py"}
+    table = text.split("## Where things live")[1].split("\n## ")[0]
+    folders = dict(re.findall(r"\*\*(\w+)/\*\* \| ([^\n]*)", table))  # a part's row names its modules
+    named = set(re.findall(r"`([\w/]+\.py)`", table))
+    named |= {f"{folder}/{m}" for folder, row in folders.items() for m in re.findall(r"`([\w/]+\.py)`", row)}
+    package = ROOT / "agent_retrieval"
+    modules = {p.relative_to(package).as_posix() for p in package.rglob("*.py")} - {"__init__.py"}
+    modules = {m for m in modules if not m.endswith("/__init__.py")}
     assert modules <= named, sorted(modules - named)
+
+
+# The parts in CONTRIBUTING's order: each imports only its own and earlier ones (hyde is search's, kept at
+# the top where the design names it; the core's modules are the package's other top-level ones).
+PARTS = ["stores", "providers", "search", "ingest", "planning", "tools", "server", "graphs", "cli"]
+PART_OF = {"hyde": "search", "vectorstore": "tools", "evaluation": "cli"}
+
+
+def _part(module: str) -> int:
+    head = module.split(".")[1] if "." in module else ""
+    part = PART_OF.get(head, head)
+    return PARTS.index(part) + 1 if part in PARTS else 0  # 0: the core
+
+
+def test_each_part_imports_only_the_core_and_the_parts_before_it():
+    package = ROOT / "agent_retrieval"
+    upward = []
+    for path in package.rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        if module == "agent_retrieval":  # the package's face names every part
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "agent_retrieval":
+                imported = [f"agent_retrieval.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agent_retrieval."):
+                imported = [str(node.module)]
+            elif isinstance(node, ast.Import):
+                imported = [a.name for a in node.names if a.name.startswith("agent_retrieval.")]
+            else:
+                continue
+            upward += [f"{module} -> {name}" for name in imported if _part(name) > _part(module)]
+    assert not upward, upward
+
+
+def test_a_moved_modules_old_path_is_the_same_module_and_says_where_it_went():
+    code = (
+        "import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+        "try:\n    import agent_retrieval.embeddings\nexcept DeprecationWarning as w:\n    print(w)\n"
+        "warnings.simplefilter('ignore')\n"
+        "import agent_retrieval.retrieval as old, agent_retrieval.search.retrieval as new\n"
+        "from agent_retrieval.stores import sqlite_schema\n"
+        "import agent_retrieval.stores.sqlite.schema as schema\n"
+        "print(old is new, sqlite_schema is schema)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == [
+        "agent_retrieval.embeddings is now agent_retrieval.providers.embeddings; the old path works until 1.0",
+        "True True",
+    ]

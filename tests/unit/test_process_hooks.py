@@ -11,7 +11,7 @@ import pytest
 
 from agent_retrieval import redaction
 from agent_retrieval.context import Context
-from agent_retrieval.llm import make_chat_model
+from agent_retrieval.providers.llm import make_chat_model
 
 
 def test_the_log_hook_is_installed_once_and_a_chat_model_only_records_new_keys():
@@ -36,7 +36,7 @@ def test_the_log_hook_is_installed_once_and_a_chat_model_only_records_new_keys()
 
 def test_torch_threads_are_switched_by_one_encode_at_a_time_and_always_restored():
     torch = pytest.importorskip("torch")
-    from agent_retrieval.embeddings import _torch_threads
+    from agent_retrieval.providers.embeddings import _torch_threads
 
     configured = torch.get_num_threads()
     inside = 0

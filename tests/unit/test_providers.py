@@ -14,13 +14,13 @@ import pytest
 
 from agent_retrieval import hyde
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import make_embedder
 from agent_retrieval.errors import EmbeddingError
 from agent_retrieval.hyde import (
     aget_query_embedding_for_retrieval,
     get_query_embedding_for_retrieval,
     parse_passages,
 )
+from agent_retrieval.providers.embeddings import make_embedder
 from tests.fakeapi import FakeAPI
 
 QUERY = "do estate agents have to disclose referral fees paid by third parties"  # 12 words: HyDE runs

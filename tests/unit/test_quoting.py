@@ -10,9 +10,9 @@ import unicodedata
 import pytest
 
 from agent_retrieval import quoting
-from agent_retrieval.answer import cited_ids, format_passages, write_answer
 from agent_retrieval.context import Context
 from agent_retrieval.models import Hit
+from agent_retrieval.planning.answer import cited_ids, format_passages, write_answer
 from agent_retrieval.quoting import (
     angle_lookalikes,
     clean,

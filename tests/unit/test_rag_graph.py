@@ -10,15 +10,15 @@ import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage
 
-from agent_retrieval.answer import NOT_FOUND
 from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.errors import StoreUnavailable
-from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs import rag
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document
 from agent_retrieval.planning import READING_ON
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.planning.answer import NOT_FOUND
+from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.server.graph_parts import GraphParts
 from tests.conftest import CountingChatModel, chat_text
 from tests.promptcheck import PAYLOADS, assert_quoted, hostile_document, passages_outline
 
@@ -118,7 +118,7 @@ async def test_a_store_that_cannot_list_its_metadata_leaves_filters_unchecked_an
 
 async def test_the_state_shows_hyde_status_but_never_the_hyde_text(context, embedder):
     from agent_retrieval import demo
-    from agent_retrieval.loaders import load_documents
+    from agent_retrieval.ingest.loaders import load_documents
 
     hyde_context = Context(db_path=context.db_path, use_hyde=True)
     marker = "Zephyrquill deposit passage"  # words no document holds, so any sighting is HyDE text leaking
@@ -267,8 +267,8 @@ async def test_a_run_over_an_embedded_store_never_made_says_how_to_make_it(tmp_p
 
 
 def test_an_extractive_answer_carries_no_markup():
-    from agent_retrieval.answer import extractive_answer
     from agent_retrieval.models import Hit
+    from agent_retrieval.planning.answer import extractive_answer
 
     content = (
         "{tab:title=Checklist}\n- [ ] Bank statements for the **last three months** are required.\n"

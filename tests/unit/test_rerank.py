@@ -14,12 +14,12 @@ from langchain_core.documents import Document as LCDocument
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs import rag
 from agent_retrieval.models import ChunkSearchRequest, SearchRequest, parse_request
 from agent_retrieval.planning import READING_ON
-from agent_retrieval.rerank import make_reranker
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.search.rerank import make_reranker
+from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.server.graph_parts import GraphParts
 from agent_retrieval.tools import make_retrieval_tools
 from tests.fakeapi import FakeAPI
 from tests.unit.test_rag_graph import PLAN, QUESTION, CitingChatModel

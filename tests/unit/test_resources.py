@@ -7,8 +7,8 @@ import multiprocessing
 
 from agent_retrieval.context import Context
 from agent_retrieval.models import ChunkSearchRequest, SearchRequest
-from agent_retrieval.resources import SearchResources, shared_resources
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.search.resources import SearchResources, shared_resources
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.tools import make_retrieval_tools
 
 LONG = "do agents have to declare themselves legally when a third party pays them"

@@ -11,13 +11,13 @@ import pytest
 from langgraph_sdk.auth.types import StudioUser
 
 from agent_retrieval import hyde
-from agent_retrieval.auth import deployment_for, refused_settings
 from agent_retrieval.context import DEPLOYMENT_SETTINGS, RUN_SETTINGS, Context, RunSettings
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.graph_parts import GraphParts
 from agent_retrieval.graphs import rag
-from agent_retrieval.llm import make_chat_model
 from agent_retrieval.planning import READING_ON
+from agent_retrieval.providers.llm import make_chat_model
+from agent_retrieval.server.auth import deployment_for, refused_settings
+from agent_retrieval.server.graph_parts import GraphParts
 from tests.conftest import CountingChatModel
 from tests.fakeapi import FakeAPI
 

@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import StoreError
 from agent_retrieval.ingest import IngestReport, chunk_document, chunk_text, document_text, ingest
-from agent_retrieval.loaders import load_documents
+from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import Chunk
+from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores import SQLiteStore
 from tests.conftest import WordHashEmbeddings
 from tests.storecheck import (
@@ -311,7 +311,7 @@ class SmallDisk:
             stat = os.statvfs(self.folder)
             self.ballast.write_bytes(b"\0" * (stat.f_bavail * stat.f_frsize - free))
         else:  # SQLite's own limit, on the connection the ingest below writes through (this thread's)
-            conn = self.store._conn()
+            conn = self.store._db.connection()
             pages = conn.execute("PRAGMA page_count").fetchone()[0]
             conn.execute(f"PRAGMA max_page_count = {pages + free // 4096}")
 
@@ -319,7 +319,7 @@ class SmallDisk:
         if self.method == "tmpfs":
             self.ballast.unlink()
         else:
-            self.store._conn().execute("PRAGMA max_page_count = 1073741823")
+            self.store._db.connection().execute("PRAGMA max_page_count = 1073741823")
 
 
 @pytest.fixture(params=["tmpfs", "max_page_count"])
@@ -379,15 +379,15 @@ def test_a_batch_that_fills_the_disk_after_its_documents_leaves_none_of_them(tmp
     def pages(path: Path, batch_chunks: list[Chunk]) -> int:
         """Pages the batch adds to an empty store."""
         with SQLiteStore(path) as scratch:
-            start = scratch._conn().execute("PRAGMA page_count").fetchone()[0]
+            start = scratch._db.connection().execute("PRAGMA page_count").fetchone()[0]
             scratch.upsert(docs, batch_chunks, embedder.model_id)
-            return scratch._conn().execute("PRAGMA page_count").fetchone()[0] - start
+            return scratch._db.connection().execute("PRAGMA page_count").fetchone()[0] - start
 
     documents_only, whole = pages(tmp_path / "a.db", []), pages(tmp_path / "b.db", chunks)
     assert documents_only < whole
     path = tmp_path / "store.db"
     with SQLiteStore(path) as store:
-        conn = store._conn()  # the connection this thread writes through
+        conn = store._db.connection()  # the connection this thread writes through
         start = conn.execute("PRAGMA page_count").fetchone()[0]
         conn.execute(f"PRAGMA max_page_count = {start + (documents_only + whole) // 2}")
         with pytest.raises(StoreError, match="disk is full"):

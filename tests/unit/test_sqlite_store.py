@@ -13,9 +13,9 @@ import pytest
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore
-from agent_retrieval.stores import sqlite as sqlite_store
 from agent_retrieval.stores.base import DocumentState
-from agent_retrieval.stores.sqlite_schema import MIGRATIONS
+from agent_retrieval.stores.sqlite import keywords
+from agent_retrieval.stores.sqlite.schema import MIGRATIONS
 from agent_retrieval.text import keyword_terms
 
 
@@ -51,13 +51,13 @@ def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatc
     store.upsert(*zipf_corpus(600), "test/none")
     rng = random.Random(11)
     passes: list[str] = []
-    original = store._conn
+    original = store._db.connection
 
     def counting_conn():
         conn = original()
         return _Recorder(conn, passes)
 
-    monkeypatch.setattr(store, "_conn", counting_conn)
+    monkeypatch.setattr(store._db, "connection", counting_conn)
     for _ in range(40):
         query = " ".join(
             f"w{rng.choice([0, 1, 2, 3, rng.randint(4, 399), rng.randint(50, 399)])}x"
@@ -126,7 +126,7 @@ def test_the_embedded_store_switches_to_a_model_of_another_dimension_after_reemb
 def test_concurrent_keyword_searches_survive_the_idf_cache_being_emptied(tmp_path, monkeypatch):
     """A long-lived server's cache passes its limit and is emptied while other threads still read it; a tiny
     limit makes that happen every few calls instead of once per 50,000 words."""
-    monkeypatch.setattr(sqlite_store, "IDF_CACHE_TERMS", 4)
+    monkeypatch.setattr(keywords, "IDF_CACHE_TERMS", 4)
     store = SQLiteStore(tmp_path / "idf.db")
     store.upsert(*zipf_corpus(300), "test/none")
     rng = random.Random(5)
@@ -170,7 +170,7 @@ def test_summarize_reads_only_the_chunks_it_returns(tmp_path):
             steps += 1
             return 0  # go on
 
-        conn = store._conn()
+        conn = store._db.connection()
         conn.set_progress_handler(count, 1)
         try:
             return [h.id for h in store.document_chunks(ids, limit)], steps
@@ -299,8 +299,10 @@ _FORKED: list[SQLiteStore] = []  # the store a forked child finds, as it was in 
 
 def _child_reads_through_its_own_connection() -> tuple[bool, list[str]]:
     store = _FORKED[0]
-    inherited = store._local.conn
-    return store._conn() is not inherited, [hit.id for hit in store.keyword_search("chunks", "deposit", 3)]
+    inherited = store._db._local.conn
+    return store._db.connection() is not inherited, [
+        hit.id for hit in store.keyword_search("chunks", "deposit", 3)
+    ]
 
 
 def test_a_forked_process_opens_its_own_connection_to_the_store(tmp_path):

@@ -12,10 +12,10 @@ from langchain_tests.unit_tests import ToolsUnitTests
 
 from agent_retrieval import demo
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.ingest import ingest
-from agent_retrieval.loaders import load_documents
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.ingest.loaders import load_documents
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.tools import (
     AgentRetriever,
     ChunkRetrieverTool,

@@ -12,9 +12,10 @@ import pytest
 from postgrest import APIError
 
 from agent_retrieval.errors import StoreError, StoreUnavailable
-from agent_retrieval.stores import postgres, sqlite, supabase
+from agent_retrieval.stores import postgres, supabase
 from agent_retrieval.stores.base import TRANSIENT, Failure
 from agent_retrieval.stores.rpc import CallError, RPCStore
+from agent_retrieval.stores.sqlite import connection
 
 # SQLSTATEs mean the same on both transports: PostgREST passes the database's on as its error code.
 SQLSTATES = {
@@ -67,8 +68,8 @@ def test_postgres_maps_a_lost_connection_and_not_a_refused_login():
 
 
 def test_sqlite_maps_a_lock_held_past_the_timeout_to_a_conflict():
-    assert sqlite._failure(sqlite3.SQLITE_BUSY, "database is locked") is Failure.CONFLICT
-    assert sqlite._failure(sqlite3.SQLITE_FULL, "database or disk is full") is None
+    assert connection.failure(sqlite3.SQLITE_BUSY, "database is locked") is Failure.CONFLICT
+    assert connection.failure(sqlite3.SQLITE_FULL, "database or disk is full") is None
 
 
 class Scripted(RPCStore):

@@ -11,7 +11,7 @@ from agent_retrieval.context import Context
 from agent_retrieval.errors import ConfigError
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import open_store, sqlite_path
 from agent_retrieval.tools import make_retrieval_tools
 

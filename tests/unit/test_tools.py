@@ -13,10 +13,10 @@ from langchain_core.messages import ToolMessage
 from pydantic import ValidationError
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document, Hit, RetrievalResult
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.tools import (
     AgentRetriever,
     ChunkRetrieverTool,
@@ -248,7 +248,7 @@ def test_artifact_is_json_serialisable(tools):
 def test_retrieval_closes_the_store_it_opened(tmp_path, embedder):
     with Retrieval(Context(db_path=str(tmp_path / "x.db")), embedder=embedder) as retrieval:
         store = retrieval.store
-    assert retrieval._store is None and store._closed
+    assert retrieval._store is None and store._db._closed
 
 
 @pytest.mark.parametrize("variant", PAYLOADS)
@@ -291,7 +291,7 @@ def test_ids_as_one_tool_shows_them_scope_the_next_call_exactly(tools, retrieval
 
 
 def test_agent_retriever_searches_the_store_its_context_names(tmp_path, retrieval, monkeypatch):
-    monkeypatch.setattr("agent_retrieval.retrieval.make_embedder", lambda context: retrieval.embedder)
+    monkeypatch.setattr("agent_retrieval.search.retrieval.make_embedder", lambda context: retrieval.embedder)
     named = AgentRetriever(context=retrieval.context, k=2)
     assert named.retrieval.store.path == retrieval.store.path
     assert [d.metadata["document_id"] for d in named.invoke("referral fee disclosure")]

@@ -31,7 +31,7 @@ from langgraph_sdk import Auth
 
 from agent_retrieval.context import DEPLOYMENT_SETTINGS, RUN_SETTINGS, Context
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.identity import tenant_of_claims
+from agent_retrieval.server.identity import tenant_of_claims
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ def deployment_for(user: Any) -> Context:
     if not isinstance(tenant, str) or not tenant:
         raise ConfigError(
             "the run's authenticated user carries no tenant: serve the graphs with "
-            "agent_retrieval.auth (langgraph.json `auth`), or give your auth handler's users a "
+            "agent_retrieval.server.auth (langgraph.json `auth`), or give your auth handler's users a "
             "`tenant` (and `supabase_token`)"
         )
     return replace(settings, tenant_id=tenant, supabase_user_token=_get(user, "supabase_token") or "")

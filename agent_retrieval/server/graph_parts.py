@@ -23,10 +23,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest, StoreError
-from agent_retrieval.llm import make_chat_model
 from agent_retrieval.models import explain
+from agent_retrieval.providers.llm import make_chat_model
 from agent_retrieval.redaction import redact, redact_value
-from agent_retrieval.retrieval import Retrieval
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import missing_store
 
 
@@ -41,7 +41,7 @@ def run_context(runtime: Runtime[RunSettings]) -> Context:
         return runtime.context
     if runtime.server_info is None:  # code running the graph with run settings of its own
         return Context.from_env().with_run(runtime.context)
-    from agent_retrieval.auth import deployment_for
+    from agent_retrieval.server.auth import deployment_for
 
     return deployment_for(runtime.server_info.user).with_run(runtime.context)
 

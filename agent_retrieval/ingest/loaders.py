@@ -19,8 +19,8 @@ from typing import IO, Any
 
 import yaml
 
-from agent_retrieval import formats
 from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.ingest import formats
 from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_depth
 from agent_retrieval.text import has_words
 

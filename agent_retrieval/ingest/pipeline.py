@@ -12,88 +12,35 @@ so an interrupted ingest keeps what it embedded.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_text_splitters import RecursiveCharacterTextSplitter
 from pydantic import ValidationError
 
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder
 from agent_retrieval.errors import AgentRetrievalError, EmbeddingError, InvalidRequest, StoreError
-from agent_retrieval.formats import markdown_sections
+from agent_retrieval.ingest.chunking import (
+    chunk_document,
+    chunk_text,
+    content_fingerprint,
+    digest,
+    document_text,
+)
 from agent_retrieval.models import Chunk, Document, IndexDocumentRequest, Level, explain
 from agent_retrieval.progress import bar as progress_bar
+from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.redaction import fingerprint
-from agent_retrieval.resources import NoTurn, shared_turns
+from agent_retrieval.search.resources import NoTurn, shared_turns
 from agent_retrieval.stores.base import Store, check_rows
 from agent_retrieval.text import counted, has_words
 
 log = logging.getLogger(__name__)
 
-DOCUMENT_LEAD_CHARS = 1000  # a document is embedded by its title and opening; chunks carry the rest
 DOCUMENTS_PER_BATCH = 32
 TEXTS_PER_PART = 512  # texts embedded between commits when one batch (a large file) holds more
-_ANCHOR = re.compile(r"\s*\{#[^}]*\}\s*$")  # "## Setup {#setup}": an anchor id, not part of the heading
-
-
-# --- chunking and embedding text ------------------------------------------------------------------
-
-
-def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: int = 150) -> list[Chunk]:
-    """Split a document by its markdown headings, then by size; each chunk knows its heading path."""
-    splitter = RecursiveCharacterTextSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
-    chunks: list[Chunk] = []
-    for found, text in markdown_sections(document.content):
-        headings = [_ANCHOR.sub("", heading) for heading in found]
-        if headings and headings[0] == document.title:
-            headings = headings[1:]
-        heading_path = " > ".join(part for part in [document.title, *headings] if part)
-        for piece in splitter.split_text(text):
-            if piece.strip():
-                chunks.append(
-                    Chunk(
-                        id=f"{document.id}#{len(chunks)}",
-                        document_id=document.id,
-                        ordinal=len(chunks),
-                        content=piece.strip(),
-                        heading_path=heading_path,
-                        metadata=dict(document.metadata),
-                    )
-                )
-    return chunks
-
-
-def document_text(document: Document) -> str:
-    """What a document is embedded as: its title and lead (the lead alone for an untitled text, as LangChain
-    vector stores add them)."""
-    lead = document.content[:DOCUMENT_LEAD_CHARS]
-    return f"{document.title}\n\n{lead}" if document.title else lead
-
-
-def chunk_text(chunk: Chunk) -> str:
-    """What a chunk is embedded as: its heading path (title first) and content."""
-    return f"{chunk.heading_path}\n\n{chunk.content}" if chunk.heading_path else chunk.content
-
-
-def content_fingerprint(document: Document, context: Context) -> str:
-    """What a document's `content_hash` records: all that decides its stored rows, except a title taken from
-    its file's name, so a renamed file is found by its content (sync)."""
-    title = "" if document.title_from_name else document.title
-    return _hash(title, document.content, document.metadata, context.chunk_size, context.chunk_overlap)
-
-
-def _hash(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-# --- ingesting ------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -381,7 +328,7 @@ def _reuse_stored(
     returns the texts still to embed (text hash -> text)."""
     texts = [document_text(r) if isinstance(r, Document) else chunk_text(r) for r in rows]
     for row, text in zip(rows, texts, strict=True):
-        row.text_hash = _hash(text)
+        row.text_hash = digest(text)
     known = store.vectors_by_hash([r.text_hash for r in rows], embedder.model_id)
     missing: dict[str, str] = {}
     for row, text in zip(rows, texts, strict=True):

@@ -22,7 +22,7 @@ from agent_retrieval.models import Document
 from agent_retrieval.stores.base import DocumentState, Store
 
 if TYPE_CHECKING:
-    from agent_retrieval.retrieval import Retrieval
+    from agent_retrieval.search.retrieval import Retrieval
 
 
 def ingest_paths(
@@ -51,8 +51,8 @@ def ingest_paths(
     configures, as the tools'), and is left open. With `dry_run` nothing is written, embedded or deleted:
     the report says what would be (`written`, `renamed`, `removed`).
     """
-    from agent_retrieval.loaders import load_documents
-    from agent_retrieval.retrieval import Retrieval
+    from agent_retrieval.ingest.loaders import load_documents
+    from agent_retrieval.search.retrieval import Retrieval
 
     skipped: list[str] = []
     unsupported: list[Path] = []

@@ -221,7 +221,7 @@ class LocalEmbeddings(Embeddings):
     def _onnx(self) -> Any:
         if self.runtime == "torch" or self.model != BUNDLED_LOCAL_MODEL:
             return None
-        from agent_retrieval import onnx_model
+        from agent_retrieval.providers import onnx_model
 
         where = (bundled_model_path(), onnx_model.cache_folder(self.cache), self.runtime)
         return PROCESS.part(("onnx model", *where), lambda: onnx_model.load(*where))

@@ -17,13 +17,13 @@ from langchain_core.language_models import BaseChatModel
 
 from agent_retrieval import hyde
 from agent_retrieval.context import Context
-from agent_retrieval.embeddings import Embedder, make_embedder
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
-from agent_retrieval.fusion import PROFILES, fuse
 from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
-from agent_retrieval.rerank import make_reranker
-from agent_retrieval.rerank import rerank as rerank_hits
-from agent_retrieval.resources import SearchResources, shared_resources
+from agent_retrieval.providers.embeddings import Embedder, make_embedder
+from agent_retrieval.fusion import PROFILES, fuse
+from agent_retrieval.search.rerank import make_reranker
+from agent_retrieval.search.rerank import rerank as rerank_hits
+from agent_retrieval.search.resources import SearchResources, shared_resources
 from agent_retrieval.steps import Outcome, Steps, Together, arun, blocking, call, run, single
 from agent_retrieval.stores import Store, open_store
 from agent_retrieval.text import entity_terms

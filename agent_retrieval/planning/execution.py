@@ -1,0 +1,358 @@
+"""Running a plan: by priority, concurrently within a hop, placeholders filled from earlier hops,
+reading on from the best hits to what they name, and results fused across queries with each hit
+remembering which queries found it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
+
+from agent_retrieval.context import Context
+from agent_retrieval.errors import AgentRetrievalError
+from agent_retrieval.models import (
+    MAX_TOP_K,
+    ChunkSearchRequest,
+    Hit,
+    Level,
+    SearchRequest,
+    parse_request,
+)
+from agent_retrieval.planning.answer import format_passages
+from agent_retrieval.planning.links import bridge_names, compares, find_links, holds
+from agent_retrieval.planning.planners import Planned, capped
+from agent_retrieval.planning.schema import MAX_ENTITY_CHARS, PLACEHOLDER, PlannedQuery, QueryPlan
+from agent_retrieval.prompts import load_prompt
+from agent_retrieval.quoting import clean, element, quote, unquote
+from agent_retrieval.fusion import rrf
+from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.text import entity_matches
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Search:
+    """One planned query as it ran: the text searched (placeholders filled), and how it went."""
+
+    query: str
+    target: Level
+    purpose: str
+    hop: int | None
+    status: Literal["ran", "failed", "skipped"]
+    hit_ids: list[str] = field(default_factory=list)
+    hyde: str = "off"
+    rerank: str = "off"
+    degraded: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PlanRun:
+    """Everything a plan found: hits fused across its queries per level, and an account of each search."""
+
+    plan: QueryPlan
+    searches: list[Search]
+    documents: list[Hit]
+    chunks: list[Hit]
+    resolved: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+async def run_plan(
+    plan: QueryPlan,
+    retrieval: Retrieval,
+    *,
+    top_k: int,
+    llm: BaseChatModel | None = None,
+    relax_filters: bool = True,
+) -> PlanRun:
+    """Run a plan's queries hop by hop and fuse what they find; no query failure fails the run.
+
+    Each hop runs, concurrently, every query whose placeholders are all filled; the placeholders its
+    results name are then resolved for the next hop. Queries still waiting after `max_hops` hops (or in a
+    loop of placeholders) are skipped and say why. With `relax_filters`, a filtered plan that finds
+    nothing is run again without its filters (planner-chosen filters can be wrong), and says so.
+    """
+    context = retrieval.context
+    planned = capped(Planned(plan, "llm"), context)  # a plan from a thread's state may hold any number
+    plan = planned.plan
+    waiting, resolved = list(plan.queries), dict[str, str]()
+    declared = {q.resolves for q in plan.queries}
+    ran: list[tuple[PlannedQuery, Search, list[Hit]]] = []
+    hops = 0
+    for hop in range(context.max_hops):
+        ready = [q for q in waiting if all(name in resolved for name in q.placeholders)]
+        if not ready:
+            break
+        waiting = [q for q in waiting if q not in ready]
+        outcomes = await asyncio.gather(
+            *(_search(q, plan.filters, resolved, hop, retrieval, top_k) for q in ready)
+        )
+        ran += [(q, *outcome) for q, outcome in zip(ready, outcomes, strict=True)]
+        hops = hop + 1
+        needed = {name for q in waiting for name in q.placeholders} - resolved.keys()
+        for name in sorted(needed):
+            # A placeholder some query declares it resolves is filled by that query alone; otherwise by
+            # whatever this hop found.
+            sources = [
+                (q, hits) for q, _, hits in ran[-len(ready) :] if q.resolves == name or name not in declared
+            ]
+            value = await resolve_placeholder(name, sources, llm, context)
+            if value:
+                resolved[name] = value
+    skipped = [
+        Search(
+            q.text, q.target, q.purpose, None, "skipped", note=_unresolved_note(q, resolved, context.max_hops)
+        )
+        for q in waiting
+    ]
+    run = PlanRun(
+        plan,
+        [s for _, s, _ in ran] + skipped,
+        _fuse(ran, "documents", top_k, context),
+        _fuse(ran, "chunks", top_k, context),
+        resolved,
+        planned.notes,
+    )
+    if context.follow_links and hops < context.max_hops:
+        await _follow_links(run, retrieval, first_hop=hops)
+    if relax_filters and plan.filters and not (run.documents or run.chunks):
+        relaxed = await run_plan(
+            plan.model_copy(update={"filters": {}}), retrieval, top_k=top_k, llm=llm, relax_filters=False
+        )
+        relaxed.notes.insert(0, f"the filters {plan.filters} matched nothing: searched without them")
+        return relaxed
+    return run
+
+
+async def _search(
+    query: PlannedQuery,
+    filters: dict[str, Any],
+    resolved: dict[str, str],
+    hop: int,
+    retrieval: Retrieval,
+    top_k: int,
+) -> tuple[Search, list[Hit]]:
+    text = PLACEHOLDER.sub(lambda m: resolved[m.group(1)], query.text)
+    scope = {**filters, **({"category": query.category} if query.category else {})}
+    model = ChunkSearchRequest if query.target == "chunks" else SearchRequest
+    try:
+        request = parse_request(model, {"query": text, "top_k": min(MAX_TOP_K, 2 * top_k), "filters": scope})
+        result = await retrieval.asearch(request, query.target)
+    except AgentRetrievalError as error:
+        return Search(text, query.target, query.purpose, hop, "failed", note=str(error)), []
+    return Search(
+        text,
+        query.target,
+        query.purpose,
+        hop,
+        "ran",
+        [h.id for h in result.hits],
+        result.hyde,
+        result.rerank,
+        result.degraded,
+    ), result.hits
+
+
+LINK_SOURCES = 3  # the best hits read on from: what they lead to comes right after them
+LINK_LOOKUPS = 8  # names looked up as titles per round
+BRIDGE_NAMES = 3  # names per source searched beside the question, each a query
+READING_ON = "documents the best hits lead to"  # the purpose of a reading-on hop's Search
+
+
+async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -> None:
+    """Multi-hop without a chat model. Each round of the hops a plan left reads on from its best hits (then
+    from what the round before found): to the documents they name by title, then to the best hit of the
+    question searched with a name they introduce (links.py). What a round finds, at most `follow_links`
+    documents, comes right after the hits it was read from, so the question's own best three stay first,
+    and leaves its place further down. It is added to the plan's hits, never in place of one: a round makes
+    the list at most `follow_links` longer. Each round is recorded as a search and in the notes. A question
+    comparing what it names is not read on from: what it needs is what it names."""
+    context, plan = retrieval.context, run.plan
+    level: Level = "chunks" if run.chunks else "documents"
+    question = min(plan.queries, key=lambda q: q.priority).text
+    if compares(question):
+        run.notes.append("no reading on: the question compares what it names, and its searches read those")
+        return
+    asked = " ".join(q.text for q in plan.queries)
+    sources = (run.chunks or run.documents)[:LINK_SOURCES]
+    ahead = {hit.document_id for hit in sources}  # never read on to: the sources, and earlier rounds' finds
+    for hop in range(first_hop, context.max_hops):
+        try:
+            found = await _read_on(sources, question, asked, level, retrieval, plan.filters, ahead)
+        except AgentRetrievalError as error:
+            run.notes.append(f"following links stopped: {error}")
+            return
+        # What the question's own searches ranked too comes first, best first: a document both read on to
+        # and found by the question is likelier needed, and moving it up pushes nothing out of the top k.
+        ranked = dict.fromkeys(hit.document_id for hit in run.chunks or run.documents)
+        place = {document_id: n for n, document_id in enumerate(ranked)}
+        found = sorted(found, key=lambda hit: place.get(hit.document_id, len(place)))[: context.follow_links]
+        if not found:
+            return
+        ahead |= {hit.document_id for hit in found}
+        placed = _placed_after(run.chunks or run.documents, found, sources)
+        run.chunks, run.documents = (placed, run.documents) if level == "chunks" else (run.chunks, placed)
+        run.searches.append(Search(question, level, READING_ON, hop, "ran", [h.id for h in found]))
+        run.notes.append(f"hop {hop + 1}: read on to {len(found)} document(s) the best passages name")
+        sources = found
+
+
+async def _read_on(
+    sources: list[Hit],
+    question: str,
+    asked: str,
+    level: Level,
+    retrieval: Retrieval,
+    filters: dict[str, Any],
+    ahead: set[str],
+) -> list[Hit]:
+    """Hits of the documents `sources` lead to, none of them in `ahead`: those they name by title first
+    (at the chunk level, each one's best passage for the question), then for each name they introduce the
+    best hit of the question searched with it that holds the name."""
+    named = await find_links(
+        sources, asked, retrieval.store, exclude=ahead, filters=filters, max_lookups=LINK_LOOKUPS
+    )
+    found = await _best_passages(named, question, retrieval) if named and level == "chunks" else named
+    taken = ahead | {hit.document_id for hit in named}
+    wanted = [name for source in sources for name in bridge_names(source, asked, per_source=BRIDGE_NAMES)]
+    model = ChunkSearchRequest if level == "chunks" else SearchRequest
+    # Bridge queries embed as written and are not reranked: a model call for each would multiply a
+    # question's calls.
+    searches = [
+        retrieval.asearch(
+            parse_request(
+                model, {"query": f"{question} {name}", "top_k": 10, "filters": filters, "hyde": "off"}
+            ),
+            level,
+            rerank=False,
+        )
+        for name in wanted
+    ]
+    for name, result in zip(wanted, await asyncio.gather(*searches), strict=True):
+        for hit in result.hits:
+            if hit.document_id not in taken and holds(f"{hit.title} {hit.content}", name):
+                taken.add(hit.document_id)
+                found.append(hit)
+                break
+    return found
+
+
+async def _best_passages(documents: list[Hit], question: str, retrieval: Retrieval) -> list[Hit]:
+    """Each document's passage that best answers the question, or its opening when none matches it."""
+    ids = [hit.document_id for hit in documents]
+    request = parse_request(
+        ChunkSearchRequest, {"query": question, "top_k": min(MAX_TOP_K, 2 * len(ids)), "document_ids": ids}
+    )
+    best: dict[str, Hit] = {}
+    for hit in (await retrieval.asearch(request, "chunks", rerank=False)).hits:
+        best.setdefault(hit.document_id, hit)
+    for missing in [i for i in ids if i not in best]:
+        best.update({hit.document_id: hit for hit in await retrieval.store.adocument_chunks([missing], 1)})
+    return [best[i] for i in ids if i in best]
+
+
+def _placed_after(hits: list[Hit], found: list[Hit], sources: list[Hit]) -> list[Hit]:
+    """`hits` with `found` right after the last of `sources` (at the end if none is there), scored as it,
+    and no longer further down. Nothing is cut: what reading on finds is added to the passages, and never
+    takes the place of one the plan's own searches found."""
+    listed, moved, read_from = (
+        {hit.key: hit for hit in hits},
+        {h.key for h in found},
+        {s.key for s in sources},
+    )
+    kept = [hit for hit in hits if hit.key not in moved]
+    at = max((n + 1 for n, hit in enumerate(kept) if hit.key in read_from), default=len(kept))
+    score = kept[at - 1].score if at else 0.0
+    # a hit the plan's searches had found keeps saying so: reading on only moved it
+    read_on = [
+        replace(
+            hit, score=score, queries=[*(listed[hit.key].queries if hit.key in listed else []), READING_ON]
+        )
+        for hit in found
+    ]
+    return kept[:at] + read_on + kept[at:]
+
+
+def _unresolved_note(query: PlannedQuery, resolved: dict[str, str], max_hops: int) -> str:
+    missing = [name for name in query.placeholders if name not in resolved]
+    return (
+        f"skipped: {', '.join('{{' + m + '}}' for m in missing)} not found by an earlier query "
+        f"within {max_hops} hop(s)"
+    )
+
+
+def _fuse(
+    ran: list[tuple[PlannedQuery, Search, list[Hit]]], level: Level, top_k: int, context: Context
+) -> list[Hit]:
+    """Reciprocal-rank fusion across queries, each weighing 1 / its priority: the question as asked
+    (priority 1) keeps its full weight, and a hit only a rewrite or sub-question found (priority 2) ranks
+    below every hit of the question's own list. Each hit lists the queries that found it. Hits are the same
+    row when their (tenant, id) is: one tenant's document never stands in for another's of the same id."""
+    rankings = {str(n): [h.key for h in hits] for n, (q, _, hits) in enumerate(ran) if q.target == level}
+    weights = {str(n): 1.0 / q.priority for n, (q, _, _) in enumerate(ran)}
+    scores = rrf(rankings, weights, k=context.rrf_k)
+    first: dict[tuple[str, str], Hit] = {}
+    found_by: dict[tuple[str, str], list[str]] = {}
+    for q, search, hits in ran:
+        for hit in hits if q.target == level else []:
+            first.setdefault(hit.key, hit)
+            found_by.setdefault(hit.key, []).append(search.query)
+    ordered = sorted(first, key=lambda i: -scores[i])[:top_k]
+    return [replace(first[i], score=scores[i], queries=list(dict.fromkeys(found_by[i]))) for i in ordered]
+
+
+async def resolve_placeholder(
+    name: str, sources: list[tuple[PlannedQuery, list[Hit]]], llm: BaseChatModel | None, context: Context
+) -> str | None:
+    """The value of {{name}} from earlier results: the LLM reads the top passages (its answer must appear
+    in them), else the best hit's `entity` metadata. None if neither names it."""
+    hits = [hit for _, found in sources for hit in found[:3]]
+    if not hits:
+        return None
+    if llm is not None:
+        purpose = "; ".join(q.purpose for q, _ in sources if q.purpose) or f"the {name} the request is about"
+        value = await _llm_entity(name, purpose, hits, llm, context)
+        if value:
+            return value
+    for hit in hits:
+        entity = hit.metadata.get("entity")
+        if isinstance(entity, str) and entity.strip():
+            return _clean_entity(entity)
+    return None
+
+
+async def _llm_entity(
+    name: str, purpose: str, hits: list[Hit], llm: BaseChatModel, context: Context
+) -> str | None:
+    system = load_prompt("entity").replace("{placeholder}", name)
+    # The purpose is the planner model's words: quoted data beside the passages, never the instructions.
+    asked = element("purpose", quote(purpose)) + "\n\n" + format_passages(hits)
+    try:
+        reply = await asyncio.wait_for(
+            llm.ainvoke([SystemMessage(system), HumanMessage(asked)]), context.chat_timeout_seconds
+        )
+    except Exception as error:
+        log.warning("placeholder resolution failed (%s); trying entity metadata", type(error).__name__)
+        return None
+    # The model read the passages quoted (look-alikes folded, '<' as '&lt;') and may copy either form.
+    value = _clean_entity(unquote(reply.text.strip().splitlines()[0]) if reply.text.strip() else "")
+    # Only a name the passages contain: an invented or injected value must not steer the next search.
+    passages = "\n".join(clean(h.content) for h in hits)
+    if not value or value.upper() == "NONE" or not entity_matches(passages, [value]):
+        return None
+    return value
+
+
+def _clean_entity(value: str) -> str | None:
+    value = " ".join(value.replace("{", " ").replace("}", " ").split()).strip(" .\"'")
+    return value[:MAX_ENTITY_CHARS] or None

@@ -1,0 +1,81 @@
+"""What searches keep of a store file until its next write, shared by every store of the process open on
+that file: the vectors as one matrix per level, the words' row counts, and the metadata counts."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from agent_retrieval.models import Level
+from agent_retrieval.process import PROCESS
+from agent_retrieval.stores.base import MetadataCount
+
+
+@dataclass
+class Matrix:
+    """The stored vectors of one level, rows in rowid order."""
+
+    generation: int
+    model: str
+    rowids: np.ndarray
+    vectors: np.ndarray
+
+
+@dataclass
+class FileCache:
+    """What searches keep of one store file until its next write, each entry with the generation it was
+    read at: the vectors, the words' row counts (keyword idf) and the metadata counts."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one thread reloads; the rest reuse it
+    matrices: dict[Level, Matrix] = field(default_factory=dict)
+    # generation, rows, each word's row count
+    frequencies: dict[Level, tuple[int, int, dict[str, int]]] = field(default_factory=dict)
+    metadata: tuple[int, int, list[MetadataCount]] | None = None  # generation, max_values, counts
+
+    @property
+    def nbytes(self) -> int:
+        return sum(m.vectors.nbytes + m.rowids.nbytes for m in tuple(self.matrices.values()))
+
+
+class FileCaches:
+    """The caches of the store files this process has searched, shared by all its stores on a file (a
+    server opens one per run: reading 100K vectors again would cost it half a second a run), the least
+    recently opened dropped beyond a budget in bytes. A file is known by its path and the random id in its
+    store_info, so a file made again at the same path, or a copy at another, never reads another's cache."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: OrderedDict[tuple[str, str], FileCache] = OrderedDict()
+
+    def of(self, path: Path, store_id: str | None, budget: int) -> FileCache:
+        """The file's shared cache; a cache of its own for a store with no budget, or for a file no
+        migration could give an id (read-only)."""
+        if store_id is None or budget <= 0:
+            return FileCache()
+        key = (str(path.resolve()), store_id)
+        with self._lock:
+            cache = self._files.setdefault(key, FileCache())
+            self._files.move_to_end(key)
+            return cache
+
+    def trim(self, budget: int) -> None:
+        """Drop the least recently opened files' caches until the rest fit in `budget` bytes (a store
+        keeps using the cache it holds: only later stores on that file read it again)."""
+        with self._lock:
+            total = sum(cache.nbytes for cache in self._files.values())
+            while self._files and total > budget:
+                total -= self._files.popitem(last=False)[1].nbytes
+
+
+def file_caches() -> FileCaches:
+    return PROCESS.part("sqlite file caches", FileCaches)
+
+
+def release_file_caches() -> None:
+    """Drop what the process keeps between stores of the files it searched (stores open now keep theirs):
+    for measuring one store's memory alone."""
+    file_caches().trim(0)
