@@ -15,6 +15,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
+from agent_retrieval.fusion import rrf
 from agent_retrieval.models import (
     MAX_TOP_K,
     ChunkSearchRequest,
@@ -29,7 +30,6 @@ from agent_retrieval.planning.planners import Planned, capped
 from agent_retrieval.planning.schema import MAX_ENTITY_CHARS, PLACEHOLDER, PlannedQuery, QueryPlan
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import clean, element, quote, unquote
-from agent_retrieval.fusion import rrf
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.text import entity_matches
 

@@ -18,9 +18,9 @@ from langchain_core.language_models import BaseChatModel
 from agent_retrieval import hyde
 from agent_retrieval.context import Context
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
+from agent_retrieval.fusion import PROFILES, fuse
 from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
 from agent_retrieval.providers.embeddings import Embedder, make_embedder
-from agent_retrieval.fusion import PROFILES, fuse
 from agent_retrieval.search.rerank import make_reranker
 from agent_retrieval.search.rerank import rerank as rerank_hits
 from agent_retrieval.search.resources import SearchResources, shared_resources

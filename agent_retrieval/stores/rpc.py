@@ -29,9 +29,9 @@ from agent_retrieval.errors import (
     StoreError,
     StoreUnavailable,
 )
+from agent_retrieval.fusion import FULL_KEYWORD_COVERAGE
 from agent_retrieval.models import Chunk, Document, Hit, Level
 from agent_retrieval.redaction import redact
-from agent_retrieval.fusion import FULL_KEYWORD_COVERAGE
 from agent_retrieval.steps import Steps, arun, call, run
 from agent_retrieval.stores.base import (
     DIMENSION,

@@ -16,11 +16,11 @@ import pytest
 from agent_retrieval import demo
 from agent_retrieval.context import Context
 from agent_retrieval.errors import StoreError
+from agent_retrieval.fusion import fuse, keyword_trust
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import Chunk, ChunkSearchRequest, Document
 from agent_retrieval.providers.embeddings import Embedder
-from agent_retrieval.fusion import fuse, keyword_trust
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import open_store
 from agent_retrieval.stores.postgres import PostgresStore

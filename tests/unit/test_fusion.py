@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from agent_retrieval.models import Hit
 from agent_retrieval.fusion import (
     FULL_KEYWORD_COVERAGE,
     PROFILES,
@@ -14,6 +13,7 @@ from agent_retrieval.fusion import (
     rrf,
     zscores,
 )
+from agent_retrieval.models import Hit
 from agent_retrieval.text import entity_matches, entity_terms
 
 

@@ -160,6 +160,7 @@ def test_a_moved_modules_old_path_is_the_same_module_and_says_where_it_went():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == [
-        "agent_retrieval.embeddings is now agent_retrieval.providers.embeddings; the old path works until 1.0",
+        "agent_retrieval.embeddings is now agent_retrieval.providers.embeddings; "
+        "the old path works until 1.0",
         "True True",
     ]
