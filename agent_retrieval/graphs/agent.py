@@ -48,76 +48,79 @@ class State(InputState):
     """Steps left before LangGraph's recursion limit; the agent answers before it is reached."""
 
 
+async def call_model(state: State, runtime: Runtime[RunSettings], *, parts: GraphParts) -> dict[str, Any]:
+    """Ask the model for tool calls or the answer (offline: the fixed policy's next step)."""
+    question = last_question(state.messages)
+    try:
+        check_request(question)
+    except ValueError as error:
+        return {"messages": [AIMessage(str(error))]}
+    if (size := sum(len(str(m.content)) for m in state.messages)) > MAX_CONVERSATION_CHARS:
+        return {
+            "messages": [
+                AIMessage(
+                    f"This conversation has grown to {size:,} characters, past the "
+                    f"{MAX_CONVERSATION_CHARS:,} sent to the model at once: ask in a new thread."
+                )
+            ]
+        }
+    context = run_context(runtime)
+    model = await parts.chat(context)
+    if model is None:
+        return {"messages": [_offline_step(question, state.messages)]}
+    tools = make_retrieval_tools(context)  # for their schemas only: nothing is opened
+    messages = [SystemMessage(load_prompt("agent")), *state.messages]
+    try:
+        reply = await asyncio.wait_for(
+            model.bind_tools(tools).ainvoke(messages), context.chat_timeout_seconds
+        )
+    except Exception as error:
+        return {
+            "messages": [
+                AIMessage(
+                    f"The model failed ({type(error).__name__}); no answer was written. "
+                    "Try again, or check the model's configuration."
+                )
+            ]
+        }
+    if reply.tool_calls and state.remaining_steps < 2:
+        reply = AIMessage(
+            "I could not finish searching within the allowed steps; here is no answer "
+            "rather than a guess. Ask a narrower question.",
+            id=reply.id,
+        )
+    return {"messages": [reply]}
+
+
+async def run_tools(state: State, runtime: Runtime[RunSettings], *, parts: GraphParts) -> dict[str, Any]:
+    """Run the last message's tool calls concurrently on one Retrieval."""
+    last = state.messages[-1]
+    calls = last.tool_calls if isinstance(last, AIMessage) else []
+    async with parts.open_retrieval(run_context(runtime)) as retrieval:
+        tools = {tool.name: tool for tool in make_retrieval_tools(retrieval=retrieval)}
+        results = await asyncio.gather(*(_call(tools, call) for call in calls[:MAX_TOOL_CALLS]))
+    refused = [
+        ToolMessage(
+            f"Not run: one step runs at most {MAX_TOOL_CALLS} tool calls; ask again for the rest.",
+            tool_call_id=call["id"],
+            name=call["name"],
+            status="error",
+        )
+        for call in calls[MAX_TOOL_CALLS:]
+    ]
+    return {"messages": [*results, *refused]}
+
+
+def route_model_output(state: State) -> Literal["run_tools", "__end__"]:
+    last = state.messages[-1]
+    return "run_tools" if isinstance(last, AIMessage) and last.tool_calls else "__end__"
+
+
 def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSettings, InputState, State]:
     """The agent, using `parts` (shared by tests and notebooks) or parts made from each run's Context."""
 
-    async def call_model(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
-        """Ask the model for tool calls or the answer (offline: the fixed policy's next step)."""
-        question = last_question(state.messages)
-        try:
-            check_request(question)
-        except ValueError as error:
-            return {"messages": [AIMessage(str(error))]}
-        if (size := sum(len(str(m.content)) for m in state.messages)) > MAX_CONVERSATION_CHARS:
-            return {
-                "messages": [
-                    AIMessage(
-                        f"This conversation has grown to {size:,} characters, past the "
-                        f"{MAX_CONVERSATION_CHARS:,} sent to the model at once: ask in a new thread."
-                    )
-                ]
-            }
-        context = run_context(runtime)
-        model = await parts.chat(context)
-        if model is None:
-            return {"messages": [_offline_step(question, state.messages)]}
-        tools = make_retrieval_tools(context)  # for their schemas only: nothing is opened
-        messages = [SystemMessage(load_prompt("agent")), *state.messages]
-        try:
-            reply = await asyncio.wait_for(
-                model.bind_tools(tools).ainvoke(messages), context.chat_timeout_seconds
-            )
-        except Exception as error:
-            return {
-                "messages": [
-                    AIMessage(
-                        f"The model failed ({type(error).__name__}); no answer was written. "
-                        "Try again, or check the model's configuration."
-                    )
-                ]
-            }
-        if reply.tool_calls and state.remaining_steps < 2:
-            reply = AIMessage(
-                "I could not finish searching within the allowed steps; here is no answer "
-                "rather than a guess. Ask a narrower question.",
-                id=reply.id,
-            )
-        return {"messages": [reply]}
-
-    async def run_tools(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
-        """Run the last message's tool calls concurrently on one Retrieval."""
-        last = state.messages[-1]
-        calls = last.tool_calls if isinstance(last, AIMessage) else []
-        async with parts.open_retrieval(run_context(runtime)) as retrieval:
-            tools = {tool.name: tool for tool in make_retrieval_tools(retrieval=retrieval)}
-            results = await asyncio.gather(*(_call(tools, call) for call in calls[:MAX_TOOL_CALLS]))
-        refused = [
-            ToolMessage(
-                f"Not run: one step runs at most {MAX_TOOL_CALLS} tool calls; ask again for the rest.",
-                tool_call_id=call["id"],
-                name=call["name"],
-                status="error",
-            )
-            for call in calls[MAX_TOOL_CALLS:]
-        ]
-        return {"messages": [*results, *refused]}
-
-    def route_model_output(state: State) -> Literal["run_tools", "__end__"]:
-        last = state.messages[-1]
-        return "run_tools" if isinstance(last, AIMessage) and last.tool_calls else "__end__"
-
     builder = StateGraph(State, input_schema=InputState, context_schema=RunSettings)
-    add_nodes(builder, call_model, run_tools)
+    add_nodes(builder, call_model, run_tools, parts=parts)
     builder.add_edge(START, "call_model")
     builder.add_conditional_edges("call_model", route_model_output)
     builder.add_edge("run_tools", "call_model")

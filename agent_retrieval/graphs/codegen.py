@@ -297,114 +297,113 @@ def route_validation(state: State) -> Literal["generate_code", "__end__"]:
     return "generate_code" if not state.valid and state.attempts < MAX_ATTEMPTS else "__end__"
 
 
+async def check_request(state: State) -> dict[str, Any]:
+    """Reject what cannot be served, before any retrieval or model call; clear an earlier run's result."""
+    errors = []
+    request = state.request.strip() if isinstance(state.request, str) else ""
+    language = state.language.strip().lower() if isinstance(state.language, str) else ""
+    try:
+        check_question(state.request, "request")
+    except InvalidRequest as error:
+        errors.append(str(error))
+    if language not in VALIDATORS:
+        errors.append(f"language: must be one of {', '.join(VALIDATORS)} (got {state.language!r})")
+    fresh = State(request=request, language=language, errors=errors)  # a thread's next run starts clean
+    return {f.name: getattr(fresh, f.name) for f in fields(State)}
+
+
+async def retrieve_context(
+    state: State, runtime: Runtime[RunSettings], *, parts: GraphParts
+) -> dict[str, Any]:
+    """Find the schemas and examples the code should be written from."""
+    context = run_context(runtime)
+    try:
+        request = parse_request(ChunkSearchRequest, {"query": state.request, "top_k": context.answer_chunks})
+        async with parts.open_retrieval(context) as retrieval:
+            result = await retrieval.asearch(request, "chunks")
+    except AgentRetrievalError as error:
+        return {"errors": [f"retrieval failed: {error}"]}
+    passages = [
+        Passage(
+            id=h.id,
+            heading_path=(h.heading_path or h.title)[:MAX_PASSAGE_CHARS],
+            content=h.content[:MAX_PASSAGE_CHARS],
+        )
+        for h in result.hits
+    ]
+    empty = "nothing was retrieved: ingest your schemas first (agent-retrieval ingest)"
+    return {
+        "passages": passages,
+        "context_ids": [p["id"] for p in passages],
+        "hyde": result.hyde,
+        "degraded": result.degraded,
+        "notes": add_notes(state.notes, [] if passages else [empty]),
+    }
+
+
+async def generate_code(state: State, runtime: Runtime[RunSettings], *, parts: GraphParts) -> dict[str, Any]:
+    """Ask the chat model for code, showing it the errors of the previous attempt if there was one."""
+    try:
+        state = readable(state)
+        if state.attempts >= MAX_ATTEMPTS:
+            raise InvalidRequest(f"the thread's state holds {state.attempts} attempts, the most there are")
+    except InvalidRequest as error:
+        return {"valid": False, "errors": [str(error)]}
+    context = run_context(runtime)
+    model = await parts.chat(context)
+    if model is None:
+        return {"notes": add_notes(state.notes, [OFFLINE_NOTE])}
+    attempt = state.attempts + 1
+    timeout = context.chat_timeout_seconds
+    retried = (
+        [f"attempt {state.attempts} failed validation and went back to the model: " + "; ".join(state.errors)]
+        if state.attempts
+        else []
+    )
+    notes = add_notes(state.notes, retried)
+    try:
+        answer = await asyncio.wait_for(model.ainvoke(codegen_messages(state)), timeout=timeout)
+    except TimeoutError:
+        return {
+            "attempts": attempt,
+            "valid": False,
+            "notes": notes,
+            "errors": [f"the chat model did not answer within {timeout:g} s (chat_timeout_seconds)"],
+        }
+    except Exception as error:  # any provider failure ends the run with a message, never a traceback
+        return {
+            "attempts": attempt,
+            "valid": False,
+            "notes": notes,
+            "errors": [f"the chat model failed: {type(error).__name__}: {error}"],
+        }
+    return {
+        "attempts": attempt,
+        "code": extract_code(answer.text, state.language)[:MAX_CODE_CHARS],
+        "errors": [],
+        "notes": notes,
+    }
+
+
+async def validate_code(state: State) -> dict[str, Any]:
+    """Check the code without running it; a compiler's thread keeps the event loop free."""
+    try:
+        state = readable(state)
+    except InvalidRequest as error:
+        return {"valid": False, "errors": [str(error)]}
+    if not state.code:
+        return {"valid": False, "errors": ["the model returned no code"]}
+    errors, notes = await asyncio.to_thread(VALIDATORS[state.language], state.code, state.passages)
+    # within what the next attempt reads back (a schema may name hundreds of tables)
+    errors = [shorten(error, MAX_ERROR_CHARS) for error in errors[:MAX_ERRORS]]
+    return {"valid": not errors, "errors": errors, "notes": add_notes(state.notes, notes)}
+
+
 def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSettings, InputState, State]:
     """The code-generation graph, using `parts` for retrieval and the chat model."""
 
-    async def check_request(state: State) -> dict[str, Any]:
-        """Reject what cannot be served, before any retrieval or model call; clear an earlier run's result."""
-        errors = []
-        request = state.request.strip() if isinstance(state.request, str) else ""
-        language = state.language.strip().lower() if isinstance(state.language, str) else ""
-        try:
-            check_question(state.request, "request")
-        except InvalidRequest as error:
-            errors.append(str(error))
-        if language not in VALIDATORS:
-            errors.append(f"language: must be one of {', '.join(VALIDATORS)} (got {state.language!r})")
-        fresh = State(request=request, language=language, errors=errors)  # a thread's next run starts clean
-        return {f.name: getattr(fresh, f.name) for f in fields(State)}
-
-    async def retrieve_context(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
-        """Find the schemas and examples the code should be written from."""
-        context = run_context(runtime)
-        try:
-            request = parse_request(
-                ChunkSearchRequest, {"query": state.request, "top_k": context.answer_chunks}
-            )
-            async with parts.open_retrieval(context) as retrieval:
-                result = await retrieval.asearch(request, "chunks")
-        except AgentRetrievalError as error:
-            return {"errors": [f"retrieval failed: {error}"]}
-        passages = [
-            Passage(
-                id=h.id,
-                heading_path=(h.heading_path or h.title)[:MAX_PASSAGE_CHARS],
-                content=h.content[:MAX_PASSAGE_CHARS],
-            )
-            for h in result.hits
-        ]
-        empty = "nothing was retrieved: ingest your schemas first (agent-retrieval ingest)"
-        return {
-            "passages": passages,
-            "context_ids": [p["id"] for p in passages],
-            "hyde": result.hyde,
-            "degraded": result.degraded,
-            "notes": add_notes(state.notes, [] if passages else [empty]),
-        }
-
-    async def generate_code(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
-        """Ask the chat model for code, showing it the errors of the previous attempt if there was one."""
-        try:
-            state = readable(state)
-            if state.attempts >= MAX_ATTEMPTS:
-                raise InvalidRequest(
-                    f"the thread's state holds {state.attempts} attempts, the most there are"
-                )
-        except InvalidRequest as error:
-            return {"valid": False, "errors": [str(error)]}
-        context = run_context(runtime)
-        model = await parts.chat(context)
-        if model is None:
-            return {"notes": add_notes(state.notes, [OFFLINE_NOTE])}
-        attempt = state.attempts + 1
-        timeout = context.chat_timeout_seconds
-        retried = (
-            [
-                f"attempt {state.attempts} failed validation and went back to the model: "
-                + "; ".join(state.errors)
-            ]
-            if state.attempts
-            else []
-        )
-        notes = add_notes(state.notes, retried)
-        try:
-            answer = await asyncio.wait_for(model.ainvoke(codegen_messages(state)), timeout=timeout)
-        except TimeoutError:
-            return {
-                "attempts": attempt,
-                "valid": False,
-                "notes": notes,
-                "errors": [f"the chat model did not answer within {timeout:g} s (chat_timeout_seconds)"],
-            }
-        except Exception as error:  # any provider failure ends the run with a message, never a traceback
-            return {
-                "attempts": attempt,
-                "valid": False,
-                "notes": notes,
-                "errors": [f"the chat model failed: {type(error).__name__}: {error}"],
-            }
-        return {
-            "attempts": attempt,
-            "code": extract_code(answer.text, state.language)[:MAX_CODE_CHARS],
-            "errors": [],
-            "notes": notes,
-        }
-
-    async def validate_code(state: State) -> dict[str, Any]:
-        """Check the code without running it; a compiler's thread keeps the event loop free."""
-        try:
-            state = readable(state)
-        except InvalidRequest as error:
-            return {"valid": False, "errors": [str(error)]}
-        if not state.code:
-            return {"valid": False, "errors": ["the model returned no code"]}
-        errors, notes = await asyncio.to_thread(VALIDATORS[state.language], state.code, state.passages)
-        # within what the next attempt reads back (a schema may name hundreds of tables)
-        errors = [shorten(error, MAX_ERROR_CHARS) for error in errors[:MAX_ERRORS]]
-        return {"valid": not errors, "errors": errors, "notes": add_notes(state.notes, notes)}
-
     builder = StateGraph(State, input_schema=InputState, context_schema=RunSettings)
-    add_nodes(builder, check_request, retrieve_context, generate_code, validate_code)
+    add_nodes(builder, check_request, retrieve_context, generate_code, validate_code, parts=parts)
     builder.add_edge(START, "check_request")
     builder.add_conditional_edges(
         "check_request", route_on_errors, {"continue": "retrieve_context", END: END}

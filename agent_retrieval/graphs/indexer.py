@@ -65,51 +65,52 @@ NOTHING_TO_INDEX = (
 )
 
 
+async def index_documents(
+    state: State, runtime: Runtime[RunSettings], *, parts: GraphParts
+) -> dict[str, Any]:
+    """Check the pasted documents, load the paths, and write what passes; each bad item is one line in
+    `errors`. The input is consumed, so a later run on the thread starts from its own input only."""
+    errors: list[str] = []
+    items = _listed("documents", state.documents, errors)
+    paths = _listed("paths", state.paths, errors)
+    given = [(f"documents[{number}]", item) for number, item in enumerate(items)]
+    root = _file_root(runtime) if paths else None
+    for number, raw in enumerate(paths[:MAX_CALLER_DOCUMENTS]):
+        where = f"paths[{number}]"
+        try:
+            # Reading files (and parsing PDFs) blocks: a worker thread keeps the event loop free.
+            found, skipped = await asyncio.to_thread(_load_path, raw, root)
+        except AgentRetrievalError as error:
+            errors.append(f"{where}: {_shown(str(error), root)}")
+            continue
+        given += [(f"{where}: {doc.id}", _as_request(doc)) for doc in found]
+        errors += [f"{where}: {_shown(problem, root)}" for problem in skipped]
+    if len(paths) > MAX_CALLER_DOCUMENTS:
+        errors.append(f"paths: one run loads at most {MAX_CALLER_DOCUMENTS} paths; the rest were not read")
+    consumed: dict[str, list[Any]] = {"documents": [], "paths": []}
+    if not items and not paths:
+        errors.append(NOTHING_TO_INDEX)
+    if not given:
+        return {"report": _counts(IngestReport()), "errors": errors, **consumed}
+    async with parts.open_retrieval(run_context(runtime), writes=True) as retrieval:
+        # Chunking, embedding and writing all block: a worker thread keeps the event loop free.
+        report = await asyncio.to_thread(
+            lambda: ingest_for_caller(
+                given, retrieval.store, retrieval.embedder, retrieval.context, source="indexer"
+            )
+        )
+    return {"report": _counts(report), "errors": [*errors, *report.errors], **consumed}
+
+
 def build(
     parts: GraphParts = GraphParts(),
 ) -> CompiledStateGraph[State, RunSettings, InputState, OutputState]:
     """The indexer graph; `parts` may hold a shared Retrieval (tests, notebooks), else each run opens one."""
 
-    async def index_documents(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
-        """Check the pasted documents, load the paths, and write what passes; each bad item is one line in
-        `errors`. The input is consumed, so a later run on the thread starts from its own input only."""
-        errors: list[str] = []
-        items = _listed("documents", state.documents, errors)
-        paths = _listed("paths", state.paths, errors)
-        given = [(f"documents[{number}]", item) for number, item in enumerate(items)]
-        root = _file_root(runtime) if paths else None
-        for number, raw in enumerate(paths[:MAX_CALLER_DOCUMENTS]):
-            where = f"paths[{number}]"
-            try:
-                # Reading files (and parsing PDFs) blocks: a worker thread keeps the event loop free.
-                found, skipped = await asyncio.to_thread(_load_path, raw, root)
-            except AgentRetrievalError as error:
-                errors.append(f"{where}: {_shown(str(error), root)}")
-                continue
-            given += [(f"{where}: {doc.id}", _as_request(doc)) for doc in found]
-            errors += [f"{where}: {_shown(problem, root)}" for problem in skipped]
-        if len(paths) > MAX_CALLER_DOCUMENTS:
-            errors.append(
-                f"paths: one run loads at most {MAX_CALLER_DOCUMENTS} paths; the rest were not read"
-            )
-        consumed: dict[str, list[Any]] = {"documents": [], "paths": []}
-        if not items and not paths:
-            errors.append(NOTHING_TO_INDEX)
-        if not given:
-            return {"report": _counts(IngestReport()), "errors": errors, **consumed}
-        async with parts.open_retrieval(run_context(runtime), writes=True) as retrieval:
-            # Chunking, embedding and writing all block: a worker thread keeps the event loop free.
-            report = await asyncio.to_thread(
-                lambda: ingest_for_caller(
-                    given, retrieval.store, retrieval.embedder, retrieval.context, source="indexer"
-                )
-            )
-        return {"report": _counts(report), "errors": [*errors, *report.errors], **consumed}
-
     builder = StateGraph(
         State, context_schema=RunSettings, input_schema=InputState, output_schema=OutputState
     )
-    add_nodes(builder, index_documents)
+    add_nodes(builder, index_documents, parts=parts)
     builder.add_edge(START, "index_documents")
     builder.add_edge("index_documents", END)
     compiled = builder.compile()

@@ -65,87 +65,92 @@ class State(InputState):
     """Everything that did not run as configured, and why."""
 
 
+async def plan_searches(state: State, runtime: Runtime[RunSettings], *, parts: GraphParts) -> dict[str, Any]:
+    """Check the question and plan its searches (LLM structured output, or heuristics offline)."""
+    question = last_question(state.messages)
+    try:
+        question = check_request(question)
+    except InvalidRequest as error:
+        # nothing of a thread's earlier run stays to be routed on or answered from
+        cleared: dict[str, Any] = {"plan": {}, "searches": [], "hits": [], "citations": []}
+        return {"question": question[:200], "answer": str(error), "notes": [str(error)], **cleared}
+    context = run_context(runtime)
+    notes: list[str] = []
+    try:  # what the caller's documents are tagged with: the filters a plan may use
+        async with parts.open_retrieval(context) as retrieval:
+            facets = await retrieval.store.ametadata_values()
+    except AgentRetrievalError as error:
+        facets, notes = None, [f"could not list the documents' metadata ({error}): filters not checked"]
+    planned = await make_plan(question, context, await parts.chat(context), facets=facets)
+    return {
+        "question": question,
+        "plan": planned.plan.model_dump(),
+        "planner": planned.planner,
+        "notes": notes + planned.notes,
+        "answer": "",
+    }
+
+
+async def retrieve(state: State, runtime: Runtime[RunSettings], *, parts: GraphParts) -> dict[str, Any]:
+    """Run the plan; if it found documents but no passages, read passages inside those documents."""
+    try:  # the thread's state, which a server's caller may have written: checked like input
+        plan = read_state("plan", state.plan, QueryPlan)
+        question = check_request(state.question)
+    except InvalidRequest as error:
+        return {"searches": [], "hits": [], "notes": [*state.notes, str(error)]}
+    context = run_context(runtime)
+    async with parts.open_retrieval(context) as retrieval:
+        run = await run_plan(plan, retrieval, top_k=context.answer_chunks, llm=await parts.chat(context))
+        chunks, notes = run.chunks, list(run.notes)
+        if not chunks and run.documents:
+            request = parse_request(
+                ChunkSearchRequest,
+                {
+                    "query": question,
+                    "top_k": context.answer_chunks,
+                    "document_ids": [hit.id for hit in run.documents],
+                },
+            )
+            chunks = (await retrieval.asearch(request, "chunks")).hits
+            notes.append("the plan found documents only: read the best passages inside them")
+    return {
+        "searches": [s.to_dict() for s in run.searches],
+        "hits": [h.to_dict() for h in chunks],
+        "notes": state.notes + notes,
+    }
+
+
+async def answer(state: State, runtime: Runtime[RunSettings], *, parts: GraphParts) -> dict[str, Any]:
+    """Write the answer from the passages (or extract it offline), citing them."""
+    try:  # the thread's state, which a server's caller may have written: checked like input
+        question = check_request(state.question)
+        hits = read_state("hits", state.hits, AnswerPassages)
+    except InvalidRequest as error:
+        return {"answer": str(error), "citations": [], "messages": [AIMessage(str(error))]}
+    context = run_context(runtime)
+    written = await write_answer(question, hits, await parts.chat(context), context)
+    return {
+        "answer": written.text,
+        "citations": written.citations,
+        "notes": state.notes + written.notes,
+        "messages": [AIMessage(written.text)],
+    }
+
+
+async def refuse(state: State) -> dict[str, Any]:
+    """Say what is wrong with the question (empty, too long) instead of searching."""
+    return {"messages": [AIMessage(state.answer)]}
+
+
+def route_question(state: State) -> Literal["retrieve", "refuse"]:
+    return "retrieve" if state.plan else "refuse"
+
+
 def build(parts: GraphParts = GraphParts()) -> CompiledStateGraph[State, RunSettings, InputState, State]:
     """The graph, using `parts` (shared by tests and notebooks) or parts made from each run's Context."""
 
-    async def plan_searches(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
-        """Check the question and plan its searches (LLM structured output, or heuristics offline)."""
-        question = last_question(state.messages)
-        try:
-            question = check_request(question)
-        except InvalidRequest as error:
-            # nothing of a thread's earlier run stays to be routed on or answered from
-            cleared: dict[str, Any] = {"plan": {}, "searches": [], "hits": [], "citations": []}
-            return {"question": question[:200], "answer": str(error), "notes": [str(error)], **cleared}
-        context = run_context(runtime)
-        notes: list[str] = []
-        try:  # what the caller's documents are tagged with: the filters a plan may use
-            async with parts.open_retrieval(context) as retrieval:
-                facets = await retrieval.store.ametadata_values()
-        except AgentRetrievalError as error:
-            facets, notes = None, [f"could not list the documents' metadata ({error}): filters not checked"]
-        planned = await make_plan(question, context, await parts.chat(context), facets=facets)
-        return {
-            "question": question,
-            "plan": planned.plan.model_dump(),
-            "planner": planned.planner,
-            "notes": notes + planned.notes,
-            "answer": "",
-        }
-
-    async def retrieve(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
-        """Run the plan; if it found documents but no passages, read passages inside those documents."""
-        try:  # the thread's state, which a server's caller may have written: checked like input
-            plan = read_state("plan", state.plan, QueryPlan)
-            question = check_request(state.question)
-        except InvalidRequest as error:
-            return {"searches": [], "hits": [], "notes": [*state.notes, str(error)]}
-        context = run_context(runtime)
-        async with parts.open_retrieval(context) as retrieval:
-            run = await run_plan(plan, retrieval, top_k=context.answer_chunks, llm=await parts.chat(context))
-            chunks, notes = run.chunks, list(run.notes)
-            if not chunks and run.documents:
-                request = parse_request(
-                    ChunkSearchRequest,
-                    {
-                        "query": question,
-                        "top_k": context.answer_chunks,
-                        "document_ids": [hit.id for hit in run.documents],
-                    },
-                )
-                chunks = (await retrieval.asearch(request, "chunks")).hits
-                notes.append("the plan found documents only: read the best passages inside them")
-        return {
-            "searches": [s.to_dict() for s in run.searches],
-            "hits": [h.to_dict() for h in chunks],
-            "notes": state.notes + notes,
-        }
-
-    async def answer(state: State, runtime: Runtime[RunSettings]) -> dict[str, Any]:
-        """Write the answer from the passages (or extract it offline), citing them."""
-        try:  # the thread's state, which a server's caller may have written: checked like input
-            question = check_request(state.question)
-            hits = read_state("hits", state.hits, AnswerPassages)
-        except InvalidRequest as error:
-            return {"answer": str(error), "citations": [], "messages": [AIMessage(str(error))]}
-        context = run_context(runtime)
-        written = await write_answer(question, hits, await parts.chat(context), context)
-        return {
-            "answer": written.text,
-            "citations": written.citations,
-            "notes": state.notes + written.notes,
-            "messages": [AIMessage(written.text)],
-        }
-
-    async def refuse(state: State) -> dict[str, Any]:
-        """Say what is wrong with the question (empty, too long) instead of searching."""
-        return {"messages": [AIMessage(state.answer)]}
-
-    def route_question(state: State) -> Literal["retrieve", "refuse"]:
-        return "retrieve" if state.plan else "refuse"
-
     builder = StateGraph(State, input_schema=InputState, context_schema=RunSettings)
-    add_nodes(builder, plan_searches, retrieve, answer, refuse)
+    add_nodes(builder, plan_searches, retrieve, answer, refuse, parts=parts)
     builder.add_edge(START, "plan_searches")
     builder.add_conditional_edges("plan_searches", route_question)
     builder.add_edge("retrieve", "answer")

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -34,10 +34,12 @@ from agent_retrieval.progress import bar as progress_bar
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.redaction import fingerprint
 from agent_retrieval.search.resources import NoTurn, shared_turns
+from agent_retrieval.steps import Call, Steps
 from agent_retrieval.stores.base import Store, check_rows
 from agent_retrieval.text import counted, has_words
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DOCUMENTS_PER_BATCH = 32
 TEXTS_PER_PART = 512  # texts embedded between commits when one batch (a large file) holds more
@@ -248,12 +250,12 @@ class _Timed(Embedder):
         )
         self.seconds, self.deadline = seconds, time.monotonic() + seconds
 
-    def _call(self, fn: Any, arg: Any) -> Any:
+    def _provider(self, step: Call[T]) -> Steps[T]:
         if time.monotonic() > self.deadline:
             raise EmbeddingError(
                 f"the {self.seconds:g} s one caller's write may embed for are spent (caller_write_seconds)"
             )
-        return super()._call(fn, arg)
+        return (yield from super()._provider(step))
 
 
 def _line(where: str, problem: str) -> str:

@@ -8,20 +8,22 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import ConfigError, EmbeddingError
-from agent_retrieval.process import PROCESS
+from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.progress import notices, transformers_bars_off
 from agent_retrieval.redaction import check_secret, endpoint_id, protect
+from agent_retrieval.steps import Call, Steps, arun, call, run
 
 log = logging.getLogger(__name__)
 
 BUNDLED_LOCAL_MODEL = "all-MiniLM-L6-v2"
+T = TypeVar("T")
 
 
 class Embedder:
@@ -46,45 +48,45 @@ class Embedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         """The query-side vector of one text."""
-        return _first(_unit(self._checked([self._call(self.embeddings.embed_query, text)], 1)))
+        return run(self._query(text))
+
+    async def aembed_query(self, text: str) -> np.ndarray:
+        return await arun(self._query(text))
 
     def embed_documents(
         self, texts: Sequence[str], *, on_batch: Callable[[int], None] | None = None
     ) -> np.ndarray:
         """Document-side vectors, one row per text, requested in batches; `on_batch` hears how many texts each
         finished batch held (a progress bar advances per text, even inside one large document)."""
+        return run(self._documents(texts, on_batch))
+
+    async def aembed_documents(
+        self, texts: Sequence[str], *, on_batch: Callable[[int], None] | None = None
+    ) -> np.ndarray:
+        return await arun(self._documents(texts, on_batch))
+
+    # --- each written once for both faces (steps.py) ------------------------------------------------
+    def _query(self, text: str) -> Steps[np.ndarray]:
+        row = yield from self._provider(call(self.embeddings.embed_query, self.embeddings.aembed_query, text))
+        return _first(_unit(self._checked([row], 1)))
+
+    def _documents(self, texts: Sequence[str], on_batch: Callable[[int], None] | None) -> Steps[np.ndarray]:
         rows: list[Any] = []
         for start in range(0, len(texts), self.batch_size):
             batch = list(texts[start : start + self.batch_size])
-            rows.extend(self._call(self.embeddings.embed_documents, batch))
+            e = self.embeddings
+            rows.extend((yield from self._provider(call(e.embed_documents, e.aembed_documents, batch))))
             if on_batch:
                 on_batch(len(batch))
         return _unit(self._checked(rows, len(texts)))
 
-    async def aembed_query(self, text: str) -> np.ndarray:
-        return _first(_unit(self._checked([await self._acall(self.embeddings.aembed_query, text)], 1)))
-
-    async def aembed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        rows: list[Any] = []
-        for start in range(0, len(texts), self.batch_size):
-            rows.extend(
-                await self._acall(
-                    self.embeddings.aembed_documents, list(texts[start : start + self.batch_size])
-                )
-            )
-        return _unit(self._checked(rows, len(texts)))
-
-    def _call(self, fn: Any, arg: Any) -> Any:
+    def _provider(self, step: Call[T]) -> Steps[T]:
+        """The provider's call; every failure becomes one error type that callers can degrade on."""
         try:
-            return fn(arg)
-        except Exception as error:  # every provider failure becomes one error type callers can degrade on
-            raise EmbeddingError(f"{self.model_id} failed: {_describe(error)}") from error
-
-    async def _acall(self, fn: Any, arg: Any) -> Any:
-        try:
-            return await fn(arg)
+            result: T = yield step
         except Exception as error:
             raise EmbeddingError(f"{self.model_id} failed: {_describe(error)}") from error
+        return result
 
     def _checked(self, rows: list[Any], expected: int) -> np.ndarray:
         if len(rows) != expected:
@@ -130,12 +132,15 @@ def _describe(error: Exception) -> str:
     return f"{name} (HTTP {status})" if status else name
 
 
-def make_embedder(context: Context) -> Embedder:
+def make_embedder(context: Context, *, process: ProcessState = PROCESS) -> Embedder:
     """The embedder the context configures; nothing is loaded or connected until the first call."""
     if context.embedding_provider == "local":
         return Embedder(
             LocalEmbeddings(
-                context.local_embedding_model, runtime=context.local_runtime, cache=context.local_model_cache
+                context.local_embedding_model,
+                runtime=context.local_runtime,
+                cache=context.local_model_cache,
+                process=process,
             ),
             f"local/{context.local_embedding_model}",
             batch_size=context.embedding_batch_size,
@@ -188,10 +193,18 @@ class LocalEmbeddings(Embeddings):
     model, or `runtime="torch"`, runs on sentence-transformers.
     """
 
-    def __init__(self, model: str = BUNDLED_LOCAL_MODEL, *, runtime: str = "auto", cache: str = ""):
+    def __init__(
+        self,
+        model: str = BUNDLED_LOCAL_MODEL,
+        *,
+        runtime: str = "auto",
+        cache: str = "",
+        process: ProcessState = PROCESS,
+    ):
         self.model = model
         self.runtime = runtime
         self.cache = cache
+        self.process = process  # where the loaded model is kept (agent_retrieval.process)
 
     # The rows are numpy arrays, not lists: Embedder takes them as they are, without a copy into lists.
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -211,7 +224,8 @@ class LocalEmbeddings(Embeddings):
         if onnx is not None:
             vectors: np.ndarray = onnx.encode(texts)
             return vectors
-        model = _load_sentence_transformer(self.model)
+        # Loaded once per process (it takes seconds), even when searches side by side ask for it at once.
+        model = self.process.part(("sentence-transformer", self.model), lambda: _load(self.model))
         # A single query gains little from a second core but, with torch's threads spinning on it, it would
         # stall the keyword search that runs beside it; batches (ingestion) use every core.
         with _torch_threads(1 if len(texts) == 1 else None):
@@ -224,7 +238,7 @@ class LocalEmbeddings(Embeddings):
         from agent_retrieval.providers import onnx_model
 
         where = (bundled_model_path(), onnx_model.cache_folder(self.cache), self.runtime)
-        return PROCESS.part(("onnx model", *where), lambda: onnx_model.load(*where))
+        return self.process.part(("onnx model", *where), lambda: onnx_model.load(*where))
 
 
 # Torch's thread count is one setting for the whole process, and no single value serves both sides: a batch
@@ -250,12 +264,6 @@ def _torch_threads(count: int | None) -> Iterator[None]:
             yield
         finally:
             torch.set_num_threads(configured)
-
-
-def _load_sentence_transformer(name: str) -> Any:
-    """Load a model once per process (it takes seconds), even when searches running side by side ask for it
-    at once (each used to load its own copy)."""
-    return PROCESS.part(("sentence-transformer", name), lambda: _load(name))
 
 
 def _load(name: str) -> Any:

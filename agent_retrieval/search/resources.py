@@ -19,7 +19,7 @@ from typing import Any
 from cachetools import TLRUCache
 
 from agent_retrieval.context import Context
-from agent_retrieval.process import PROCESS
+from agent_retrieval.process import PROCESS, ProcessState
 
 
 @dataclass(frozen=True)
@@ -135,10 +135,10 @@ class SearchResources:
         self.close()
 
 
-def shared_resources(context: Context) -> SearchResources:
+def shared_resources(context: Context, process: ProcessState = PROCESS) -> SearchResources:
     """The process's resources for this context's sizes, made on first use (one, unless sizes differ)."""
     sizes = (context.search_threads, context.hyde_cache_size)
-    return PROCESS.part(("search resources", sizes), lambda: SearchResources(context), SearchResources.close)
+    return process.part(("search resources", sizes), lambda: SearchResources(context), SearchResources.close)
 
 
 def clear_shared_caches() -> None:

@@ -20,6 +20,7 @@ from agent_retrieval.context import Context
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.fusion import PROFILES, fuse
 from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
+from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.providers.embeddings import Embedder, make_embedder
 from agent_retrieval.search.rerank import make_reranker
 from agent_retrieval.search.rerank import rerank as rerank_hits
@@ -46,9 +47,10 @@ class Retrieval:
 
     The store, embedder and chat model are made on first use (never at construction) and may be
     passed in instead, which is how tests and notebooks share them. `resources` (the sync search
-    threads and the HyDE cache) default to the process's shared instance for the Context's sizes;
-    whoever makes SearchResources closes them. Thread-safe; use `close()` or a `with` block to release
-    the store.
+    threads and the HyDE cache) default to the shared instance for the Context's sizes; whoever makes
+    SearchResources closes them. `process` owns what is shared between calls (agent_retrieval.process):
+    the process's own by default, or a ProcessState of the caller's, released by its `close()`.
+    Thread-safe; use `close()` or a `with` block to release the store.
     """
 
     def __init__(
@@ -61,12 +63,14 @@ class Retrieval:
         resources: SearchResources | None = None,
         min_similarity: float | None = None,
         reranker: BaseDocumentCompressor | None = None,
+        process: ProcessState = PROCESS,
     ):
         self.context = context or Context.from_env()
+        self.process = process  # whose threads, caches, pools and models this uses (agent_retrieval.process)
         # The vector side's similarity floor; None: by query type (fusion.PROFILES). A LangChain vector store
         # promises the k nearest whatever their similarity, so it sets -1.
         self.min_similarity = min_similarity
-        self.resources = resources or shared_resources(self.context)
+        self.resources = resources or shared_resources(self.context, process)
         self._store, self._embedder, self._llm, self._reranker = store, embedder, llm, reranker
         self._owns_store = store is None
         self._lock = threading.Lock()
@@ -78,14 +82,14 @@ class Retrieval:
     def store(self) -> Store:
         with self._lock:
             if self._store is None:
-                self._store = open_store(self.context)
+                self._store = open_store(self.context, process=self.process)
             return self._store
 
     @property
     def embedder(self) -> Embedder:
         with self._lock:
             if self._embedder is None:
-                self._embedder = make_embedder(self.context)
+                self._embedder = make_embedder(self.context, process=self.process)
             return self._embedder
 
     @property

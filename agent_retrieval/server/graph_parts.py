@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -108,18 +109,22 @@ class NodeFailed(AgentRetrievalError):
     """A node's error whose message held a secret, re-raised with the secret masked."""
 
 
-def add_nodes(builder: StateGraph[Any, Any, Any, Any], *nodes: Node) -> None:
-    """Add each node under its function's name, with what it writes and the errors it raises passing the
-    redactor: a graph's one edge to state and output, whatever a provider's error message quoted."""
+def add_nodes(builder: StateGraph[Any, Any, Any, Any], *nodes: Node, parts: GraphParts) -> None:
+    """Add each node under its function's name, given `parts` if it takes them, with what it writes and the
+    errors it raises passing the redactor: a graph's one edge to state and output, whatever a provider's
+    error message quoted."""
     for node in nodes:
-        builder.add_node(node.__name__, _redacted(node))
+        builder.add_node(node.__name__, _redacted(node, parts))
 
 
-def _redacted(node: Node) -> Node:
-    @functools.wraps(node)  # LangGraph reads the node's signature (state type, runtime) through the wrapper
+def _redacted(node: Node, parts: GraphParts) -> Node:
+    given = {"parts": parts} if "parts" in inspect.signature(node).parameters else {}
+
+    # LangGraph reads the node's signature (state type, runtime) through the wrapper; it passes no `parts`
+    @functools.wraps(node)
     async def run(*args: Any, **kwargs: Any) -> dict[str, Any]:
         try:
-            update = await node(*args, **kwargs)
+            update = await node(*args, **kwargs, **given)
         except GraphBubbleUp:  # LangGraph's own control flow (interrupts, commands), not an error
             raise
         except Exception as error:

@@ -9,16 +9,17 @@ from pathlib import Path
 
 from agent_retrieval.context import Context
 from agent_retrieval.errors import ConfigError
+from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.stores.base import Store, StoreStats
 from agent_retrieval.stores.sqlite import SQLiteStore
 
 __all__ = ["SQLiteStore", "Store", "StoreStats", "open_store", "sqlite_path"]
 
 
-def open_store(context: Context) -> Store:
+def open_store(context: Context, *, process: ProcessState = PROCESS) -> Store:
     """The configured store: Postgres by DSN, else Supabase by URL and key, else the embedded SQLite file.
 
-    Nothing connects until the first call.
+    Nothing connects until the first call; its pools and caches are `process`'s parts.
     """
     tenant = context.tenant_id or None
     if context.store_backend == "postgres":
@@ -30,6 +31,7 @@ def open_store(context: Context) -> Store:
             tenant=tenant,
             max_retries=context.max_retries,
             timeout=context.request_timeout_seconds,
+            process=process,
         )
     if context.store_backend == "supabase":
         from agent_retrieval.stores.supabase import SupabaseStore
@@ -42,8 +44,11 @@ def open_store(context: Context) -> Store:
             max_retries=context.max_retries,
             timeout=context.request_timeout_seconds,
             user_token=context.supabase_user_token or None,
+            process=process,
         )
-    return SQLiteStore(sqlite_path(context), tenant=context.tenant_id, cache_mb=context.store_cache_mb)
+    return SQLiteStore(
+        sqlite_path(context), tenant=context.tenant_id, cache_mb=context.store_cache_mb, process=process
+    )
 
 
 def missing_store(context: Context) -> str | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent_retrieval.errors import ConfigError, InvalidRequest
-from agent_retrieval.process import PROCESS
+from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.redaction import check_secret, protect
 from agent_retrieval.stores.base import Failure
 from agent_retrieval.stores.rpc import (
@@ -80,8 +80,11 @@ class PostgresStore(RPCStore):
         timeout: float = 30.0,
         pool_size: int = 8,
         max_retries: int = 3,
+        process: ProcessState = PROCESS,
     ):
-        super().__init__(schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout)
+        super().__init__(
+            schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout, process=process
+        )
         psycopg = _psycopg()
         dsn = dsn.strip()  # a DSN read from a file ends in a line break
         try:
@@ -122,7 +125,7 @@ class PostgresStore(RPCStore):
         """This process's pool for the store's DSN (agent_retrieval.process): in a forked child, the child's
         own (two processes on one connection garble each other's replies), even for a store the parent
         made."""
-        shared = PROCESS.part(("postgres pool", self._pool_key), _SharedPool, _close_pool)
+        shared = self.process.part(("postgres pool", self._pool_key), _SharedPool, _close_pool)
         if self._shared_in is not shared:  # first use, or the first in a forked child
             self._shared_in, self._using = shared, False  # not yet among this process's users of it
         return shared

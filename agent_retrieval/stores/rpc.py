@@ -31,6 +31,7 @@ from agent_retrieval.errors import (
 )
 from agent_retrieval.fusion import FULL_KEYWORD_COVERAGE
 from agent_retrieval.models import Chunk, Document, Hit, Level
+from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.redaction import redact
 from agent_retrieval.steps import Steps, arun, call, run
 from agent_retrieval.stores.base import (
@@ -206,8 +207,10 @@ class RPCStore(Store):
         tenant: str | None = None,
         max_retries: int = 3,
         timeout: float = 30.0,
+        process: ProcessState = PROCESS,
     ):
         self.schema = check_schema_name(schema)
+        self.process = process  # whose pools and clients this store uses (agent_retrieval.process)
         self.tenant = tenant or None
         self.max_retries = max_retries
         self.timeout = timeout

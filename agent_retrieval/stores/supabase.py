@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.process import PROCESS
+from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.redaction import check_secret, protect
 from agent_retrieval.stores.base import Failure
 from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore, sqlstate_failure
@@ -110,8 +110,11 @@ class SupabaseStore(RPCStore):
         user_token: str | None = None,
         timeout: float = 30.0,
         max_retries: int = 3,
+        process: ProcessState = PROCESS,
     ):
-        super().__init__(schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout)
+        super().__init__(
+            schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout, process=process
+        )
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"the Supabase URL must start with https:// (got {url[:40]!r})")
         # Both travel in HTTP headers: one that cannot be sent would fail every call, with an error
@@ -147,7 +150,7 @@ class SupabaseStore(RPCStore):
         with self._lock:
             if self._client is not None and self._client_pid != os.getpid():
                 # A forked child's: the parent's connections are the parent's (shared, they garble replies)
-                PROCESS.keep(self._client)
+                self.process.keep(self._client)
                 self._client = None
             if self._client is None:
                 import httpx

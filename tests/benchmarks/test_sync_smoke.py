@@ -17,7 +17,7 @@ def test_the_sync_benchmark_runs_and_embeds_only_edited_text(monkeypatch, tmp_pa
     monkeypatch.setattr(module, "ROOT", tmp_path)
     monkeypatch.setattr(
         "agent_retrieval.search.retrieval.make_embedder",
-        lambda context: Embedder(WordHashEmbeddings(), "test/w"),
+        lambda context, **_: Embedder(WordHashEmbeddings(), "test/w"),
     )
     result = module.main(["--files", "60"])
     assert (result["edited"], result["renamed"], result["deleted"]) == (3, 3, 3)

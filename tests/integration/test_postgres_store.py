@@ -32,7 +32,7 @@ def schema(request, postgres) -> str:
 def word_hash_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
     """Commands build their embedder from the Context; here they get the fast test one."""
 
-    def make(context):
+    def make(context, **_):
         return Embedder(WordHashEmbeddings(), "test/word-hash")
 
     monkeypatch.setattr("agent_retrieval.search.retrieval.make_embedder", make)

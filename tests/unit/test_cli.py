@@ -20,7 +20,7 @@ def word_hash_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI builds its embedder from the Context; here it gets the fast test one."""
     monkeypatch.setattr(
         "agent_retrieval.search.retrieval.make_embedder",
-        lambda context: Embedder(WordHashEmbeddings(), "test/word-hash"),
+        lambda context, **_: Embedder(WordHashEmbeddings(), "test/word-hash"),
     )
 
 
@@ -208,7 +208,7 @@ def test_progress_counts_texts_and_the_model_loading_notice_is_one_line(
 ):
     from agent_retrieval.progress import notices
 
-    def loading(context):
+    def loading(context, **_):
         notices.info("loading the embedding model test ...")
         return Embedder(WordHashEmbeddings(), "test/word-hash")
 

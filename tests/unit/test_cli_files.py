@@ -28,7 +28,7 @@ KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAE
 def word_hash_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         "agent_retrieval.search.retrieval.make_embedder",
-        lambda context: Embedder(WordHashEmbeddings(), "test/word-hash"),
+        lambda context, **_: Embedder(WordHashEmbeddings(), "test/word-hash"),
     )
 
 

@@ -298,7 +298,7 @@ def test_ingest_paths_loads_what_it_can_and_lists_the_rest(tmp_path, folder, mon
 
     monkeypatch.setattr(
         "agent_retrieval.search.retrieval.make_embedder",
-        lambda context: Embedder(WordHashEmbeddings(), "test/word-hash"),
+        lambda context, **_: Embedder(WordHashEmbeddings(), "test/word-hash"),
     )
     (folder / "diagram.svg").write_text("<svg/>", encoding="utf-8")
     (folder / "broken.md").write_text("---\nkey: [unclosed\n---\nBody\n", encoding="utf-8")

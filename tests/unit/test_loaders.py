@@ -116,7 +116,7 @@ def test_the_cli_takes_include_and_exclude(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(
         "agent_retrieval.search.retrieval.make_embedder",
-        lambda context: Embedder(WordHashEmbeddings(), "test/w"),
+        lambda context, **_: Embedder(WordHashEmbeddings(), "test/w"),
     )
     shutil.copytree(HTML, tmp_path / "site")
     db = str(tmp_path / "s.db")

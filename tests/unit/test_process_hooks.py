@@ -1,4 +1,5 @@
-"""Process-wide settings touched once or under one lock: the log redaction hook and torch's thread count."""
+"""Process-wide settings touched once or under one lock (the log redaction hook, torch's thread count), and
+what a Retrieval shares kept in the ProcessState it is given."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ import pytest
 
 from agent_retrieval import redaction
 from agent_retrieval.context import Context
+from agent_retrieval.ingest import ingest
+from agent_retrieval.models import ChunkSearchRequest, Document, parse_request
+from agent_retrieval.process import PROCESS, ProcessState
+from agent_retrieval.providers.embeddings import make_embedder
 from agent_retrieval.providers.llm import make_chat_model
+from agent_retrieval.search.resources import SearchResources
+from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.stores import SQLiteStore
+from agent_retrieval.stores.sqlite.cache import FileCaches
 
 
 def test_the_log_hook_is_installed_once_and_a_chat_model_only_records_new_keys():
@@ -70,3 +79,22 @@ def test_users_tokens_are_masked_but_only_the_latest_are_kept(monkeypatch):
     assert len(redaction._recent) == redaction.RECENT_USER_TOKENS
     text = redaction.redact(f"{tokens[-1]} {tokens[0]} sk-operator-key-kept-for-good")
     assert text == f"{redaction.MASK} {tokens[0]} {redaction.MASK}"
+
+
+def test_a_retrieval_keeps_what_it_shares_in_the_process_state_it_is_given(tmp_path, embedder):
+    own = ProcessState()
+    context = Context(db_path=str(tmp_path / "own.db"))
+    document = Document(id="d", title="Deposits", content="The landlord protects the deposit.")
+    with SQLiteStore(context.db_path, process=own) as store:
+        ingest([document], store, embedder, context, progress=False)
+    request = parse_request(ChunkSearchRequest, {"query": "deposit protection", "top_k": 2})
+    with Retrieval(context, embedder=embedder, process=own) as retrieval:
+        assert retrieval.search(request, "chunks").hits
+        assert make_embedder(context, process=own).embeddings.process is own  # where a local model loads
+    (resources,) = own.parts(SearchResources)
+    assert own.parts(FileCaches) and resources not in PROCESS.parts(SearchResources)
+    assert not any(c for c in PROCESS.parts(FileCaches) if str(tmp_path) in str(c._files))
+    threads = resources.search_pool  # started by the sync search
+    own.close()  # releases what it made: the search threads stop
+    with pytest.raises(RuntimeError, match="shutdown"):
+        threads.submit(print)

@@ -291,7 +291,9 @@ def test_ids_as_one_tool_shows_them_scope_the_next_call_exactly(tools, retrieval
 
 
 def test_agent_retriever_searches_the_store_its_context_names(tmp_path, retrieval, monkeypatch):
-    monkeypatch.setattr("agent_retrieval.search.retrieval.make_embedder", lambda context: retrieval.embedder)
+    monkeypatch.setattr(
+        "agent_retrieval.search.retrieval.make_embedder", lambda context, **_: retrieval.embedder
+    )
     named = AgentRetriever(context=retrieval.context, k=2)
     assert named.retrieval.store.path == retrieval.store.path
     assert [d.metadata["document_id"] for d in named.invoke("referral fee disclosure")]

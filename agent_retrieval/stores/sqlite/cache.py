@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from agent_retrieval.models import Level
-from agent_retrieval.process import PROCESS
+from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.stores.base import MetadataCount
 
 
@@ -71,8 +71,8 @@ class FileCaches:
                 total -= self._files.popitem(last=False)[1].nbytes
 
 
-def file_caches() -> FileCaches:
-    return PROCESS.part("sqlite file caches", FileCaches)
+def file_caches(process: ProcessState = PROCESS) -> FileCaches:
+    return process.part("sqlite file caches", FileCaches)
 
 
 def release_file_caches() -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from agent_retrieval.errors import StoreError
-from agent_retrieval.process import PROCESS
+from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.stores.base import Failure
 from agent_retrieval.stores.sqlite.schema import SCHEMA_VERSION, migrate, schema_version
 
@@ -20,9 +20,10 @@ from agent_retrieval.stores.sqlite.schema import SCHEMA_VERSION, migrate, schema
 class Connections:
     """The connections to one store file, opened as threads ask for them and closed together."""
 
-    def __init__(self, path: Path, timeout: float):
+    def __init__(self, path: Path, timeout: float, process: ProcessState = PROCESS):
         self.path = path
         self.timeout = timeout
+        self._process = process
         self._local = threading.local()
         self._connections: list[tuple[int, sqlite3.Connection]] = []  # each with the process that opened it
         self._guard_lock = threading.Lock()
@@ -178,7 +179,7 @@ class Connections:
                 if pid == os.getpid():
                     conn.close()
                 else:  # a parent's, in a forked child: closing it here could act on the parent's locks
-                    PROCESS.keep(conn)
+                    self._process.keep(conn)
             self._connections.clear()
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from agent_retrieval.context import STORE_CACHE_MB
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
+from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     FACET_VALUE_CHARS,
@@ -63,13 +64,20 @@ class SQLiteStore(Store):
     backend = "sqlite"
 
     def __init__(
-        self, path: str | Path, *, tenant: str = "", timeout: float = 10.0, cache_mb: int = STORE_CACHE_MB
+        self,
+        path: str | Path,
+        *,
+        tenant: str = "",
+        timeout: float = 10.0,
+        cache_mb: int = STORE_CACHE_MB,
+        process: ProcessState = PROCESS,
     ):
         if str(path) in ("", ":memory:") or str(path).startswith("file:"):
             raise InvalidRequest("the SQLite store needs a file path (each thread opens its own connection)")
         self.path = Path(path).expanduser()
         self.tenant = tenant
-        self._db = Connections(self.path, timeout)
+        self.process = process  # whose file caches this store shares (agent_retrieval.process)
+        self._db = Connections(self.path, timeout, process)
         self._cache_bytes = int(cache_mb * 2**20)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +85,9 @@ class SQLiteStore(Store):
             raise StoreError(f"cannot create the folder of {self.path}: {error.strerror}") from None
         self._db.migrate()
         with self._db.read() as conn:
-            self._cache = file_caches().of(self.path, self._info(conn).get("store_id"), self._cache_bytes)
+            self._cache = file_caches(process).of(
+                self.path, self._info(conn).get("store_id"), self._cache_bytes
+            )
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -282,7 +292,7 @@ class SQLiteStore(Store):
             rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dim)
             current = cache.matrices[level] = Matrix(generation, model, rowids, vectors)
-        file_caches().trim(self._cache_bytes)
+        file_caches(self.process).trim(self._cache_bytes)
         return current
 
     def _vector_search(self, search: VectorSearch) -> list[Hit]:
