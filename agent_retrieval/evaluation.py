@@ -32,11 +32,12 @@ from agent_retrieval.planning import Facets, make_plan, run_plan
 from agent_retrieval.search.retrieval import Candidates, Retrieval
 
 T = TypeVar("T")
-METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+METRICS = ("ndcg@10", "recall@2", "recall@5", "recall@10", "recall@100", "mrr@10")
 # What each column measures, printed under the table.
 LEGEND = (
     "ndcg@10: graded gain of the top 10 against the best possible order; recall@k: the mean share of a "
-    "query's relevant documents in its top k; mrr@10: 1 / rank of the first relevant one (0 past 10); "
+    "query's relevant documents in its top k (multi-hop papers' Recall@2 and @5); mrr@10: 1 / rank of the "
+    "first relevant one (0 past 10); "
     "all-gold@k: the share of queries with two or more relevant documents that have all of them in the top k"
 )
 # Every relevant document in the top k, over the queries with two or more: what a multi-hop question needs,
@@ -76,6 +77,7 @@ class Dataset:
     corpus_size: int
     skipped: list[str] = field(default_factory=list)
     subset: set[str] | None = None  # the documents kept by `max_documents`; None: the whole corpus
+    types: dict[str, str] = field(default_factory=dict)  # query id -> its type (query_types.tsv), if given
 
     @property
     def corpus(self) -> Path:
@@ -140,6 +142,7 @@ def load_beir(
     if not judged:
         raise DatasetError(f"{paths['qrels']}: no query has a relevant document in the corpus")
     judged = judged[:limit] if limit else judged
+    types = _query_types(folder / "query_types.tsv", set(judged), skipped)
     subset = None
     if max_documents is not None and max_documents < len(corpus_ids):
         subset = {doc for q in judged for doc in qrels[q]}
@@ -152,6 +155,7 @@ def load_beir(
         len(subset) if subset is not None else len(corpus_ids),
         skipped,
         subset,
+        types,
     )
 
 
@@ -164,6 +168,28 @@ def _jsonl(path: Path, required: Sequence[str]) -> Iterator[tuple[dict[str, Any]
                 f"{where}: each line must be an object with string fields {', '.join(required)}"
             )
         yield record, where
+
+
+def _query_types(path: Path, judged: set[str], skipped: list[str]) -> dict[str, str]:
+    """Each judged query's type from an optional `query_types.tsv` (query id, type; a header line may name
+    them), so scores can be read per type; a query it does not name is of no type."""
+    types: dict[str, str] = {}
+    if not path.is_file():
+        return types
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            fields = line.rstrip("\n").split("\t")
+            if not line.strip() or (number == 1 and fields[0] in ("query-id", "query_id", "qid")):
+                continue
+            if len(fields) != 2 or not fields[1].strip():
+                raise DatasetError(
+                    f"{path}:{number}: expected 'query-id<TAB>type' (got {line.strip()[:80]!r})"
+                )
+            if fields[0] in judged:
+                types[fields[0]] = fields[1].strip()[:40]
+            else:
+                skipped.append(f"{path.name}:{number}: query {fields[0]!r} is not judged")
+    return types
 
 
 def _qrels(path: Path) -> Iterator[tuple[str, str, int, str]]:
@@ -222,9 +248,9 @@ def score_run(
     for qid, grades in qrels.items():
         ranked = run.get(qid, [])
         totals["ndcg@10"] += ndcg(ranked, grades)
-        totals["recall@10"] += recall(ranked, grades, 10)
-        if "recall@100" in totals:
-            totals["recall@100"] += recall(ranked, grades, 100)
+        for name in ("recall@2", "recall@5", "recall@10", "recall@100"):
+            if name in totals:
+                totals[name] += recall(ranked, grades, _k(name))
         totals["mrr@10"] += mrr(ranked, grades)
     scores = {name: total / len(qrels) for name, total in totals.items()}
     several = multi_gold(qrels)
@@ -256,6 +282,8 @@ class EvalReport:
     runs: dict[str, str]
     multi_gold_queries: int = 0  # queries with two or more relevant documents
     notes: list[str] = field(default_factory=list)  # what a reader of the scores must know
+    by_type: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # type -> mode -> scores
+    type_counts: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -271,15 +299,15 @@ class EvalReport:
             "settings": self.settings,
             "runs": self.runs,
             "notes": self.notes,
+            "by_type": self.by_type,
+            "type_counts": self.type_counts,
         }
 
     def table(self) -> str:
         head = f"{self.dataset} ({self.split}, {self.queries} queries, {self.level} level)"
-        metrics = [m for m in (*METRICS, *ALL_GOLD) if any(m in s for s in self.scores.values())]
-        lines = [head, "", f"{'mode':<15}" + "".join(f"{m:>12}" for m in metrics)]
-        for mode, scores in self.scores.items():
-            cells = (f"{100 * scores[m]:>12.2f}" if m in scores else f"{'-':>12}" for m in metrics)
-            lines.append(f"{mode:<15}" + "".join(cells))
+        lines = [head, "", *_rows(self.scores)]
+        for kind, scores in self.by_type.items():
+            lines += ["", f"{kind} ({self.type_counts[kind]} queries)", *_rows(scores)]
         lines += [
             "",
             LEGEND + (f" ({self.multi_gold_queries} such queries)" if self.multi_gold_queries else ""),
@@ -288,6 +316,17 @@ class EvalReport:
         if self.skipped:
             lines += ["", f"skipped {len(self.skipped)} line(s) of the dataset, e.g. {self.skipped[0]}"]
         return "\n".join(lines)
+
+
+def _rows(scores: dict[str, dict[str, float]]) -> list[str]:
+    """A table of each mode's scores, in percent; a metric no mode has is left out, one a mode lacks is -."""
+    metrics = [m for m in (*METRICS, *ALL_GOLD) if any(m in s for s in scores.values())]
+    lines = [f"{'mode':<15}" + "".join(f"{m:>12}" for m in metrics)]
+    for mode, row in scores.items():
+        lines.append(
+            f"{mode:<15}" + "".join(f"{100 * row[m]:>12.2f}" if m in row else f"{'-':>12}" for m in metrics)
+        )
+    return lines
 
 
 def available_modes(context: Context) -> list[str]:
@@ -338,6 +377,7 @@ def evaluate(
         resources=retrieval.resources,
     )
     files = {mode: out / f"run.{mode}.trec" for mode in modes}
+    trails = {mode: out / f"found.{mode}.jsonl" for mode in modes}
     notes = _reuse_runs(out, _run_key(dataset, searcher, level))
     done = {mode: _run_queries(path) for mode, path in files.items()}
     todo = [q for q in dataset.queries if any(q not in done[mode] for mode in modes)]
@@ -349,10 +389,15 @@ def evaluate(
         ranked = _rank_modes(searcher, dataset.queries[qid], level, missing, facets)
         for mode in missing:
             _append_run(files[mode], qid, ranked[mode], mode)
+            _append_trail(trails[mode], qid, ranked[mode], dataset.qrels[qid])
     per_query = (time.perf_counter() - started) / len(todo) if todo else 0.0
-    scores = {
-        mode: score_run(read_run(files[mode]), dataset.qrels, MODE_DEPTH.get(mode, DEPTH)) for mode in modes
-    }
+    runs = {mode: read_run(files[mode]) for mode in modes}
+    scores = {mode: score_run(runs[mode], dataset.qrels, MODE_DEPTH.get(mode, DEPTH)) for mode in modes}
+    by_type: dict[str, dict[str, dict[str, float]]] = {}
+    for kind in sorted(set(dataset.types.values())):
+        qrels = {q: g for q, g in dataset.qrels.items() if dataset.types.get(q) == kind}
+        by_type[kind] = {m: score_run(runs[m], qrels, MODE_DEPTH.get(m, DEPTH)) for m in modes}
+    _write_per_query(out / "per_query.json", dataset, runs, trails)
     settings = {key: getattr(deep, key) for key in (*RANKING_SETTINGS, "embedding_provider")}
     if "plan" in modes and level == "documents":
         notes.append("plan ranks passages at either level: its documents are ranked at their best passage")
@@ -368,6 +413,8 @@ def evaluate(
         {mode: str(path) for mode, path in files.items()},
         len(multi_gold(dataset.qrels)),
         notes,
+        by_type,
+        {kind: sum(t == kind for t in dataset.types.values()) for kind in by_type},
     )
 
 
@@ -392,7 +439,7 @@ def _reuse_runs(out: Path, key: dict[str, Any]) -> list[str]:
     path = out / "key.json"
     notes: list[str] = []
     earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    runs = sorted(out.glob("run.*.trec"))
+    runs = sorted([*out.glob("run.*.trec"), *out.glob("found.*.jsonl")])
     if runs and earlier != key:
         changed = _changes(earlier or {}, key)
         for run in runs:
@@ -473,6 +520,53 @@ def _append_run(path: Path, qid: str, hits: list[Hit], mode: str) -> None:
     ]
     with path.open("a", encoding="utf-8") as run:
         run.writelines(lines or [f"# {qid} found nothing\n"])  # a marker, so the query is not run again
+
+
+def _append_trail(path: Path, qid: str, hits: list[Hit], grades: dict[str, int]) -> None:
+    """What found each relevant document of the query, at its best passage: the searches of a plan (reading
+    on among them), or the sides of a hybrid search with the rank each gave it."""
+    found: dict[str, list[str]] = {}
+    for hit in hits:
+        if grades.get(hit.document_id, 0) > 0 and hit.document_id not in found:
+            sides = [f"vector #{hit.vector_rank}"] if hit.vector_rank is not None else []
+            sides += [f"keyword #{hit.keyword_rank}"] if hit.keyword_rank is not None else []
+            found[hit.document_id] = hit.queries or sides
+    with path.open("a", encoding="utf-8") as trail:
+        trail.write(json.dumps({"query": qid, "found_by": found}) + "\n")
+
+
+def _write_per_query(
+    path: Path, dataset: Dataset, runs: dict[str, dict[str, list[str]]], trails: dict[str, Path]
+) -> None:
+    """Per query and mode: the rank of each relevant document (None: not ranked) and what found it."""
+    found = {mode: _read_trail(trail) for mode, trail in trails.items()}
+    per_query = {
+        qid: {
+            "query": dataset.queries[qid],
+            "type": dataset.types.get(qid),
+            "modes": {
+                mode: {
+                    doc: {
+                        "rank": ranked.index(doc) + 1 if doc in ranked else None,
+                        "found_by": found[mode].get(qid, {}).get(doc, []),
+                    }
+                    for doc, grade in grades.items()
+                    if grade > 0
+                }
+                for mode, run in runs.items()
+                for ranked in [run.get(qid, [])]
+            },
+        }
+        for qid, grades in dataset.qrels.items()
+    }
+    path.write_text(json.dumps(per_query, indent=1) + "\n", encoding="utf-8")
+
+
+def _read_trail(path: Path) -> dict[str, dict[str, list[str]]]:
+    if not path.exists():
+        return {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return {row["query"]: row["found_by"] for row in map(json.loads, filter(str.strip, lines))}
 
 
 def _run_queries(path: Path) -> set[str]:

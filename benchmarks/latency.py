@@ -59,7 +59,7 @@ def replicated_store(base: Retrieval, size: int) -> Path:
         path.unlink()
     source = base.store
     model, _ = source.embedding_model()
-    conn = source._conn()
+    conn = source._db.connection()
     docs = {r[0]: r for r in conn.execute("SELECT id, title, content, metadata, embedding FROM documents")}
     chunks = conn.execute(
         "SELECT id, document_id, ordinal, heading_path, content, embedding FROM chunks "

@@ -25,7 +25,7 @@ from agent_retrieval.models import (
     parse_request,
 )
 from agent_retrieval.planning.answer import format_passages
-from agent_retrieval.planning.links import bridge_names, compares, find_links, holds
+from agent_retrieval.planning.links import bridge_names, compares, compares_through, find_links, holds
 from agent_retrieval.planning.planners import Planned, capped
 from agent_retrieval.planning.schema import MAX_ENTITY_CHARS, PLACEHOLDER, PlannedQuery, QueryPlan
 from agent_retrieval.prompts import load_prompt
@@ -173,14 +173,15 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
     """Multi-hop without a chat model. Each round of the hops a plan left reads on from its best hits (then
     from what the round before found): to the documents they name by title, then to the best hit of the
     question searched with a name they introduce (links.py). What a round finds, at most `follow_links`
-    documents, comes right after the hits it was read from, so the question's own best three stay first,
-    and leaves its place further down. It is added to the plan's hits, never in place of one: a round makes
-    the list at most `follow_links` longer. Each round is recorded as a search and in the notes. A question
-    comparing what it names is not read on from: what it needs is what it names."""
+    documents, comes right after the hit it was read from (a chain stays together, so the top few hold
+    whole chains), and leaves its place further down. It is added to the plan's hits, never in place of
+    one: a round makes the list at most `follow_links` longer. Each round is recorded as a search and in
+    the notes. A question comparing what it names is not read on from (what it needs is what it names),
+    unless it compares what they lead to ("the director of X or of Y"): then it reads on from both."""
     context, plan = retrieval.context, run.plan
     level: Level = "chunks" if run.chunks else "documents"
     question = min(plan.queries, key=lambda q: q.priority).text
-    if compares(question):
+    if compares(question) and not compares_through(question):
         run.notes.append("no reading on: the question compares what it names, and its searches read those")
         return
     asked = " ".join(q.text for q in plan.queries)
@@ -196,15 +197,17 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
         # and found by the question is likelier needed, and moving it up pushes nothing out of the top k.
         ranked = dict.fromkeys(hit.document_id for hit in run.chunks or run.documents)
         place = {document_id: n for n, document_id in enumerate(ranked)}
-        found = sorted(found, key=lambda hit: place.get(hit.document_id, len(place)))[: context.follow_links]
+        found = sorted(found, key=lambda pair: place.get(pair[1].document_id, len(place)))
+        found = found[: context.follow_links]
         if not found:
             return
-        ahead |= {hit.document_id for hit in found}
-        placed = _placed_after(run.chunks or run.documents, found, sources)
+        reached = [hit for _, hit in found]
+        ahead |= {hit.document_id for hit in reached}
+        placed = _placed_after(run.chunks or run.documents, found)
         run.chunks, run.documents = (placed, run.documents) if level == "chunks" else (run.chunks, placed)
-        run.searches.append(Search(question, level, READING_ON, hop, "ran", [h.id for h in found]))
+        run.searches.append(Search(question, level, READING_ON, hop, "ran", [h.id for h in reached]))
         run.notes.append(f"hop {hop + 1}: read on to {len(found)} document(s) the best passages name")
-        sources = found
+        sources = reached
 
 
 async def _read_on(
@@ -215,16 +218,22 @@ async def _read_on(
     retrieval: Retrieval,
     filters: dict[str, Any],
     ahead: set[str],
-) -> list[Hit]:
-    """Hits of the documents `sources` lead to, none of them in `ahead`: those they name by title first
-    (at the chunk level, each one's best passage for the question), then for each name they introduce the
-    best hit of the question searched with it that holds the name."""
+) -> list[tuple[Hit, Hit]]:
+    """Hits of the documents `sources` lead to, each with the source it was reached from, none of them in
+    `ahead`: those they name by title first (at the chunk level, each one's best passage for the question),
+    then for each name they introduce the best hit of the question searched with it that holds the name."""
     named = await find_links(
         sources, asked, retrieval.store, exclude=ahead, filters=filters, max_lookups=LINK_LOOKUPS
     )
-    found = await _best_passages(named, question, retrieval) if named and level == "chunks" else named
-    taken = ahead | {hit.document_id for hit in named}
-    wanted = [name for source in sources for name in bridge_names(source, asked, per_source=BRIDGE_NAMES)]
+    found = named
+    if named and level == "chunks":
+        passages = await _best_passages([hit for _, hit in named], question, retrieval)
+        best = {hit.document_id: hit for hit in passages}
+        found = [(source, best[hit.document_id]) for source, hit in named if hit.document_id in best]
+    taken = ahead | {hit.document_id for _, hit in named}
+    wanted = [
+        (source, name) for source in sources for name in bridge_names(source, asked, per_source=BRIDGE_NAMES)
+    ]
     model = ChunkSearchRequest if level == "chunks" else SearchRequest
     # Bridge queries embed as written and are not reranked: a model call for each would multiply a
     # question's calls.
@@ -236,13 +245,13 @@ async def _read_on(
             level,
             rerank=False,
         )
-        for name in wanted
+        for _, name in wanted
     ]
-    for name, result in zip(wanted, await asyncio.gather(*searches), strict=True):
+    for (source, name), result in zip(wanted, await asyncio.gather(*searches), strict=True):
         for hit in result.hits:
             if hit.document_id not in taken and holds(f"{hit.title} {hit.content}", name):
                 taken.add(hit.document_id)
-                found.append(hit)
+                found.append((source, hit))
                 break
     return found
 
@@ -261,26 +270,28 @@ async def _best_passages(documents: list[Hit], question: str, retrieval: Retriev
     return [best[i] for i in ids if i in best]
 
 
-def _placed_after(hits: list[Hit], found: list[Hit], sources: list[Hit]) -> list[Hit]:
-    """`hits` with `found` right after the last of `sources` (at the end if none is there), scored as it,
-    and no longer further down. Nothing is cut: what reading on finds is added to the passages, and never
-    takes the place of one the plan's own searches found."""
-    listed, moved, read_from = (
-        {hit.key: hit for hit in hits},
-        {h.key for h in found},
-        {s.key for s in sources},
-    )
+def _placed_after(hits: list[Hit], found: list[tuple[Hit, Hit]]) -> list[Hit]:
+    """`hits` with each found hit right after the hit it was read from (after the last when that one is not
+    listed), scored as it, and no longer further down: a chain's documents stay together. Nothing is cut:
+    what reading on finds is added to the passages, and never takes the place of one the plan's own
+    searches found."""
+    listed, moved = {hit.key: hit for hit in hits}, {hit.key for _, hit in found}
     kept = [hit for hit in hits if hit.key not in moved]
-    at = max((n + 1 for n, hit in enumerate(kept) if hit.key in read_from), default=len(kept))
-    score = kept[at - 1].score if at else 0.0
-    # a hit the plan's searches had found keeps saying so: reading on only moved it
-    read_on = [
-        replace(
-            hit, score=score, queries=[*(listed[hit.key].queries if hit.key in listed else []), READING_ON]
-        )
-        for hit in found
-    ]
-    return kept[:at] + read_on + kept[at:]
+    after: dict[tuple[str, str] | None, list[Hit]] = {}
+    for source, hit in found:
+        at = source.key if source.key in listed and source.key not in moved else None
+        after.setdefault(at, []).append(hit)
+
+    def read_on(hit: Hit, score: float) -> Hit:
+        # a hit the plan's searches had found keeps saying so: reading on only moved it
+        queries = [*(listed[hit.key].queries if hit.key in listed else []), READING_ON]
+        return replace(hit, score=score, queries=queries)
+
+    placed: list[Hit] = []
+    for hit in kept:
+        placed += [hit, *(read_on(f, hit.score) for f in after.get(hit.key, []))]
+    last = placed[-1].score if placed else 0.0
+    return placed + [read_on(f, last) for f in after.get(None, [])]
 
 
 def _unresolved_note(query: PlannedQuery, resolved: dict[str, str], max_hops: int) -> str:

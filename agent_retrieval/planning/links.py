@@ -51,6 +51,22 @@ def compares(question: str) -> bool:
     )
 
 
+# The compared thing is reached through what the question names: a role "of" a name ("the directors of
+# films X and Y"), one the named things "have" ("Which film has the director who died first, X or Y?"),
+# or "whose" ("the film whose director ..."). "Have the same nationality" compares the named things.
+_THROUGH = re.compile(
+    r"\b(?!out\b)[a-z]+ of (?:both |the |each )?(?:[a-z]+ )?[A-Z0-9]"
+    r"|\b(?:has|have|had) the (?!same\b)[a-z]|\bwhose [a-z]"
+)
+
+
+def compares_through(question: str) -> bool:
+    """Whether a comparing question (`compares`) compares something its named things lead to ("Which film has
+    the director who died first, X or Y?": the films are named, their directors are not): then both sides
+    need reading on, from each named thing to what it introduces."""
+    return _THROUGH.search(question) is not None
+
+
 def names(text: str) -> list[str]:
     """The distinct names in a text, in order of appearance."""
     return list(dict.fromkeys(m.group(0) for m in NAME.finditer(text)))
@@ -78,10 +94,10 @@ async def find_links(
     exclude: set[str],
     filters: dict[str, Any] | None = None,
     max_lookups: int,
-) -> list[Hit]:
-    """The documents (keyword hits) the `sources` name by title, best source first. At most `max_lookups`
-    names are looked up (not those the question holds: its own search found them), and no document
-    returned is a source or in `exclude` (document ids)."""
+) -> list[tuple[Hit, Hit]]:
+    """The documents (keyword hits) the `sources` name by title, each with the source naming it, best source
+    first. At most `max_lookups` names are looked up (not those the question holds: its own search found
+    them), and no document returned is a source or in `exclude` (document ids)."""
     named = {source.key: names(source.content) for source in sources}
     wanted: dict[str, Hit] = {}  # each name, with the best source naming it
     for source in sources:
@@ -93,7 +109,7 @@ async def find_links(
         *(store.akeyword_search("documents", name, LOOKUP_DEPTH, filters=filters) for name, _ in lookups)
     )
     seen = set(exclude) | {s.document_id for s in sources}
-    links: list[Hit] = []
+    links: list[tuple[Hit, Hit]] = []
     for (_, source), hits in zip(lookups, found, strict=True):
         named_here = {name.lower() for name in named[source.key]}
         for hit in hits:
@@ -102,7 +118,7 @@ async def find_links(
             if hit.document_id in seen or named_here.isdisjoint(forms):
                 continue
             seen.add(hit.document_id)
-            links.append(hit)
+            links.append((source, hit))
     return links
 
 

@@ -50,14 +50,14 @@ def test_metrics_match_trec_eval_on_random_runs():
     run = {q: rng.sample(docs, 150) for q in qrels}
     ours = score_run(run, qrels)
     scored = {q: {d: 1000.0 - rank for rank, d in enumerate(ranked)} for q, ranked in run.items()}
-    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.10", "recall.100"}).evaluate(
-        scored
-    )
+    measures = {"ndcg_cut.10", "recall.2", "recall.5", "recall.10", "recall.100"}
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(scored)
     top10 = {q: {d: s for d, s in ranked.items() if s > 990} for q, ranked in scored.items()}
     rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)  # MRR@10: a run cut at 10
     mean = lambda table, key: sum(row[key] for row in table.values()) / len(table)  # noqa: E731
     assert ours["ndcg@10"] == pytest.approx(mean(theirs, "ndcg_cut_10"), abs=1e-4)
-    assert ours["recall@10"] == pytest.approx(mean(theirs, "recall_10"), abs=1e-4)
+    for k in (2, 5, 10):  # multi-hop papers report Recall@2 and @5
+        assert ours[f"recall@{k}"] == pytest.approx(mean(theirs, f"recall_{k}"), abs=1e-4)
     assert ours["recall@100"] == pytest.approx(mean(theirs, "recall_100"), abs=1e-4)
     assert ours["mrr@10"] == pytest.approx(mean(rr, "recip_rank"), abs=1e-4)
     assert 0 < ours["ndcg@10"] < 1
@@ -185,8 +185,9 @@ def test_a_metric_deeper_than_a_mode_ranks_is_not_reported_and_plans_level_is_sa
     dataset, retrieval = beir_store
     report = evaluate(dataset, retrieval, tmp_path / "out", modes=["keyword", "plan"], progress=False)
     assert "recall@100" in report.scores["keyword"] and "recall@100" not in report.scores["plan"]
-    plan_row = next(line for line in report.table().splitlines() if line.startswith("plan "))
-    assert plan_row.split()[3] == "-"  # ndcg@10, recall@10, then recall@100
+    table = report.table().splitlines()
+    column = next(line for line in table if line.startswith("mode ")).split().index("recall@100")
+    assert next(line for line in table if line.startswith("plan ")).split()[column] == "-"
     assert any("plan ranks passages at either level" in note for note in report.notes)
     assert "recall@k: the mean share of a query's relevant documents in its top k" in report.table()
 
@@ -274,3 +275,47 @@ def test_the_cli_evaluates_a_scifact_sample_and_a_rerun_embeds_nothing(tmp_path,
     report = json.loads(again.out)
     assert report["queries"] == 10 and 0 < report["scores"]["hybrid-rrf"]["ndcg@10"] <= 1
     assert (tmp_path / "scifact-60-test-chunks" / "report.json").is_file()
+
+
+def test_scores_are_reported_per_query_type_and_each_relevant_documents_rank_and_finder_per_query(
+    tmp_path, embedder
+):
+    folder = demo_beir(tmp_path / "demo")
+    queries = [json.loads(line)["_id"] for line in (folder / "queries.jsonl").read_text().splitlines()]
+    kinds = {qid: "first half" if n < len(queries) // 2 else "second half" for n, qid in enumerate(queries)}
+    (folder / "query_types.tsv").write_text(
+        "query-id\ttype\n" + "".join(f"{q}\t{k}\n" for q, k in kinds.items()) + "unknown-query\tx\n"
+    )
+    dataset = load_beir(folder)
+    assert dataset.types == kinds and any("unknown-query" in skip for skip in dataset.skipped)
+    context = Context(db_path=str(tmp_path / "eval.db"))
+    with Retrieval(context, embedder=embedder) as retrieval:
+        ingest(dataset.documents(), retrieval.store, embedder, context, progress=False)
+        report = evaluate(dataset, retrieval, tmp_path / "out", modes=["hybrid-rrf", "plan"], progress=False)
+    run = read_run(report.runs["hybrid-rrf"])
+    for kind in ("first half", "second half"):
+        judged = {q: g for q, g in dataset.qrels.items() if kinds[q] == kind}
+        assert report.by_type[kind]["hybrid-rrf"] == score_run(run, judged)
+        assert report.type_counts[kind] == len(judged) and f"{kind} ({len(judged)} queries)" in report.table()
+    per_query = json.loads((tmp_path / "out" / "per_query.json").read_text())
+    assert set(per_query) == set(dataset.qrels)
+    for qid, grades in dataset.qrels.items():
+        entry = per_query[qid]
+        assert entry["type"] == kinds[qid] and entry["query"] == dataset.queries[qid]
+        for doc in (d for d, g in grades.items() if g > 0):
+            found = entry["modes"]["hybrid-rrf"][doc]
+            assert found["rank"] == (run[qid].index(doc) + 1 if doc in run[qid] else None)
+            if found["rank"] is not None:  # which side found it, at which rank
+                assert found["found_by"] and all(
+                    side.split(" #")[0] in ("vector", "keyword") for side in found["found_by"]
+                )
+            plan = entry["modes"]["plan"][doc]
+            if plan["rank"] is not None:  # the plan's searches that found it, by their text
+                assert plan["found_by"] and all(isinstance(q, str) for q in plan["found_by"])
+
+
+def test_a_malformed_query_types_line_is_named(tmp_path):
+    folder = demo_beir(tmp_path / "demo")
+    (folder / "query_types.tsv").write_text("q0\tcomparison\nq1 has no tab\n")
+    with pytest.raises(DatasetError, match=r"query_types.tsv:2: expected 'query-id<TAB>type'"):
+        load_beir(folder)

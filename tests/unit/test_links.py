@@ -10,7 +10,14 @@ from agent_retrieval.context import Context
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document, Hit
 from agent_retrieval.planning import PlannedQuery, QueryPlan, run_plan
-from agent_retrieval.planning.links import bridge_names, compares, find_links, names, title_forms
+from agent_retrieval.planning.links import (
+    bridge_names,
+    compares,
+    compares_through,
+    find_links,
+    names,
+    title_forms,
+)
 from agent_retrieval.search.retrieval import Retrieval
 
 # A three-hop chain linked by titles (album -> its performer -> his spouse), a two-hop one through a name
@@ -83,7 +90,7 @@ def test_bridge_names_are_the_names_beside_the_words_the_passage_shares_with_the
 async def test_a_second_hop_reads_the_document_the_first_one_names_by_title(chain):
     run = await ask(chain())  # max_hops 2: the plan's search, then one round
     ids = [hit.document_id for hit in run.chunks]
-    assert ids[0] == "green" and ids[3] == "hillage" and len(ids) == 6  # after the question's own three
+    assert ids[:2] == ["green", "hillage"] and len(ids) == 6  # right after the passage that names it
     assert "giraudy" not in ids  # a third hop needs a third round
     assert (run.searches[-1].hop, run.searches[-1].hit_ids) == (1, ["hillage#0"])
     assert any("read on to 1 document(s)" in note for note in run.notes)
@@ -91,7 +98,7 @@ async def test_a_second_hop_reads_the_document_the_first_one_names_by_title(chai
 
 async def test_each_round_left_by_max_hops_reads_on_from_what_the_last_one_found(chain):
     ids = [hit.document_id for hit in (await ask(chain(max_hops=3))).chunks]
-    assert ids[3:5] == ["hillage", "giraudy"]
+    assert ids[:3] == ["green", "hillage", "giraudy"]  # the whole chain first
 
 
 async def test_without_following_links_the_named_documents_are_not_found(chain):
@@ -104,7 +111,8 @@ async def test_a_name_that_is_no_title_is_searched_beside_the_question(chain):
     question = "Who is the sibling of the actress who played Susan Walker in Miracle on 34th Street?"
     assert "exercise" not in [h.document_id for h in (await ask(chain(follow_links=0), question)).chunks]
     run = await ask(chain(), question)
-    assert "exercise" in [hit.document_id for hit in run.chunks[3:]]
+    ids = [hit.document_id for hit in run.chunks]
+    assert ids[ids.index("miracle") + 1] == "exercise"
     # Maureen O'Hara was searched too, but nothing else holds her name: only what holds it is read on to
     assert run.searches[-1].hit_ids == ["exercise#0"]
 
@@ -134,6 +142,45 @@ async def test_a_comparison_is_not_read_on_from(chain):
     assert any("compares what it names" in note for note in run.notes)
     named = await ask(chain(), "Which album did Green follow?")  # the control: the same names, no comparison
     assert "hillage" in [hit.document_id for hit in named.chunks]
+
+
+@pytest.mark.parametrize(
+    ("question", "through"),
+    [
+        ("Which film has the director who died first, Dawn or Dusk?", True),
+        ("Are the directors of films Dawn and Dusk from the same country?", True),
+        ("Do both films Dawn and Dusk have the directors from the same country?", True),
+        ("Which film whose director was born first, Dawn or Dusk?", True),
+        ("Were Scott Derrickson and Ed Wood of the same nationality?", False),
+        ("Do Tapani Vuorenhela and Deb Vanasse have the same nationality?", False),
+        ("Who was born first out of Arthur Schneider and Julien Cardy?", False),
+        ("Which magazine was started first, Arthur's Magazine or First for Women?", False),
+    ],
+)
+def test_a_comparison_through_what_the_named_things_lead_to_is_told_apart(question, through):
+    assert compares_through(question) is through
+
+
+FILMS = {
+    "dawn": ("Dawn (film)", "Dawn is a 1931 drama film directed by Ann Roe."),
+    "dusk": ("Dusk (film)", "Dusk is a 1950 film directed by Bo Lin, shot in Lisbon."),
+    "roe": ("Ann Roe", "Ann Roe was a director, born in 1901 in Leeds."),
+    "lin": ("Bo Lin", "Bo Lin was a director, born in 1920 in Porto."),
+    "noon": ("Noon (film)", "Noon is a film whose director was born first of all directors."),
+}
+
+
+async def test_a_comparison_of_what_the_named_things_lead_to_reads_on_from_both(tmp_path, embedder):
+    context = Context(db_path=str(tmp_path / "films.db"))
+    retrieval = Retrieval(context, embedder=embedder)
+    docs = [Document(i, title, text) for i, (title, text) in FILMS.items()]
+    ingest(docs, retrieval.store, embedder, context, progress=False)
+    run = await ask(retrieval, "Which film has the director who was born first, Dawn or Dusk?", top_k=4)
+    ids = [hit.document_id for hit in run.chunks]
+    # both sides, each film with its director right after it
+    assert ids[ids.index("dawn") + 1] == "roe" and ids[ids.index("dusk") + 1] == "lin"
+    plain = await ask(retrieval, "Which film came out first, Dawn or Dusk?", top_k=4)
+    assert any("compares what it names" in note for note in plain.notes) and len(plain.searches) == 1
 
 
 async def test_what_the_question_found_too_is_read_on_to_first(tmp_path, embedder):
@@ -169,7 +216,7 @@ async def test_a_title_links_only_where_the_passage_holds_it_as_a_whole_name(cha
     # looking up "Green Day" finds Green Day, and Green (album) too, whose "Green" is only part of a name
     source = Hit("x#0", "chunks", "x", "Festival", "Green Day played in Leeds.")
     found = await find_links([source], "who played", chain().store, exclude=set(), max_lookups=8)
-    assert [hit.id for hit in found] == ["day"]
+    assert [(source.id, hit.id) for source, hit in found] == [("x#0", "day")]
 
 
 async def test_a_name_the_question_holds_is_not_looked_up(chain):
@@ -178,13 +225,24 @@ async def test_a_name_the_question_holds_is_not_looked_up(chain):
     assert found == []
 
 
-def test_a_document_read_on_to_moves_up_from_lower_down_and_is_listed_once():
+def test_a_document_read_on_to_comes_right_after_the_hit_it_was_read_from_and_is_listed_once():
     from agent_retrieval.planning.execution import _placed_after
 
     hits = [Hit(f"{n}#0", "chunks", n, n, "", score=1 / (i + 1)) for i, n in enumerate("abcde")]
-    placed = _placed_after(hits, [hits[4]], hits[:3])
-    assert [hit.id for hit in placed] == ["a#0", "b#0", "c#0", "e#0", "d#0"]
-    assert placed[3].score == placed[2].score  # ranked as the hit it was read on from
+    placed = _placed_after(hits, [(hits[0], hits[4]), (hits[1], hits[3])])
+    # chains stay together: a, what a leads to, b, what b leads to
+    assert [hit.id for hit in placed] == ["a#0", "e#0", "b#0", "d#0", "c#0"]
+    assert placed[1].score == placed[0].score and placed[3].score == placed[2].score  # ranked as its source
     # a document from elsewhere is added: none of the plan's own hits makes way for it
     elsewhere = Hit("z#0", "chunks", "z", "z", "")
-    assert [hit.id for hit in _placed_after(hits, [elsewhere], hits[:3])][3:] == ["z#0", "d#0", "e#0"]
+    assert [hit.id for hit in _placed_after(hits, [(hits[2], elsewhere)])] == [
+        "a#0",
+        "b#0",
+        "c#0",
+        "z#0",
+        "d#0",
+        "e#0",
+    ]
+    # read on from a hit no longer listed: at the end
+    gone = Hit("g#0", "chunks", "g", "g", "")
+    assert [hit.id for hit in _placed_after(hits, [(gone, elsewhere)])][-1] == "z#0"

@@ -1,0 +1,111 @@
+"""Multi-hop retrieval as the field reports it: Recall@2, @5 and @10 (the mean share of a question's supporting
+paragraphs in the top k) and all-gold@5/@10 (every one of them there), by question type, for one
+`document_retriever` call, one `chunk_retriever` call and the rag graph's retrieval (`plan` mode, no chat
+model), with a figure.
+
+Each dataset is a BEIR folder; its types come from `query_types.tsv` (2WikiMultihopQA: compositional,
+comparison, bridge_comparison, inference) or, for MuSiQue, from the hop count in each question's id. The
+stores and run files are kept in results/, so a rerun embeds nothing and searches only what changed (the
+run files carry a key of everything a ranking depends on).
+
+    python benchmarks/multihop.py                                   # MuSiQue dev and 2Wiki train
+    python benchmarks/multihop.py --datasets ../shared/datasets/musique --limit 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from agent_retrieval.context import Context
+from agent_retrieval.evaluation import evaluate, load_beir
+from agent_retrieval.ingest import ingest
+from agent_retrieval.search.retrieval import Retrieval
+
+ROOT = Path(__file__).resolve().parent
+RESULTS, FIGURES = ROOT / "results", ROOT / "figures"
+DATASETS = ROOT.parent.parent / "shared" / "datasets"
+# (level, mode) -> the path it stands for
+PATHS = {
+    ("documents", "hybrid-convex"): "one document_retriever call",
+    ("chunks", "hybrid-convex"): "one chunk_retriever call",
+    ("chunks", "plan"): "the rag graph's retrieval (plan)",
+}
+MEASURES = ("recall@2", "recall@5", "recall@10", "all-gold@5", "all-gold@10")
+
+
+def run(folder: Path, limit: int | None = None) -> dict:
+    """Each path's measures over all questions and by type, in percent, with the count of each group."""
+    dataset = load_beir(folder, limit=limit)
+    if not dataset.types:  # MuSiQue: the hop count opens each id ("2hop__...", "3hop1__...")
+        dataset.types = {q: f"{q[0]} hops" for q in dataset.queries if q[0].isdigit()}
+    name = folder.name + (f"-{limit}" if limit else "")
+    report: dict = {"questions": len(dataset.queries), "paths": {}}
+    with Retrieval(Context(db_path=str(RESULTS / f"{folder.name}.db"))) as retrieval:
+        ingest(dataset.documents(), retrieval.store, retrieval.embedder, retrieval.context, progress=False)
+        for level in ("documents", "chunks"):
+            modes = [mode for lvl, mode in PATHS if lvl == level]
+            out = RESULTS / "eval" / f"{name}-{level}"
+            ran = evaluate(dataset, retrieval, out, level=level, modes=modes, progress=True)
+            report["types"] = ran.type_counts
+            for mode in modes:
+                groups = {"all": ran.scores[mode]} | {t: s[mode] for t, s in ran.by_type.items()}
+                report["paths"][PATHS[(level, mode)]] = {
+                    group: {m: round(100 * scores[m], 1) for m in MEASURES if m in scores}
+                    for group, scores in groups.items()
+                }
+    return report
+
+
+def plot(reports: dict[str, dict]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(reports), 2, figsize=(13, 4.2 * len(reports)), squeeze=False)
+    for row, (dataset, report) in zip(axes, reports.items(), strict=True):
+        groups = ["all", *sorted(report["types"])]
+        width = 0.8 / len(report["paths"])
+        for ax, measure in zip(row, ("recall@2", "recall@5"), strict=True):
+            for n, (path, by_group) in enumerate(report["paths"].items()):
+                xs = [i + n * width for i in range(len(groups))]
+                values = [by_group.get(g, {}).get(measure, 0.0) for g in groups]
+                ax.bar(xs, values, width, label=path)
+                for x, value in zip(xs, values, strict=True):
+                    ax.text(x, value + 0.8, f"{value:.0f}", ha="center", fontsize=7)
+            counts = {"all": report["questions"], **report["types"]}
+            ax.set_xticks([i + width * (len(report["paths"]) - 1) / 2 for i in range(len(groups))])
+            ax.set_xticklabels([f"{g}\n({counts[g]})" for g in groups], fontsize=8)
+            ax.set_title(f"{dataset}: {measure.replace('recall', 'Recall')}")
+            ax.set_ylim(0, 105)
+            ax.grid(axis="y", alpha=0.3)
+        row[0].set_ylabel("% of supporting paragraphs")
+    axes[0][0].legend(fontsize=8, loc="lower left")
+    fig.suptitle("Multi-hop retrieval by question type: local embedder (all-MiniLM-L6-v2), no chat model")
+    FIGURES.mkdir(exist_ok=True)
+    path = FIGURES / "multihop_types.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--datasets", nargs="+", type=Path, default=[DATASETS / "musique", DATASETS / "2wiki-train"]
+    )
+    parser.add_argument("--limit", type=int, help="only the first N judged questions of each")
+    args = parser.parse_args(argv)
+    RESULTS.mkdir(exist_ok=True)
+    reports = {folder.name: run(folder, args.limit) for folder in args.datasets}
+    (RESULTS / "multihop.json").write_text(json.dumps(reports, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(reports, indent=2))
+    print(plot(reports))
+    return reports
+
+
+if __name__ == "__main__":
+    main()
