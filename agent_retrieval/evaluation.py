@@ -29,6 +29,7 @@ from agent_retrieval.context import RUN_SETTINGS, Context
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import MAX_TOP_K, Document, Hit, Level, SearchRequest, parse_request
 from agent_retrieval.planning import Facets, make_plan, run_plan
+from agent_retrieval.prompts import prompt_files
 from agent_retrieval.search.retrieval import Candidates, Retrieval
 
 T = TypeVar("T")
@@ -425,12 +426,23 @@ def _run_key(dataset: Dataset, searcher: Retrieval, level: Level) -> dict[str, A
         "dataset": dataset.fingerprint(),
         "level": level,
         "version": __version__,
+        "code": _code_digest(),
         "embedder": searcher.embedder.model_id,
         "chat_model": context.hyde_chat_model if context.has_chat_model else None,
         "chunking": [context.chunk_size, context.chunk_overlap],
         "reranker": context.reranker,
         "settings": {name: getattr(context, name) for name in RUN_SETTINGS},
     }
+
+
+def _code_digest() -> str:
+    """A digest of the package's source and prompts: a checkout changed since the runs were made (the
+    version unchanged) has made them stale too."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in [*sorted(package.rglob("*.py")), *prompt_files()]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _reuse_runs(out: Path, key: dict[str, Any]) -> list[str]:

@@ -23,3 +23,11 @@ def load_prompt(name: str) -> str:
 def prompt_version(name: str) -> str:
     """A short hash of a prompt: it changes whenever the prompt's wording does."""
     return hashlib.sha256(load_prompt(name).encode()).hexdigest()[:12]
+
+
+def prompt_files() -> list[Path]:
+    """Every prompt file, from the folder load_prompt reads first."""
+    for folder in (_PACKAGED, _SOURCE):
+        if folder.is_dir():
+            return sorted(folder.glob("*.md"))
+    return []

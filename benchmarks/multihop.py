@@ -1,5 +1,5 @@
-"""Multi-hop retrieval as the field reports it: Recall@2, @5 and @10 (the mean share of a question's supporting
-paragraphs in the top k) and all-gold@5/@10 (every one of them there), by question type, for one
+"""Multi-hop retrieval as the field reports it: Recall@2, @5 and @10 (the mean share of a question's
+supporting paragraphs in the top k) and all-gold@5/@10 (every one of them there), by question type, for one
 `document_retriever` call, one `chunk_retriever` call and the rag graph's retrieval (`plan` mode, no chat
 model), with a figure.
 

@@ -6,7 +6,9 @@ remembering which queries found it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -25,7 +27,14 @@ from agent_retrieval.models import (
     parse_request,
 )
 from agent_retrieval.planning.answer import format_passages
-from agent_retrieval.planning.links import bridge_names, compares, compares_through, find_links, holds
+from agent_retrieval.planning.links import (
+    bridge_names,
+    compared,
+    compares_through,
+    find_links,
+    find_titled,
+    holds,
+)
 from agent_retrieval.planning.planners import Planned, capped
 from agent_retrieval.planning.schema import MAX_ENTITY_CHARS, PLACEHOLDER, PlannedQuery, QueryPlan
 from agent_retrieval.prompts import load_prompt
@@ -167,6 +176,7 @@ LINK_SOURCES = 3  # the best hits read on from: what they lead to comes right af
 LINK_LOOKUPS = 8  # names looked up as titles per round
 BRIDGE_NAMES = 3  # names per source searched beside the question, each a query
 READING_ON = "documents the best hits lead to"  # the purpose of a reading-on hop's Search
+COMPARED = "the things the question compares"  # the purpose of looking up what a comparison names
 
 
 async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -> None:
@@ -176,20 +186,35 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
     documents, comes right after the hit it was read from (a chain stays together, so the top few hold
     whole chains), and leaves its place further down. It is added to the plan's hits, never in place of
     one: a round makes the list at most `follow_links` longer. Each round is recorded as a search and in
-    the notes. A question comparing what it names is not read on from (what it needs is what it names),
-    unless it compares what they lead to ("the director of X or of Y"): then it reads on from both."""
+    the notes. A question comparing two things it names puts the documents titled by them first; it is not
+    read on from (what it needs is what it names), unless it compares what they lead to ("the director of
+    X or of Y"): then it reads on from both."""
     context, plan = retrieval.context, run.plan
     level: Level = "chunks" if run.chunks else "documents"
     question = min(plan.queries, key=lambda q: q.priority).text
-    if compares(question) and not compares_through(question):
-        run.notes.append("no reading on: the question compares what it names, and its searches read those")
-        return
+    lead: list[Hit] = []  # the compared things, each read on from on its own
+    if names := compared(question):
+        try:
+            lead = await _compared_first(run, names, question, level, retrieval)
+        except AgentRetrievalError as error:
+            run.notes.append(f"looking up what the question compares failed: {error}")
+        if not compares_through(question):
+            run.notes.append(
+                "no reading on: the question compares what it names, and its searches read those"
+            )
+            return
     asked = " ".join(q.text for q in plan.queries)
     sources = (run.chunks or run.documents)[:LINK_SOURCES]
     ahead = {hit.document_id for hit in sources}  # never read on to: the sources, and earlier rounds' finds
     for hop in range(first_hop, context.max_hops):
         try:
-            found = await _read_on(sources, question, asked, level, retrieval, plan.filters, ahead)
+            if lead and hop == first_hop:  # each side of a comparison with lookups of its own
+                sides = await asyncio.gather(
+                    *(_read_on([s], question, asked, level, retrieval, plan.filters, ahead) for s in lead)
+                )
+                found = _alternated(sides)
+            else:
+                found = await _read_on(sources, question, asked, level, retrieval, plan.filters, ahead)
         except AgentRetrievalError as error:
             run.notes.append(f"following links stopped: {error}")
             return
@@ -208,6 +233,40 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
         run.searches.append(Search(question, level, READING_ON, hop, "ran", [h.id for h in reached]))
         run.notes.append(f"hop {hop + 1}: read on to {len(found)} document(s) the best passages name")
         sources = reached
+
+
+async def _compared_first(
+    run: PlanRun, names: list[str], question: str, level: Level, retrieval: Retrieval
+) -> list[Hit]:
+    """The documents the compared names are titles of, first (at the chunk level, each at its best passage
+    for the question), scored as the best hit and no longer further down; recorded as a search."""
+    titled = await find_titled(names, retrieval.store, filters=run.plan.filters)
+    if not titled:
+        return []
+    hits = await _best_passages(titled, question, retrieval) if level == "chunks" else titled
+    listed = run.chunks or run.documents
+    first = {hit.key: hit for hit in listed}
+    top = listed[0].score if listed else 0.0
+    lead = [
+        replace(hit, score=top, queries=[*(first[hit.key].queries if hit.key in first else []), COMPARED])
+        for hit in hits
+    ]
+    placed = lead + [hit for hit in listed if hit.key not in {h.key for h in lead}]
+    run.chunks, run.documents = (placed, run.documents) if level == "chunks" else (run.chunks, placed)
+    run.searches.append(Search(" | ".join(names), level, COMPARED, None, "ran", [h.id for h in lead]))
+    return lead
+
+
+def _alternated(sides: Sequence[list[tuple[Hit, Hit]]]) -> list[tuple[Hit, Hit]]:
+    """Each side's first find, then each one's second, ..., each document once."""
+    taken: set[str] = set()
+    alternated = []
+    for row in itertools.zip_longest(*sides):
+        for pair in row:
+            if pair is not None and pair[1].document_id not in taken:
+                taken.add(pair[1].document_id)
+                alternated.append(pair)
+    return alternated
 
 
 async def _read_on(

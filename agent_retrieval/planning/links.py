@@ -24,31 +24,51 @@ from agent_retrieval.text import AUXILIARY
 _WORD = r"[A-Z0-9](?:[\w'’&\-]|\.(?=\w))*"  # a full stop inside ("U.S"), never one ending a sentence
 _JOIN = r"(?:of|the|de|del|da|di|du|von|van|der|den|la|le|for|y)"
 NAME = re.compile(rf"(?<![\w'’]){_WORD}(?:[ \t]+(?:{_JOIN}[ \t]+)*{_WORD})*")
+# A thing a question names as a title may hold commas and a parenthesis: "Hajjiabad, Jask", "Thomas
+# Worthington (Governor)".
+_TITLED = rf"{NAME.pattern}(?:[ \t]*\([^()\n]{{1,40}}\))?"
+TITLED = re.compile(rf"{_TITLED}(?:,[ \t]+{_TITLED})*")
 LOOKUP_DEPTH = 3  # documents read per name looked up: a title outranks prose that merely mentions it
 
 
 _YES_NO_OPENING = re.compile(rf"(?:{AUXILIARY})\s+(?:the\s+)?", re.I)
 _OR = re.compile(r"\s*,?\s+or\s+(?:the\s+)?")
 _AND = re.compile(r"\s+and\s+(?:the\s+)?")
+_LEAD = re.compile(r"(?:(?!and\b|or\b)[a-z]+[ \t,:]+){0,5}")  # "both films ", "the directors of films "
 
 
-def compares(question: str) -> bool:
-    """Whether the question compares things it names: two names joined by "or" at its end ("Which came
-    first, Green or Blue?"), or by "and" after an opening auxiliary verb ("Were X and Y born in the same
-    town?"). Every document it needs is one it names, so reading on from them adds only what it did not
-    ask for. Read in one pass of the names (a question may be thousands of characters)."""
+def compared(question: str) -> list[str]:
+    """The two things a question compares, by name, or [] when it compares nothing it names: two names
+    joined by "or" at its end ("Which came first, Green or Blue?"), or by "and" after an opening auxiliary
+    verb ("Were X and Y born in the same town?", "Are the directors of films X and Y from ..."). Every
+    document such a question needs is one it names, or one those lead to (`compares_through`). Read in one
+    pass of the names (a question may be thousands of characters)."""
     text = question.strip().rstrip("?.").rstrip()
     if opening := _YES_NO_OPENING.match(text):
         rest = text[opening.end() :]
-        first = NAME.match(rest)
-        if first and (joined := _AND.match(rest, first.end())) and NAME.match(rest, joined.end()):
-            return True
-    found = list(NAME.finditer(text))
-    return (
+        first = TITLED.match(rest, _past_lead(rest, 0))
+        if first and (joined := _AND.match(rest, first.end())):
+            second = TITLED.match(rest, _past_lead(rest, joined.end()))
+            if second:
+                return [first.group(0), second.group(0)]
+    found = list(TITLED.finditer(text))
+    if (
         len(found) >= 2
         and found[-1].end() == len(text)
         and _OR.fullmatch(text, found[-2].end(), found[-1].start()) is not None
-    )
+    ):
+        return [found[-2].group(0), found[-1].group(0)]
+    return []
+
+
+def _past_lead(text: str, at: int) -> int:
+    lead = _LEAD.match(text, at)
+    return lead.end() if lead else at
+
+
+def compares(question: str) -> bool:
+    """Whether the question compares things it names (`compared`)."""
+    return bool(compared(question))
 
 
 # The compared thing is reached through what the question names: a role "of" a name ("the directors of
@@ -120,6 +140,23 @@ async def find_links(
             seen.add(hit.document_id)
             links.append((source, hit))
     return links
+
+
+async def find_titled(
+    wanted: Sequence[str], store: Store, *, filters: dict[str, Any] | None = None
+) -> list[Hit]:
+    """The document each name is the title of (keyword hits, in the names' order), where one is: a name a
+    question compares is looked up as a passage's name is (`find_links`)."""
+    found = await asyncio.gather(
+        *(store.akeyword_search("documents", name, LOOKUP_DEPTH, filters=filters) for name in wanted)
+    )
+    titled: dict[str, Hit] = {}
+    for name, hits in zip(wanted, found, strict=True):
+        forms = set(title_forms(name))
+        hit = next((h for h in hits if not forms.isdisjoint(title_forms(h.title))), None)
+        if hit is not None:
+            titled.setdefault(hit.document_id, hit)
+    return list(titled.values())
 
 
 def bridge_names(source: Hit, asked: str, *, per_source: int) -> list[str]:

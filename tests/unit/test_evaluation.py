@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import pytrec_eval
 
-from agent_retrieval import demo, hyde
+from agent_retrieval import demo, evaluation, hyde
 from agent_retrieval.cli import main
 from agent_retrieval.context import Context
 from agent_retrieval.errors import InvalidRequest
@@ -31,6 +32,7 @@ from agent_retrieval.evaluation import (
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import Document
+from agent_retrieval.prompts import prompt_files
 from agent_retrieval.search.retrieval import Retrieval
 from tests.conftest import CountingChatModel
 
@@ -207,6 +209,21 @@ def test_runs_made_under_other_settings_are_not_reported_as_new(beir_store, tmp_
     assert any("vector_weight: 0.45 -> 0.9" in note for note in again.notes)
     fresh = evaluate(dataset, heavier, tmp_path / "fresh", modes=["hybrid-convex"], progress=False)
     assert again.scores == fresh.scores
+
+
+def test_runs_made_by_other_code_of_the_same_version_are_not_reused(beir_store, tmp_path, monkeypatch):
+    """A checkout changed since the runs were made (the version unchanged) printed the old code's score."""
+    dataset, retrieval = beir_store
+    evaluate(dataset, retrieval, tmp_path / "out", modes=["keyword"], progress=False)
+    monkeypatch.setattr(evaluation, "_code_digest", lambda: "changed")
+    again = evaluate(dataset, retrieval, tmp_path / "out", modes=["keyword"], progress=False)
+    assert any(re.search(r"code: '\w+' -> 'changed'", note) for note in again.notes)
+
+
+def test_the_code_digest_covers_the_package_and_its_prompts():
+    before = evaluation._code_digest()
+    assert re.fullmatch(r"[0-9a-f]{16}", before) and evaluation._code_digest() == before
+    assert {p.name for p in prompt_files()} >= {"planner.md", "answer.md"}
 
 
 def test_a_store_holding_documents_outside_the_corpus_is_refused(beir_store, tmp_path, embedder):
