@@ -180,8 +180,9 @@ class RunSettings:
         4,
         "Most documents a round of reading on adds after a plan's searches (multi-hop without a chat "
         "model): those the best passages name by title, or reach through a name beside the question's "
-        "words (first those the question's own searches found too), placed after the question's own best "
-        "three and added to the passages, never in place of one. Each hop max_hops leaves reads on from "
+        "words (first those the question's own searches found too): one named by title right after the "
+        "passage naming it, one reached through a name after the question's best three; added to the "
+        "passages, never in place of one. Each hop max_hops leaves reads on from "
         "what the last one found; 0 turns it off.",
         bounds=(0, 10),
     )

@@ -82,7 +82,7 @@ def plot(reports: dict[str, dict]) -> Path:
             ax.set_ylim(0, 105)
             ax.grid(axis="y", alpha=0.3)
         row[0].set_ylabel("% of supporting paragraphs")
-    axes[0][0].legend(fontsize=8, loc="lower left")
+    axes[0][0].legend(fontsize=8, loc="upper right")
     fig.suptitle("Multi-hop retrieval by question type: local embedder (all-MiniLM-L6-v2), no chat model")
     FIGURES.mkdir(exist_ok=True)
     path = FIGURES / "multihop_types.png"

@@ -183,8 +183,9 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
     """Multi-hop without a chat model. Each round of the hops a plan left reads on from its best hits (then
     from what the round before found): to the documents they name by title, then to the best hit of the
     question searched with a name they introduce (links.py). What a round finds, at most `follow_links`
-    documents, comes right after the hit it was read from (a chain stays together, so the top few hold
-    whole chains), and leaves its place further down. It is added to the plan's hits, never in place of
+    documents, is placed after what it was read from and leaves its place further down: a document named
+    by title right after the passage naming it (a chain stays together, so the top few hold whole chains),
+    one reached through a name after all the sources. It is added to the plan's hits, never in place of
     one: a round makes the list at most `follow_links` longer. Each round is recorded as a search and in
     the notes. A question comparing two things it names puts the documents titled by them first; it is not
     read on from (what it needs is what it names), unless it compares what they lead to ("the director of
@@ -290,9 +291,7 @@ async def _read_on(
         best = {hit.document_id: hit for hit in passages}
         found = [(source, best[hit.document_id]) for source, hit in named if hit.document_id in best]
     taken = ahead | {hit.document_id for _, hit in named}
-    wanted = [
-        (source, name) for source in sources for name in bridge_names(source, asked, per_source=BRIDGE_NAMES)
-    ]
+    wanted = [name for source in sources for name in bridge_names(source, asked, per_source=BRIDGE_NAMES)]
     model = ChunkSearchRequest if level == "chunks" else SearchRequest
     # Bridge queries embed as written and are not reranked: a model call for each would multiply a
     # question's calls.
@@ -304,13 +303,14 @@ async def _read_on(
             level,
             rerank=False,
         )
-        for _, name in wanted
+        for name in wanted
     ]
-    for (source, name), result in zip(wanted, await asyncio.gather(*searches), strict=True):
+    for name, result in zip(wanted, await asyncio.gather(*searches), strict=True):
         for hit in result.hits:
             if hit.document_id not in taken and holds(f"{hit.title} {hit.content}", name):
                 taken.add(hit.document_id)
-                found.append((source, hit))
+                # A weaker lead than a title: placed after all the sources, not inside the chain of one.
+                found.append((sources[-1], hit))
                 break
     return found
 

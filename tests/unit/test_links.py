@@ -113,8 +113,8 @@ async def test_a_name_that_is_no_title_is_searched_beside_the_question(chain):
     question = "Who is the sibling of the actress who played Susan Walker in Miracle on 34th Street?"
     assert "exercise" not in [h.document_id for h in (await ask(chain(follow_links=0), question)).chunks]
     run = await ask(chain(), question)
-    ids = [hit.document_id for hit in run.chunks]
-    assert ids[ids.index("miracle") + 1] == "exercise"
+    # a name searched beside the question is a weaker lead than a title: after the question's best three
+    assert "exercise" in [hit.document_id for hit in run.chunks[3:]]
     # Maureen O'Hara was searched too, but nothing else holds her name: only what holds it is read on to
     assert run.searches[-1].hit_ids == ["exercise#0"]
 
