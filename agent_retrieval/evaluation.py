@@ -557,21 +557,24 @@ def _write_per_query(
             "query": dataset.queries[qid],
             "type": dataset.types.get(qid),
             "modes": {
-                mode: {
-                    doc: {
-                        "rank": ranked.index(doc) + 1 if doc in ranked else None,
-                        "found_by": found[mode].get(qid, {}).get(doc, []),
-                    }
-                    for doc, grade in grades.items()
-                    if grade > 0
-                }
-                for mode, run in runs.items()
-                for ranked in [run.get(qid, [])]
+                mode: _ranks(run.get(qid, []), grades, found[mode].get(qid, {})) for mode, run in runs.items()
             },
         }
         for qid, grades in dataset.qrels.items()
     }
     path.write_text(json.dumps(per_query, indent=1) + "\n", encoding="utf-8")
+
+
+def _ranks(
+    ranked: list[str], grades: dict[str, int], found_by: dict[str, list[str]]
+) -> dict[str, dict[str, Any]]:
+    """Each relevant document's rank in `ranked` (None: not ranked) and what found it."""
+    place = {doc: rank for rank, doc in enumerate(ranked, start=1)}
+    return {
+        doc: {"rank": place.get(doc), "found_by": found_by.get(doc, [])}
+        for doc, grade in grades.items()
+        if grade > 0
+    }
 
 
 def _read_trail(path: Path) -> dict[str, dict[str, list[str]]]:

@@ -75,6 +75,13 @@ class PlanRun:
     resolved: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
+    def place(self, level: Level, hits: list[Hit]) -> None:
+        """Put `hits` in the place of the level's hits (reading on reorders and adds to them)."""
+        if level == "chunks":
+            self.chunks = hits
+        else:
+            self.documents = hits
+
 
 async def run_plan(
     plan: QueryPlan,
@@ -229,8 +236,7 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
             return
         reached = [hit for _, hit in found]
         ahead |= {hit.document_id for hit in reached}
-        placed = _placed_after(run.chunks or run.documents, found)
-        run.chunks, run.documents = (placed, run.documents) if level == "chunks" else (run.chunks, placed)
+        run.place(level, _placed_after(run.chunks or run.documents, found))
         run.searches.append(Search(question, level, READING_ON, hop, "ran", [h.id for h in reached]))
         run.notes.append(f"hop {hop + 1}: read on to {len(found)} document(s) the best passages name")
         sources = reached
@@ -248,12 +254,8 @@ async def _compared_first(
     listed = run.chunks or run.documents
     first = {hit.key: hit for hit in listed}
     top = listed[0].score if listed else 0.0
-    lead = [
-        replace(hit, score=top, queries=[*(first[hit.key].queries if hit.key in first else []), COMPARED])
-        for hit in hits
-    ]
-    placed = lead + [hit for hit in listed if hit.key not in {h.key for h in lead}]
-    run.chunks, run.documents = (placed, run.documents) if level == "chunks" else (run.chunks, placed)
+    lead = [_moved(hit, first, top, COMPARED) for hit in hits]
+    run.place(level, lead + [hit for hit in listed if hit.key not in {h.key for h in lead}])
     run.searches.append(Search(" | ".join(names), level, COMPARED, None, "ran", [h.id for h in lead]))
     return lead
 
@@ -341,16 +343,18 @@ def _placed_after(hits: list[Hit], found: list[tuple[Hit, Hit]]) -> list[Hit]:
         at = source.key if source.key in listed and source.key not in moved else None
         after.setdefault(at, []).append(hit)
 
-    def read_on(hit: Hit, score: float) -> Hit:
-        # a hit the plan's searches had found keeps saying so: reading on only moved it
-        queries = [*(listed[hit.key].queries if hit.key in listed else []), READING_ON]
-        return replace(hit, score=score, queries=queries)
-
     placed: list[Hit] = []
     for hit in kept:
-        placed += [hit, *(read_on(f, hit.score) for f in after.get(hit.key, []))]
+        placed += [hit, *(_moved(f, listed, hit.score, READING_ON) for f in after.get(hit.key, []))]
     last = placed[-1].score if placed else 0.0
-    return placed + [read_on(f, last) for f in after.get(None, [])]
+    return placed + [_moved(f, listed, last, READING_ON) for f in after.get(None, [])]
+
+
+def _moved(hit: Hit, listed: dict[tuple[str, str], Hit], score: float, why: str) -> Hit:
+    """`hit` placed by reading on, scored `score`; one the plan's searches had found (in `listed`) keeps
+    saying so: it was only moved."""
+    queries = [*(listed[hit.key].queries if hit.key in listed else []), why]
+    return replace(hit, score=score, queries=queries)
 
 
 def _unresolved_note(query: PlannedQuery, resolved: dict[str, str], max_hops: int) -> str:

@@ -125,9 +125,7 @@ async def find_links(
             if not holds(asked, name):
                 wanted.setdefault(name, source)
     lookups = list(wanted.items())[:max_lookups]
-    found = await asyncio.gather(
-        *(store.akeyword_search("documents", name, LOOKUP_DEPTH, filters=filters) for name, _ in lookups)
-    )
+    found = await _look_up([name for name, _ in lookups], store, filters)
     seen = set(exclude) | {s.document_id for s in sources}
     links: list[tuple[Hit, Hit]] = []
     for (_, source), hits in zip(lookups, found, strict=True):
@@ -147,9 +145,7 @@ async def find_titled(
 ) -> list[Hit]:
     """The document each name is the title of (keyword hits, in the names' order), where one is: a name a
     question compares is looked up as a passage's name is (`find_links`)."""
-    found = await asyncio.gather(
-        *(store.akeyword_search("documents", name, LOOKUP_DEPTH, filters=filters) for name in wanted)
-    )
+    found = await _look_up(wanted, store, filters)
     titled: dict[str, Hit] = {}
     for name, hits in zip(wanted, found, strict=True):
         forms = set(title_forms(name))
@@ -157,6 +153,16 @@ async def find_titled(
         if hit is not None:
             titled.setdefault(hit.document_id, hit)
     return list(titled.values())
+
+
+async def _look_up(wanted: Sequence[str], store: Store, filters: dict[str, Any] | None) -> list[list[Hit]]:
+    """Each name's best documents by keywords, as titles are looked up: a title outranks prose that merely
+    mentions it."""
+    return list(
+        await asyncio.gather(
+            *(store.akeyword_search("documents", name, LOOKUP_DEPTH, filters=filters) for name in wanted)
+        )
+    )
 
 
 def bridge_names(source: Hit, asked: str, *, per_source: int) -> list[str]:

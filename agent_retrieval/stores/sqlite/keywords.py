@@ -11,15 +11,13 @@ from typing import Any
 
 from agent_retrieval.models import Level
 from agent_retrieval.stores.sqlite.cache import FileCache
-from agent_retrieval.stores.sqlite.schema import EVERY_ROW
+from agent_retrieval.stores.sqlite.schema import EVERY_ROW, TABLE
 
 _BM25_K1_PLUS_1 = 2.2  # FTS5's bm25 uses k1 = 1.2: one term adds less than 2.2 times its idf to a score
 TITLE_WEIGHT = (
     3.0  # a word of the title (a chunk's heading path) counts 3 times one of the text: tuned on SciFact train
 )
 IDF_CACHE_TERMS = 50_000  # words whose document frequency is kept per level until the next write
-
-_TABLE = {"documents": "documents", "chunks": "chunks"}
 
 
 def best_rows(
@@ -44,7 +42,7 @@ def best_rows(
         if not where
         else f"""SELECT d.rowid, f.score
                FROM (SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ?) f
-               JOIN {_TABLE[level]} d ON d.rowid = f.rowid WHERE {where} ORDER BY f.score DESC LIMIT ?"""
+               JOIN {TABLE[level]} d ON d.rowid = f.rowid WHERE {where} ORDER BY f.score DESC LIMIT ?"""
     )
 
     def ranked(essential: list[str]) -> list[tuple[int, float]]:
@@ -74,7 +72,7 @@ def idf(
     """FTS5's bm25 idf of each term (0 for a term in no row); row counts are cached per write."""
     kept = cache.frequencies.get(level)
     if kept is None or kept[0] != generation:
-        rows = conn.execute(f"SELECT count(*) FROM {_TABLE[level]}").fetchone()[0]
+        rows = conn.execute(f"SELECT count(*) FROM {TABLE[level]}").fetchone()[0]
         kept = cache.frequencies[level] = (generation, rows, {})
     _, rows, frequencies = kept
     if len(frequencies) > IDF_CACHE_TERMS:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
+# Each level's table: SQL names a table only through this map, never a value as given.
+TABLE = {"documents": "documents", "chunks": "chunks"}
 NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
 # Every row's FTS entry also holds this token, in a column of its own: "(rare) AND (common OR EVERY_ROW)"

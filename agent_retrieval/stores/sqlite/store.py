@@ -41,10 +41,9 @@ from agent_retrieval.stores.base import (
 from agent_retrieval.stores.sqlite.cache import FileCache, Matrix, file_caches
 from agent_retrieval.stores.sqlite.connection import Connections
 from agent_retrieval.stores.sqlite.keywords import best_rows, coverage, idf
-from agent_retrieval.stores.sqlite.schema import NOW
+from agent_retrieval.stores.sqlite.schema import NOW, TABLE
 from agent_retrieval.text import keyword_terms
 
-_TABLE = {"documents": "documents", "chunks": "chunks"}
 _COLUMNS = {
     "documents": f"d.rowid, d.id, d.id, d.title, substr(d.content, 1, {DOCUMENT_PREVIEW_CHARS}), d.metadata, "
     "NULL, NULL",
@@ -255,7 +254,7 @@ class SQLiteStore(Store):
         columns = PENDING_COLUMNS[level]
         with self._db.read() as conn:
             rows = conn.execute(
-                f"""SELECT {", ".join(columns)} FROM {_TABLE[level]}
+                f"""SELECT {", ".join(columns)} FROM {TABLE[level]}
                 WHERE embedding_model IS NOT ? ORDER BY rowid LIMIT ?""",
                 (model_id, limit),
             )
@@ -265,7 +264,7 @@ class SQLiteStore(Store):
     def _set_embeddings(self, level: Level, rows: Sequence[Any], model_id: str) -> None:
         with self._db.write() as conn:
             conn.executemany(
-                f"UPDATE {_TABLE[level]} SET text_hash = ?, embedding = ?, embedding_model = ? WHERE id = ?",
+                f"UPDATE {TABLE[level]} SET text_hash = ?, embedding = ?, embedding_model = ? WHERE id = ?",
                 [(r.text_hash, *_blob(r.embedding, model_id), r.id) for r in rows],
             )
 
@@ -285,7 +284,7 @@ class SQLiteStore(Store):
             if current is not None and current.generation == generation:
                 return current
             rows = conn.execute(
-                f"SELECT rowid, embedding FROM {_TABLE[level]} WHERE embedding_model = ? ORDER BY rowid",
+                f"SELECT rowid, embedding FROM {TABLE[level]} WHERE embedding_model = ? ORDER BY rowid",
                 (model,),
             ).fetchall()
             dim = int(info["dimension"])
