@@ -273,6 +273,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     init.set_defaults(run=_db_init)
 
+    mcp = command(
+        "mcp",
+        _mcp,
+        "Serve document_retriever, chunk_retriever and similarity_search to MCP clients (Claude Desktop, "
+        "IDEs, langchain-mcp-adapters): over stdio for the person who starts it, or over streamable HTTP "
+        "for signed-in users (Supabase access tokens).",
+    )
+    mcp.add_argument(
+        "--transport", choices=("stdio", "http"), default="stdio", help="stdio (default) or streamable HTTP"
+    )
+    mcp.add_argument("--host", default="127.0.0.1", help="HTTP: the address to listen on (default 127.0.0.1)")
+    mcp.add_argument("--port", type=int, default=8765, help="HTTP: the port (default 8765)")
+    mcp.add_argument(
+        "--index-tool",
+        action="store_true",
+        help="also offer index_document, so callers can store documents (over HTTP, each in their own "
+        "tenant)",
+    )
+
     command(
         "demo",
         _demo,
@@ -591,6 +610,24 @@ def _db_init(args: argparse.Namespace, context: Context) -> int:
     with PostgresStore(context.postgres_dsn, schema=schema) as store:
         store.init(dimension)
         print(f"schema {schema} is ready for {dimension}-dimensional vectors at {store.location}")
+    return 0
+
+
+def _mcp(args: argparse.Namespace, context: Context) -> int:
+    if not 0 < args.port < 65536:
+        raise _bad(f"--port must be 1 to 65535 (got {args.port})")
+    _check_store_path(context, must_exist=not args.index_tool)
+    import asyncio
+
+    try:
+        from agent_retrieval.server import mcp_server
+    except ModuleNotFoundError as missing:
+        raise _bad(f"the MCP server needs {missing.name}: pip install 'agent-retrieval[mcp]'") from None
+
+    if args.transport == "stdio":
+        asyncio.run(mcp_server.serve_stdio(context, writes=args.index_tool))
+    else:
+        mcp_server.serve_http(context, host=args.host, port=args.port, writes=args.index_tool)
     return 0
 
 

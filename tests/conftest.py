@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from langchain_core.embeddings import Embeddings
-from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.language_models.fake_chat_models import FakeListChatModel, GenericFakeChatModel
 from pydantic import Field
 
 from agent_retrieval import hyde
@@ -27,7 +27,7 @@ from tests.stack import Postgres, SupabaseStack, start_postgres, start_stack
 
 # Schemas PostgREST serves: `agent_retrieval` (the default, for tests with real embedders), `ar_contract`
 # (the store contract suite), `ar_load` (tests/integration/test_load.py), `ar_process`
-# (tests/integration/test_process_state.py), `ar_server` (a `langgraph dev`
+# (tests/integration/test_process_state.py), `ar_server` (a `langgraph dev` and an MCP server
 # in front of the stack: tests/integration/test_langgraph_auth.py), `stack_test`
 # (tests/integration/test_stack.py), and `public`. They need not
 # exist when PostgREST starts: the store's SQL creates them and reloads its schema cache.
@@ -43,6 +43,16 @@ SUPABASE_SCHEMAS = [
 ]
 
 _lock = threading.Lock()
+
+
+class ToolCallingFake(GenericFakeChatModel):
+    """langchain-core's GenericFakeChatModel, accepting tools (it replays its messages whatever it gets)."""
+
+    bound: list[Any] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolCallingFake:
+        self.bound.append([tool.name for tool in tools])
+        return self
 
 
 class CountingChatModel(FakeListChatModel):

@@ -134,29 +134,32 @@ def serve(folder: Path, settings: dict[str, str], *, jobs: int = 1) -> Iterator[
         )
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_until_serving(url, process, log)
+        wait_until_serving(f"{url}/ok", process, log)
         yield Server(url, log, settings["SUPABASE_JWT_SECRET"], time.monotonic() - started)
     finally:
-        _stop(process)
+        stop(process)
         if not persisted_before and persisted.exists():
             shutil.rmtree(persisted, ignore_errors=True)
 
 
-def _wait_until_serving(url: str, process: subprocess.Popen, log: Path) -> None:
+def wait_until_serving(
+    url: str, process: subprocess.Popen, log: Path, *, name: str = "langgraph dev", status: int = 200
+) -> None:
+    """Until a GET of `url` answers `status` (or the process exits, or START_TIMEOUT passes: a failure)."""
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            pytest.fail(f"langgraph dev exited with {process.returncode}:\n{log.read_text(errors='replace')}")
+            pytest.fail(f"{name} exited with {process.returncode}:\n{log.read_text(errors='replace')}")
         try:
-            if httpx.get(f"{url}/ok", timeout=1.0).status_code == 200:
+            if httpx.get(url, timeout=1.0).status_code == status:
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    pytest.fail(f"langgraph dev did not serve within {START_TIMEOUT:g} s:\n{log.read_text(errors='replace')}")
+    pytest.fail(f"{name} did not serve within {START_TIMEOUT:g} s:\n{log.read_text(errors='replace')}")
 
 
-def _stop(process: subprocess.Popen) -> None:
+def stop(process: subprocess.Popen) -> None:
     """Terminate the server's whole process group (uvicorn starts children), then make sure."""
     for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
         try:

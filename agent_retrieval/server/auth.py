@@ -83,6 +83,13 @@ async def authenticate(
         return Operator()
     if headers.get(b"x-auth-scheme") == b"langsmith":
         return _studio_on_this_machine(headers, scope or {})
+    return await signed_in_user(authorization, settings)
+
+
+async def signed_in_user(authorization: str | None, settings: Context) -> dict[str, Any]:
+    """The user an `Authorization: Bearer <Supabase access token>` header names, once the token is verified:
+    identity, tenant and the token (for row-level security). Refused (an HTTPException of 401 or 403, whose
+    detail says why and never holds the token) without one, or with a token that fails any check."""
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise _refuse(
@@ -125,7 +132,7 @@ def _studio_on_this_machine(headers: Mapping[bytes, bytes], scope: Mapping[str, 
     """Studio's header makes a request the operator's only from this machine, not forwarded by a proxy,
     and from no web page but Studio's own (a browser sends the page's Origin, which a page cannot set)."""
     client = scope.get("client") or ("", 0)
-    loopback = _is_loopback(str(client[0]))
+    loopback = is_loopback(str(client[0]))
     forwarded = any(name in headers for name in (b"forwarded", b"x-forwarded-for", b"x-real-ip"))
     if not loopback or forwarded:
         raise _refuse(
@@ -145,10 +152,10 @@ def _loopback_origin(origin: str) -> bool:
         host = urllib.parse.urlsplit(origin).hostname or ""
     except ValueError:
         return False
-    return host == "localhost" or _is_loopback(host)
+    return host == "localhost" or is_loopback(host)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -223,7 +230,12 @@ def deployment_for(user: Any) -> Context:
     A user this module authenticated searches in their tenant, on Supabase with their own token (so
     row-level security applies); a user of another auth handler must carry a `tenant` the same way.
     """
-    settings = Context.from_env()
+    return narrowed(Context.from_env(), user)
+
+
+def narrowed(settings: Context, user: Any) -> Context:
+    """The operator's `settings` as `user` may use them: unchanged for the operator (or with auth off);
+    otherwise in the user's tenant, with their token."""
     if settings.server_auth == "off" or is_operator(user):
         return settings
     tenant = _get(user, "tenant")

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 from pydantic import Field
 
@@ -15,19 +14,10 @@ from agent_retrieval.context import Context, RunSettings
 from agent_retrieval.graphs import agent
 from agent_retrieval.ingest import ingest
 from agent_retrieval.server.graph_parts import GraphParts
+from tests.conftest import ToolCallingFake
 from tests.promptcheck import PAYLOADS, assert_quoted, hostile_document, passages_outline
 
 QUESTION = "How long does the landlord have to protect the deposit?"
-
-
-class ToolCallingFake(GenericFakeChatModel):
-    """langchain-core's GenericFakeChatModel, accepting tools (it replays its messages whatever it gets)."""
-
-    bound: list[Any] = Field(default_factory=list)
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolCallingFake:
-        self.bound.append([tool.name for tool in tools])
-        return self
 
 
 def call(name: str, args: dict, id_: str) -> AIMessage:

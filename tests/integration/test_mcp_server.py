@@ -1,0 +1,331 @@
+"""`agent-retrieval mcp`: the tools over the Model Context Protocol, through the SDK's own client.
+
+The server is the real CLI in a subprocess. Over stdio it is the operator's, on an embedded store; over
+streamable HTTP it stands in front of the Supabase stack (real PostgREST, row-level security), where two
+tenants each keep a secret and a third has published a document, and every request is signed in as a user.
+Embeddings come from the local OpenAI-speaking FakeAPI, through the real SDK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamablehttp_client
+
+from agent_retrieval.context import Context
+from agent_retrieval.ingest import ingest
+from agent_retrieval.models import Document
+from agent_retrieval.providers.embeddings import make_embedder
+from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.stores import open_store
+from agent_retrieval.stores.postgres import PostgresStore
+from agent_retrieval.tools import TOOLS
+from tests.conftest import ToolCallingFake
+from tests.fakeapi import FakeAPI
+from tests.langgraph_server import REPO, server_environment, stop, wait_until_serving
+from tests.stack import _free_port, mint_jwt
+
+DIM = 64
+SERVER_KEY = "sk-fake-mcp-server-key"
+SCHEMA = "ar_server"
+SECRETS = {"acme": "BLUEHERON", "globex": "REDFALCON", "press": "OPENDOOR"}
+QUESTION = "What is the codename of the acquisition plan?"
+DEPOSIT = Document(
+    "deposit", "Tenancy deposits", "# Deposits\n\nThe landlord must protect the deposit within 30 days."
+)
+
+
+def tenant_document(tenant: str) -> Document:
+    return Document(
+        f"{tenant}-plan",
+        f"{tenant} acquisition plan",
+        f"# Acquisition plan\n\nThe {tenant} acquisition plan is codenamed {SECRETS[tenant]}.",
+    )
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[FakeAPI]:
+    with FakeAPI(dim=DIM) as fake:
+        yield fake
+
+
+def provider(api: FakeAPI) -> dict[str, str]:
+    """The server's embedder settings, as environment variables and as Context fields."""
+    return {
+        "AGENT_RETRIEVAL_EMBEDDING_PROVIDER": "openai",
+        "OPENAI_BASE_URL": api.openai_url,
+        "OPENAI_API_KEY": SERVER_KEY,
+    }
+
+
+def provider_context(api: FakeAPI, **settings: Any) -> Context:
+    return Context(
+        embedding_provider="openai", openai_base_url=api.openai_url, openai_api_key=SERVER_KEY, **settings
+    )
+
+
+@pytest.fixture(scope="module")
+def embedded(api, tmp_path_factory) -> Path:
+    db = tmp_path_factory.mktemp("mcp") / "store.db"
+    context = provider_context(api, db_path=str(db))
+    with open_store(context) as store:
+        assert ingest([DEPOSIT], store, make_embedder(context), context, progress=False).written == 1
+    return db
+
+
+@contextlib.asynccontextmanager
+async def stdio_session(api: FakeAPI, db: Path, *options: str) -> AsyncIterator[ClientSession]:
+    env = server_environment({**provider(api), "AGENT_RETRIEVAL_DB": str(db)})
+    command = [sys.executable, "-m", "agent_retrieval.cli", "mcp", *options]
+    params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=REPO)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+def text_of(result: Any) -> str:
+    return "".join(block.text for block in result.content)
+
+
+# --- stdio: the operator's server ----------------------------------------------------------------------
+
+
+async def test_the_tools_are_the_langchain_tools_with_their_own_names_descriptions_and_schemas(api, embedded):
+    async with stdio_session(api, embedded) as session:
+        listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+    assert list(listed) == ["document_retriever", "chunk_retriever", "similarity_search"]
+    for name, tool in listed.items():
+        declared = TOOLS[name].model_fields
+        assert tool.description == declared["description"].default
+        assert tool.inputSchema == declared["args_schema"].default.model_json_schema()
+        assert tool.annotations is not None and tool.annotations.readOnlyHint
+
+
+async def test_a_search_answers_with_the_tools_text_and_the_whole_result_as_structured_content(api, embedded):
+    async with stdio_session(api, embedded) as session:
+        result = await session.call_tool("chunk_retriever", {"query": "how long to protect the deposit"})
+    assert not result.isError
+    assert 'document="deposit"' in text_of(result) and "within 30 days" in text_of(result)
+    hits = result.structuredContent["hits"]
+    assert [hit["document_id"] for hit in hits] == ["deposit"] and hits[0][
+        "heading_path"
+    ] == "Tenancy deposits > Deposits"
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("chunk_retriever", {"query": "deposit", "top_k": 0}),
+        ("document_retriever", {"query": "deposit", "contxt": "x"}),
+        ("similarity_search", {"query": ""}),
+        (
+            "document_retriever",
+            {"query": "deposit", "filters": {"a": [[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]}},
+        ),
+    ],
+)
+async def test_bad_arguments_get_the_langchain_tools_own_message(api, embedded, name, arguments):
+    with Retrieval(provider_context(api, db_path=str(embedded))) as retrieval:
+        langchain = await TOOLS[name](retrieval=retrieval).arun(arguments, tool_call_id="1")
+    async with stdio_session(api, embedded) as session:
+        result = await session.call_tool(name, arguments)
+    assert result.isError and langchain.status == "error"
+    assert text_of(result) == langchain.text and "Traceback" not in text_of(result)
+
+
+async def test_index_document_is_offered_only_when_the_operator_enables_it(api, embedded, tmp_path):
+    async with stdio_session(api, embedded) as session:
+        assert "index_document" not in {t.name for t in (await session.list_tools()).tools}
+        refused = await session.call_tool("index_document", {"title": "Notes", "content": "Pets allowed."})
+    assert refused.isError and "there is no tool 'index_document'" in text_of(refused)
+
+    db = tmp_path / "writable.db"
+    async with stdio_session(api, db, "--index-tool") as session:
+        assert "index_document" in {t.name for t in (await session.list_tools()).tools}
+        written = await session.call_tool("index_document", {"title": "Pets", "content": "Cats are allowed."})
+        found = await session.call_tool("document_retriever", {"query": "are cats allowed"})
+    assert not written.isError and written.structuredContent["written"] == 1
+    assert [hit["title"] for hit in found.structuredContent["hits"]] == ["Pets"]
+
+
+async def test_a_provider_error_quoting_the_key_reaches_the_client_masked(api, embedded):
+    api.fail_next(401, times=None, endpoint="embeddings")  # the refusal names the key, as providers do
+    try:
+        async with stdio_session(api, embedded) as session:
+            result = await session.call_tool("document_retriever", {"query": "protect the deposit"})
+    finally:
+        api.clear()
+    said = text_of(result) + str(result.structuredContent)
+    assert "vector search" in said  # degraded, and says so
+    assert SERVER_KEY not in said
+
+
+async def test_an_agent_uses_the_tools_through_langchain_mcp_adapters(api, embedded):
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+
+    env = server_environment({**provider(api), "AGENT_RETRIEVAL_DB": str(embedded)})
+    client = MultiServerMCPClient(
+        {
+            "retrieval": {
+                "transport": "stdio",
+                "command": sys.executable,
+                "args": ["-m", "agent_retrieval.cli", "mcp"],
+                "env": env,
+                "cwd": str(REPO),
+            }
+        }
+    )
+    tools = await client.get_tools()
+    model = ToolCallingFake(
+        messages=iter(
+            [
+                AIMessage(
+                    "",
+                    tool_calls=[
+                        {"name": "chunk_retriever", "args": {"query": "deposit deadline"}, "id": "c1"}
+                    ],
+                ),
+                AIMessage("Within 30 days [deposit]."),
+            ]
+        )
+    )
+    out = await tool_loop(model, tools).ainvoke({"messages": [("user", "When is the deposit due?")]})
+    (answer,) = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert sorted(t.name for t in tools) == ["chunk_retriever", "document_retriever", "similarity_search"]
+    assert "within 30 days" in str(answer.content) and answer.status == "success"
+
+
+def tool_loop(model: ToolCallingFake, tools: list[Any]) -> Any:
+    """The usual LangGraph agent: the model, then the tools it calls, until it answers."""
+    bound = model.bind_tools(tools)
+
+    async def think(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await bound.ainvoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState).add_node("model", think).add_node("tools", ToolNode(tools))
+    builder.add_edge(START, "model").add_conditional_edges("model", tools_condition).add_edge(
+        "tools", "model"
+    )
+    return builder.compile()
+
+
+# --- streamable HTTP: signed-in users of two tenants ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def http_server(supabase_stack, api, tmp_path_factory) -> Iterator[str]:
+    stack = supabase_stack
+    stack.postgres.execute(f"drop schema if exists {SCHEMA} cascade")
+    PostgresStore(stack.postgres.dsn, schema=SCHEMA).init(DIM)
+    stack.postgrest.reload_schema()
+    for tenant in SECRETS:  # written with the service role, as an operator ingests
+        context = provider_context(
+            api, supabase_url=stack.url, supabase_key=stack.service_key, db_schema=SCHEMA, tenant_id=tenant
+        )
+        with open_store(context) as store:
+            report = ingest(
+                [tenant_document(tenant)],
+                store,
+                make_embedder(context),
+                context,
+                progress=False,
+                public=tenant == "press",
+            )
+        assert report.written == 1
+    settings = {
+        **provider(api),
+        "SUPABASE_URL": stack.url,
+        "SUPABASE_KEY": stack.anon_key,
+        "AGENT_RETRIEVAL_SCHEMA": SCHEMA,
+        "SUPABASE_JWT_SECRET": stack.jwt_secret,
+    }
+    port = _free_port()
+    log = tmp_path_factory.mktemp("mcp-http") / "server.log"
+    command = [sys.executable, "-m", "agent_retrieval.cli", "mcp", "--transport", "http", "--port", str(port)]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=server_environment(settings),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}/mcp/"
+    try:
+        wait_until_serving(url, process, log, name="agent-retrieval mcp", status=401)
+        yield url
+    finally:
+        stop(process)
+    assert SERVER_KEY not in log.read_text(errors="replace")
+
+
+@contextlib.asynccontextmanager
+async def http_session(url: str, headers: dict[str, str]) -> AsyncIterator[ClientSession]:
+    async with (
+        streamablehttp_client(url, headers=headers) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+@pytest.mark.parametrize(("sub", "tenant"), [("u-acme", "acme"), ("u-globex", "globex")])
+async def test_each_signed_in_user_finds_only_their_tenants_and_public_documents(
+    http_server, supabase_stack, sub, tenant
+):
+    headers = {"Authorization": f"Bearer {supabase_stack.user_token(sub, tenant)}"}
+    async with http_session(http_server, headers) as session:
+        results = [
+            await session.call_tool(name, {"query": QUESTION, "top_k": 10})
+            for name in ("document_retriever", "chunk_retriever", "similarity_search")
+        ]
+    for result in results:
+        assert not result.isError, text_of(result)
+        assert {hit["document_id"] for hit in result.structuredContent["hits"]} == {
+            f"{tenant}-plan",
+            "press-plan",
+        }
+        for other, secret in SECRETS.items():
+            if other not in (tenant, "press"):
+                assert secret not in text_of(result) + str(result.structuredContent)
+
+
+@pytest.mark.parametrize(
+    ("who", "reason"),
+    [
+        ("nobody", "needs a signed-in user's Supabase access token"),
+        ("a forger", "the access token was refused: Signature verification failed"),
+        ("the anon key", "the access token was refused"),  # a token, but no user's
+        ("an expired user", "the access token was refused: Signature has expired"),
+    ],
+)
+def test_a_request_without_a_valid_users_token_is_refused_before_any_tool(
+    http_server, supabase_stack, who, reason
+):
+    token = {
+        "nobody": None,
+        "a forger": mint_jwt("x" * 32, "authenticated", sub="u-acme", app_metadata={"tenant_id": "acme"}),
+        "the anon key": supabase_stack.anon_key,
+        "an expired user": supabase_stack.user_token("u-acme", "acme", expires_in=-60),
+    }[who]
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    response = httpx.post(http_server, json=body, headers=headers, timeout=10)
+    assert response.status_code == 401 and reason in response.json()["error"]
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    assert "document_retriever" not in response.text
