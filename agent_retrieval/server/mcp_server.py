@@ -78,8 +78,10 @@ def build_server(
         try:
             request = server.request_context.request
             # Over stdio (no request) the caller started the server; over HTTP, the signed-in user.
-            trusted = request is None or context.server_auth == "off"
-            user = Operator() if trusted else request.scope.get(USER_KEY)
+            if request is None or context.server_auth == "off":
+                user: Any = Operator()
+            else:
+                user = request.scope.get(USER_KEY)
             if user is None:
                 return _error("this call carries no signed-in user: the server refuses it")
             caller = narrowed(context, user)
