@@ -466,6 +466,10 @@ class Context(RunSettings):
         """Whether an LLM is reachable by configuration (a key, or a self-hosted compatible server)."""
         return bool(self.openai_api_key or self.openai_base_url)
 
+    def secrets(self) -> list[str]:
+        """The values of the secret settings that are set (keys, tokens, the DSN): what the redactor masks."""
+        return [value for f in fields(self) if f.metadata.get("secret") and (value := getattr(self, f.name))]
+
     def describe(self) -> list[tuple[str, str, Any, str]]:
         """(field, environment variables, value, description) for every setting, secrets masked."""
         rows = []

@@ -31,6 +31,7 @@ from langgraph_sdk import Auth
 
 from agent_retrieval.context import DEPLOYMENT_SETTINGS, RUN_SETTINGS, Context
 from agent_retrieval.errors import ConfigError
+from agent_retrieval.redaction import protect
 from agent_retrieval.server.identity import tenant_of_claims
 
 log = logging.getLogger(__name__)
@@ -235,7 +236,9 @@ def deployment_for(user: Any) -> Context:
 
 def narrowed(settings: Context, user: Any) -> Context:
     """The operator's `settings` as `user` may use them: unchanged for the operator (or with auth off);
-    otherwise in the user's tenant, with their token."""
+    otherwise in the user's tenant, with their token. The operator's secrets are masked from then on in
+    whatever the server writes, a provider's error or a passage quoting one included."""
+    protect(*settings.secrets())
     if settings.server_auth == "off" or is_operator(user):
         return settings
     tenant = _get(user, "tenant")

@@ -86,8 +86,10 @@ def embedded(api, tmp_path_factory) -> Path:
 
 
 @contextlib.asynccontextmanager
-async def stdio_session(api: FakeAPI, db: Path, *options: str) -> AsyncIterator[ClientSession]:
-    env = server_environment({**provider(api), "AGENT_RETRIEVAL_DB": str(db)})
+async def stdio_session(
+    api: FakeAPI, db: Path, *options: str, env: dict[str, str] | None = None
+) -> AsyncIterator[ClientSession]:
+    env = server_environment({**provider(api), "AGENT_RETRIEVAL_DB": str(db), **(env or {})})
     command = [sys.executable, "-m", "agent_retrieval.cli", "mcp", *options]
     params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=REPO)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -160,16 +162,26 @@ async def test_index_document_is_offered_only_when_the_operator_enables_it(api, 
     assert [hit["title"] for hit in found.structuredContent["hits"]] == ["Pets"]
 
 
-async def test_a_provider_error_quoting_the_key_reaches_the_client_masked(api, embedded):
-    api.fail_next(401, times=None, endpoint="embeddings")  # the refusal names the key, as providers do
-    try:
-        async with stdio_session(api, embedded) as session:
-            result = await session.call_tool("document_retriever", {"query": "protect the deposit"})
-    finally:
-        api.clear()
-    said = text_of(result) + str(result.structuredContent)
-    assert "vector search" in said  # degraded, and says so
-    assert SERVER_KEY not in said
+async def test_the_servers_secrets_reach_no_client_from_a_provider_error_or_a_passage(api, tmp_path):
+    db = tmp_path / "store.db"
+    context = provider_context(api, db_path=str(db))
+    jwt_secret = "a-jwt-secret-the-server-holds-" + "x" * 8
+    leaked = Document(
+        "pasted", "Setup notes", f"Our embeddings key is {SERVER_KEY} and {jwt_secret}, do not share it."
+    )
+    with open_store(context) as store:
+        assert ingest([leaked], store, make_embedder(context), context, progress=False).written == 1
+    async with stdio_session(api, db, env={"SUPABASE_JWT_SECRET": jwt_secret}) as session:
+        passage = await session.call_tool("chunk_retriever", {"query": "embeddings key setup notes"})
+        api.fail_next(401, times=None, endpoint="embeddings")  # the refusal names the key, as providers do
+        try:
+            degraded = await session.call_tool("document_retriever", {"query": "setup notes"})
+        finally:
+            api.clear()
+    assert "do not share it" in text_of(passage) and "vector search" in str(degraded.structuredContent)
+    for result in (passage, degraded):
+        for secret in (SERVER_KEY, jwt_secret):
+            assert secret not in text_of(result) + str(result.structuredContent)
 
 
 async def test_an_agent_uses_the_tools_through_langchain_mcp_adapters(api, embedded):
