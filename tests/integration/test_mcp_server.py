@@ -22,7 +22,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
 
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import ingest
@@ -287,7 +287,8 @@ def http_server(supabase_stack, api, tmp_path_factory) -> Iterator[str]:
 @contextlib.asynccontextmanager
 async def http_session(url: str, headers: dict[str, str]) -> AsyncIterator[ClientSession]:
     async with (
-        streamablehttp_client(url, headers=headers) as (read, write, _),
+        httpx.AsyncClient(headers=headers, timeout=30) as client,
+        streamable_http_client(url, http_client=client) as (read, write, _),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
