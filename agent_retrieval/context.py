@@ -192,6 +192,12 @@ class RunSettings:
         "lead to beside them.",
         bounds=(1, 50),
     )
+    answer_neighbors: int = setting(
+        1,
+        "Chunks before and after each passage the answer is written from, read with it as one text (as "
+        "chunk_retriever's neighbors): an answer that runs across a chunk's edge is then whole.",
+        bounds=(0, 3),
+    )
     chat_timeout_seconds: float = setting(
         60.0,
         "Timeout of a planner, answer or code-generation LLM call; "

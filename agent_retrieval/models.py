@@ -44,6 +44,7 @@ Scalar = str | int | float | bool
 
 MAX_TOP_K = 50
 MAX_DOCUMENT_IDS = 100
+MAX_NEIGHBORS = 3  # chunks on each side of a passage: past that, read the document (query_type 'summarize')
 MAX_FILTER_KEYS = 16
 MAX_FILTER_VALUES = 100
 MAX_SCHEMA_CHARS = 20_000
@@ -169,6 +170,8 @@ class RetrievalResult:
     why). `degraded` lists
     every path that did not run as configured, with the reason. `fusion` is the fusion that ranked the
     hits (the Context's), or None where none did (summarize returns chunks in reading order).
+    `confidence` is the calibrated probability that the store answers the query (confidence.py),
+    None where it is not known (an uncalibrated embedder, no vector search, summarize).
     """
 
     query: str
@@ -182,6 +185,7 @@ class RetrievalResult:
     fusion: FusionMode | None = None
     rerank: RerankStatus = "off"
     truncated: bool = False
+    confidence: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # the hits converted once, each by its own to_dict (asdict(self) would copy them all first)
@@ -189,6 +193,7 @@ class RetrievalResult:
 
 
 TopK = Annotated[int, Count(MAX_TOP_K)]
+Neighbors = Annotated[int, Count(MAX_NEIGHBORS, minimum=0)]
 
 
 def _filters(value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -271,6 +276,13 @@ class ChunkSearchRequest(SearchRequest):
         f"Required for 'summarize'. At most {MAX_DOCUMENT_IDS}.",
     )
 
+    neighbors: Neighbors = Field(
+        0,
+        description=f"Chunks before and after each passage to return with it, 0 to {MAX_NEIGHBORS}: the "
+        "passage is then those chunks in reading order, one text, for an answer that runs across a chunk's "
+        "edge or needs the paragraph before.",
+    )
+
     @property
     def summarizes(self) -> bool:
         return self.query_type == "summarize"
@@ -288,6 +300,11 @@ class ChunkSearchRequest(SearchRequest):
     def _summarize_needs_documents(self) -> ChunkSearchRequest:
         if self.query_type == "summarize" and not self.document_ids:
             raise ValueError("document_ids is required when query_type is 'summarize'")
+        if self.query_type == "summarize" and self.neighbors:
+            raise ValueError(
+                "neighbors: query_type 'summarize' returns every chunk of document_ids already; leave "
+                "neighbors out"
+            )
         if self.query_type == "summarize" and self.filters:  # it would return every chunk regardless
             raise ValueError(
                 "filters: query_type 'summarize' returns every chunk of document_ids and applies no "

@@ -23,6 +23,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict, Field, ValidationError
 
+from agent_retrieval.confidence import is_low
 from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.ingest import IngestReport, ingest_for_caller
@@ -257,6 +258,11 @@ def format_result(result: RetrievalResult) -> str:
         header = f'{counted(len(result.hits), noun)} for "{quote_attribute(result.query)}" ({search}; {hyde})'
     lines = [header]
     lines += [f"Note: {note}" for note in result.degraded]
+    if is_low(result.confidence):
+        lines.append(
+            f"Note: probably nothing here answers this (confidence {result.confidence:.2f}): these are the "
+            "closest matches; try other words, or tell the user the documents do not cover it."
+        )
     if not result.hits:
         lines.append("No matches. Try other words, fewer filters, or a different query_type.")
     else:

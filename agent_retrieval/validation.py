@@ -102,18 +102,22 @@ def _text_only(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Count:
-    """A whole number from 1 to `maximum`: an int (numpy's too), never a bool (pydantic would read True as
-    1), a float or a numeric string, which would be rounded or parsed instead of refused."""
+    """A whole number from `minimum` (1 unless given) to `maximum`: an int (numpy's too), never a bool
+    (pydantic would read True as 1), a float or a numeric string, which would be rounded or parsed instead
+    of refused."""
 
     maximum: int
+    minimum: int = 1
 
     def problem(self, value: Any) -> str | None:
         if (
             isinstance(value, bool)
             or not isinstance(value, int | np.integer)
-            or not 1 <= value <= self.maximum
+            or not self.minimum <= value <= self.maximum
         ):
-            return f"must be a whole number between 1 and {self.maximum:,} (got {repr(value)[:40]})"
+            return (
+                f"must be a whole number between {self.minimum} and {self.maximum:,} (got {repr(value)[:40]})"
+            )
         return None
 
     def validate(self, value: Any) -> int:

@@ -26,6 +26,7 @@ from agent_retrieval.server.graph_parts import GraphParts, add_nodes, last_quest
 # The most passages an answer is written from: answer_chunks, and what reading on adds beside them.
 MAX_ANSWER_PASSAGES = 2 * MAX_TOP_K
 AnswerPassages = Annotated[list[Hit], Field(max_length=MAX_ANSWER_PASSAGES)]
+Confidence = Annotated[float | None, Field(ge=0.0, le=1.0)]
 
 
 @dataclass(kw_only=True)
@@ -55,6 +56,9 @@ class State(InputState):
     hits: list[dict[str, Any]] = field(default_factory=list)
     """The passages the answer is written from, fused across searches, best first."""
 
+    confidence: float | None = None
+    """That the documents answer the question, 0 to 1 (the most confident search; None if unknown)."""
+
     answer: str = ""
     """The answer, citing passages by id in [brackets]."""
 
@@ -72,7 +76,13 @@ async def plan_searches(state: State, runtime: Runtime[RunSettings], *, parts: G
         question = check_request(question)
     except InvalidRequest as error:
         # nothing of a thread's earlier run stays to be routed on or answered from
-        cleared: dict[str, Any] = {"plan": {}, "searches": [], "hits": [], "citations": []}
+        cleared: dict[str, Any] = {
+            "plan": {},
+            "searches": [],
+            "hits": [],
+            "citations": [],
+            "confidence": None,
+        }
         return {"question": question[:200], "answer": str(error), "notes": [str(error)], **cleared}
     context = run_context(runtime)
     notes: list[str] = []
@@ -97,7 +107,7 @@ async def retrieve(state: State, runtime: Runtime[RunSettings], *, parts: GraphP
         plan = read_state("plan", state.plan, QueryPlan)
         question = check_request(state.question)
     except InvalidRequest as error:
-        return {"searches": [], "hits": [], "notes": [*state.notes, str(error)]}
+        return {"searches": [], "hits": [], "confidence": None, "notes": [*state.notes, str(error)]}
     context = run_context(runtime)
     async with parts.open_retrieval(context) as retrieval:
         run = await run_plan(plan, retrieval, top_k=context.answer_chunks, llm=await parts.chat(context))
@@ -113,9 +123,12 @@ async def retrieve(state: State, runtime: Runtime[RunSettings], *, parts: GraphP
             )
             chunks = (await retrieval.asearch(request, "chunks")).hits
             notes.append("the plan found documents only: read the best passages inside them")
+        if context.answer_neighbors and chunks:
+            chunks = await retrieval.aneighbors(chunks, context.answer_neighbors)
     return {
         "searches": [s.to_dict() for s in run.searches],
         "hits": [h.to_dict() for h in chunks],
+        "confidence": run.confidence,
         "notes": state.notes + notes,
     }
 
@@ -125,10 +138,11 @@ async def answer(state: State, runtime: Runtime[RunSettings], *, parts: GraphPar
     try:  # the thread's state, which a server's caller may have written: checked like input
         question = check_request(state.question)
         hits = read_state("hits", state.hits, AnswerPassages)
+        confidence = read_state("confidence", state.confidence, Confidence)
     except InvalidRequest as error:
         return {"answer": str(error), "citations": [], "messages": [AIMessage(str(error))]}
     context = run_context(runtime)
-    written = await write_answer(question, hits, await parts.chat(context), context)
+    written = await write_answer(question, hits, await parts.chat(context), context, confidence=confidence)
     return {
         "answer": written.text,
         "citations": written.citations,

@@ -15,6 +15,7 @@ from typing import Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
+from agent_retrieval.confidence import is_low
 from agent_retrieval.context import Context
 from agent_retrieval.models import Hit
 from agent_retrieval.prompts import load_prompt
@@ -27,6 +28,7 @@ NOT_FOUND = "The documents I found do not answer this."
 NOTHING_FOUND = (
     "I found nothing in the documents about this. Try other words, or check that the documents were ingested."
 )
+NOTHING_ANSWERS = "Nothing in the documents seems to answer this question."
 PASSAGE_CHARS = 4000  # per passage: enough for a chunk, bounded for a pasted giant
 # An id is at most 512 characters, and shown with character references (&#x...;) it may be longer.
 _CITATION = re.compile(r"\[([^\[\]\n]{1,6000})\]")
@@ -58,8 +60,16 @@ def format_passages(hits: list[Hit], max_chars: int = PASSAGE_CHARS) -> str:
     )
 
 
-async def write_answer(question: str, hits: list[Hit], llm: BaseChatModel | None, context: Context) -> Answer:
-    """The answer to `question` from `hits` (chunks, best first). Never raises for LLM failures."""
+async def write_answer(
+    question: str,
+    hits: list[Hit],
+    llm: BaseChatModel | None,
+    context: Context,
+    *,
+    confidence: float | None = None,
+) -> Answer:
+    """The answer to `question` from `hits` (chunks, best first), told how likely it is that the documents
+    answer it (`confidence`, confidence.py). Never raises for LLM failures."""
     if not hits:
         return Answer(NOTHING_FOUND, [], "nothing_found")
     if llm is None:
@@ -68,10 +78,12 @@ async def write_answer(question: str, hits: list[Hit], llm: BaseChatModel | None
             hits,
             "no chat model configured: an extractive answer (the best "
             "passages, cited) instead of a written one",
+            confidence=confidence,
         )
+    told = _retrieval_note(confidence)
     messages = [
         SystemMessage(load_prompt("answer")),
-        HumanMessage(f"{element('question', quote(question))}\n\n{format_passages(hits)}"),
+        HumanMessage(f"{element('question', quote(question))}\n\n{told}{format_passages(hits)}"),
     ]
     try:
         reply = await asyncio.wait_for(llm.ainvoke(messages), context.chat_timeout_seconds)
@@ -123,13 +135,28 @@ def cited_ids(text: str, hits: list[Hit]) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(cited)), list(dict.fromkeys(unknown))
 
 
-def extractive_answer(question: str, hits: list[Hit], note: str, passages: int = 3) -> Answer:
-    """The sentences of the best passages that share most words with the question, each cited."""
+def _retrieval_note(confidence: float | None) -> str:
+    """What the answer model is told of the search's confidence ("" when unknown)."""
+    if confidence is None:
+        return ""
+    verdict = "probably do not answer" if is_low(confidence) else "probably answer"
+    said = f"the documents {verdict} the question (confidence {confidence:.2f})"
+    return f"{element('retrieval', quote(said))}\n\n"
+
+
+def extractive_answer(
+    question: str, hits: list[Hit], note: str, passages: int = 3, *, confidence: float | None = None
+) -> Answer:
+    """The sentences of the best passages that share most words with the question, each cited; opened by a
+    plain "nothing here answers this" when the search's confidence is low."""
     terms = set(keyword_terms(question))
     lines = []
     for hit in hits[:passages]:
         lines.append(f"- {_best_sentences(hit.content, terms)} [{hit.id}]")
-    text = "These passages best match the question:\n" + "\n".join(lines)
+    opening = "These passages best match the question:"
+    if is_low(confidence):
+        opening = f"{NOTHING_ANSWERS} The closest passages:"
+    text = opening + "\n" + "\n".join(lines)
     return Answer(text, [hit.id for hit in hits[:passages]], "extractive", [note])
 
 

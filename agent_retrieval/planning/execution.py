@@ -59,6 +59,7 @@ class Search:
     rerank: str = "off"
     degraded: list[str] = field(default_factory=list)
     note: str = ""
+    confidence: float | None = None  # that the store answers this search (confidence.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,6 +75,12 @@ class PlanRun:
     chunks: list[Hit]
     resolved: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def confidence(self) -> float | None:
+        """That the store answers the question: the most confident of the plan's searches (None if none
+        knows)."""
+        return max((s.confidence for s in self.searches if s.confidence is not None), default=None)
 
     def place(self, level: Level, hits: list[Hit]) -> None:
         """Put `hits` in the place of the level's hits (reading on reorders and adds to them)."""
@@ -176,6 +183,7 @@ async def _search(
         result.hyde,
         result.rerank,
         result.degraded,
+        confidence=result.confidence,
     ), result.hits
 
 

@@ -16,12 +16,14 @@ from langchain_core.documents import BaseDocumentCompressor
 from langchain_core.language_models import BaseChatModel
 
 from agent_retrieval import hyde
+from agent_retrieval.confidence import confidence
 from agent_retrieval.context import Context
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.fusion import PROFILES, fuse
 from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
 from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.providers.embeddings import Embedder, make_embedder
+from agent_retrieval.search.passages import widened
 from agent_retrieval.search.rerank import make_reranker
 from agent_retrieval.search.rerank import rerank as rerank_hits
 from agent_retrieval.search.resources import SearchResources, shared_resources
@@ -137,6 +139,26 @@ class Retrieval:
 
     # --- the pieces, each written once for both faces (steps.py) -----------------------------------
     def _search(self, request: SearchRequest, level: Level, rerank: bool) -> Steps[RetrievalResult]:
+        result = yield from self._ranked(request, level, rerank)
+        reach = getattr(request, "neighbors", 0)  # a chunk_retriever argument
+        if not reach or request.summarizes:
+            return result
+        return replace(result, hits=(yield from self._widened(result.hits, reach)))
+
+    def neighbors(self, hits: list[Hit], reach: int) -> list[Hit]:
+        """`hits` with the chunks within `reach` places around each chunk hit, as passages (passages.py)."""
+        return run(self._widened(hits, reach))
+
+    async def aneighbors(self, hits: list[Hit], reach: int) -> list[Hit]:
+        return await arun(self._widened(hits, reach))
+
+    def _widened(self, hits: list[Hit], reach: int) -> Steps[list[Hit]]:
+        store = yield blocking(lambda: self.store)
+        chunks = [hit for hit in hits if hit.level == "chunks"]
+        around = yield call(store.chunk_neighbors, store.achunk_neighbors, chunks, reach)
+        return widened(hits, around, reach, self.context.chunk_overlap)
+
+    def _ranked(self, request: SearchRequest, level: Level, rerank: bool) -> Steps[RetrievalResult]:
         store = yield blocking(lambda: self.store)  # opening the store reads files: off the event loop
         scope = _scope(request)
         if scope:
@@ -316,6 +338,11 @@ class Retrieval:
             hyde_reason=query_embedding.reason if query_embedding else "vector search did not run",
             degraded=list(candidates.degraded),
             fusion=context.fusion,
+            confidence=(
+                confidence(candidates.vector_hits, candidates.keyword_hits, self._embedder.model_id)
+                if query_embedding is not None and self._embedder is not None
+                else None
+            ),
         )
 
 

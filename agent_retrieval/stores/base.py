@@ -15,7 +15,16 @@ from typing import Any, NamedTuple, Self, TypeVar, cast, final
 import numpy as np
 
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
-from agent_retrieval.models import MAX_LISTED, Chunk, Document, Hit, Level, validate_filters
+from agent_retrieval.models import (
+    MAX_LISTED,
+    MAX_NEIGHBORS,
+    MAX_TOP_K,
+    Chunk,
+    Document,
+    Hit,
+    Level,
+    validate_filters,
+)
 from agent_retrieval.validation import ID, KEYWORD_QUERY, Count, Text, check_ids
 
 DOCUMENT_PREVIEW_CHARS = 1500  # document hits carry the opening of the text, not all of it
@@ -35,6 +44,9 @@ CHUNK_ROWS = Count(MAX_CHUNK_ROWS)
 LISTED = Count(MAX_LISTED)
 DIMENSION = Count(MAX_DIMENSION)
 STORED_TEXT = Text()  # a row's text: no length bound here (the loaders and request models set those)
+REACH = Count(MAX_NEIGHBORS)
+MAX_WINDOWS = 2 * MAX_TOP_K  # passages whose neighbours one call reads
+ChunkWindow = tuple[str, str, int]  # a chunk hit's tenant, document id and ordinal: where its window is
 
 
 T = TypeVar("T")
@@ -44,6 +56,20 @@ def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     """`items` in runs of `size`: what one statement or call may bind (itertools.batched from 3.12)."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def _windows(hits: Sequence[Hit], reach: Any) -> tuple[list[ChunkWindow], int]:
+    """Where the chunk hits lie (each once), and the reach, checked: only chunk hits with an ordinal, at most
+    MAX_WINDOWS of them."""
+    reach = REACH.check("reach", reach)
+    if len(hits) > MAX_WINDOWS:
+        raise InvalidRequest(f"hits: at most {MAX_WINDOWS} passages at a time (got {len(hits)})")
+    windows: dict[ChunkWindow, None] = {}
+    for hit in hits:
+        if not isinstance(hit, Hit) or hit.level != "chunks" or not isinstance(hit.ordinal, int):
+            raise InvalidRequest("hits: only chunk hits have neighbours (each with its ordinal)")
+        windows[(hit.tenant, ID.check("document_id", hit.document_id), hit.ordinal)] = None
+    return list(windows), reach
 
 
 def check_level(level: Any) -> Level:
@@ -421,6 +447,16 @@ class Store(ABC):
         return self._document_chunks(document_ids, limit) if document_ids else []
 
     @final
+    def chunk_neighbors(self, hits: Sequence[Hit], reach: int) -> list[Hit]:
+        """The chunks within `reach` places of each chunk hit in its document's reading order (the hits
+        themselves too), of the hit's own tenant and document, and only those the caller may read."""
+        return self._chunk_neighbors(*_windows(hits, reach)) if hits else []
+
+    @final
+    async def achunk_neighbors(self, hits: Sequence[Hit], reach: int) -> list[Hit]:
+        return await self._achunk_neighbors(*_windows(hits, reach)) if hits else []
+
+    @final
     def unknown_documents(self, ids: Sequence[str]) -> list[str]:
         """Those of `ids` that are not stored."""
         ids = check_ids(ids, "ids", max_ids=MAX_SCOPE_IDS)
@@ -542,6 +578,12 @@ class Store(ABC):
 
     @abstractmethod
     def _unknown_documents(self, ids: list[str]) -> list[str]: ...
+
+    @abstractmethod
+    def _chunk_neighbors(self, windows: list[ChunkWindow], reach: int) -> list[Hit]: ...
+
+    async def _achunk_neighbors(self, windows: list[ChunkWindow], reach: int) -> list[Hit]:
+        return await asyncio.to_thread(self._chunk_neighbors, windows, reach)
 
     # Stores without native async run the sync call in a worker thread.
     async def _avector_search(self, search: VectorSearch) -> list[Hit]:

@@ -39,6 +39,7 @@ from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     FACET_VALUE_CHARS,
     TRANSIENT,
+    ChunkWindow,
     DocumentListing,
     DocumentState,
     Failure,
@@ -59,7 +60,7 @@ DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
-SCHEMA_VERSION = 7  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+SCHEMA_VERSION = 8  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
 # asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
@@ -455,6 +456,15 @@ class RPCStore(Store):
                 break
         return hits
 
+    def _chunk_neighbors(self, windows: list[ChunkWindow], reach: int) -> list[Hit]:
+        return [
+            _hit("chunks", r) for r in self._call("chunk_neighbors", **_neighbors_call(windows, reach, self))
+        ]
+
+    async def _achunk_neighbors(self, windows: list[ChunkWindow], reach: int) -> list[Hit]:
+        rows = await self._acall("chunk_neighbors", **_neighbors_call(windows, reach, self))
+        return [_hit("chunks", r) for r in rows]
+
     def _unknown_documents(self, ids: list[str]) -> list[str]:
         return [str(i) for i in self._call("unknown_documents", ids=ids, tenant=self.tenant)]
 
@@ -481,6 +491,11 @@ class RPCStore(Store):
     @abstractmethod
     def location(self) -> str:
         """Where the store is, for `stats` (never with a password)."""
+
+
+def _neighbors_call(windows: list[ChunkWindow], reach: int, store: RPCStore) -> dict[str, Any]:
+    rows = [{"tenant_id": tenant, "document_id": doc, "ordinal": ordinal} for tenant, doc, ordinal in windows]
+    return {"windows": Json(rows), "reach": reach, "tenant": store.tenant}
 
 
 def _vector(value: Any) -> np.ndarray:

@@ -8,6 +8,7 @@ import inspect
 import re
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from agent_retrieval.context import Context
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.sync import ingest_paths
-from agent_retrieval.models import Chunk, Document
+from agent_retrieval.models import Chunk, Document, Hit
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import SQLiteStore, Store
@@ -175,6 +176,9 @@ def corpus() -> tuple[list[Document], list[Chunk]]:
     return docs, chunks
 
 
+FEES_CHUNK = Hit("fees#0", "chunks", "fees", "Fee Schedule", "Commission must be disclosed.", ordinal=0)
+
+
 def ids(hits: list) -> list[str]:
     return [h.id for h in hits]
 
@@ -311,6 +315,24 @@ def test_document_chunks_in_reading_order_and_unknown_ids(store: Store):
     assert ids(store.document_chunks(["gifts", "fees"], 10)) == ["gifts#0", "fees#0", "fees#1"]
     assert ids(store.document_chunks(["gifts", "fees"], 2)) == ["gifts#0", "fees#0"]
     assert store.unknown_documents(["fees", "nope", "x"]) == ["nope", "x"]
+
+
+def test_chunk_neighbors_are_the_hits_own_documents_chunks_around_it(store: Store):
+    fees0, fees1 = store.document_chunks(["fees"], 10)
+    gifts0 = store.document_chunks(["gifts"], 1)[0]
+    assert ids(store.chunk_neighbors([fees1], 1)) == ["fees#0", "fees#1"]  # not banda#0 nor gifts#0
+    assert ids(store.chunk_neighbors([fees0], 3)) == ["fees#0", "fees#1"]
+    assert ids(store.chunk_neighbors([gifts0, fees0], 1)) == ["gifts#0", "fees#0", "fees#1"]
+    assert store.chunk_neighbors([replace(fees1, tenant="another-tenant")], 1) == []
+    assert run(store.achunk_neighbors([fees1], 1)) == store.chunk_neighbors([fees1], 1)
+
+
+def test_chunk_neighbors_are_read_for_chunk_hits_only_and_a_bounded_number(store: Store):
+    document = store.document_chunks(["fees"], 1)[0]
+    with pytest.raises(InvalidRequest, match="hits: only chunk hits have neighbours"):
+        store.chunk_neighbors([replace(document, level="documents")], 1)
+    with pytest.raises(InvalidRequest, match="hits: at most 100 passages at a time"):
+        store.chunk_neighbors([document] * 101, 1)
 
 
 def test_delete_removes_documents_with_their_chunks(store: Store):
@@ -602,6 +624,16 @@ TEXT_ARGUMENTS: dict[str, tuple[Callable[[Store, Any], Any], str, int | None]] =
     ),
     "document_chunks document_ids": (lambda s, v: s.document_chunks([v], 5), "document_ids[0]", 512),
     "adocument_chunks document_ids": (lambda s, v: s.adocument_chunks([v], 5), "document_ids[0]", 512),
+    "chunk_neighbors hits": (
+        lambda s, v: s.chunk_neighbors([replace(FEES_CHUNK, document_id=v)], 1),
+        "document_id",
+        512,
+    ),
+    "achunk_neighbors hits": (
+        lambda s, v: s.achunk_neighbors([replace(FEES_CHUNK, document_id=v)], 1),
+        "document_id",
+        512,
+    ),
     "unknown_documents ids": (lambda s, v: s.unknown_documents(["fees", v]), "ids[1]", 512),
     "aunknown_documents ids": (lambda s, v: s.aunknown_documents([v]), "ids[0]", 512),
     "delete_documents ids": (lambda s, v: s.delete_documents(["fees", v]), "ids[1]", 512),
@@ -691,6 +723,8 @@ COUNT_ARGUMENTS: dict[str, tuple[Callable[[Store, Any], Any], str, int]] = {
     "pending_embeddings limit": (lambda s, n: s.pending_embeddings("chunks", MODEL, n), "limit", 100_000),
     "list_documents limit": (lambda s, n: s.list_documents("", n), "limit", 100_000),
     "set_embedding_model dimension": (lambda s, n: s.set_embedding_model(MODEL, n), "dimension", 16_000),
+    "chunk_neighbors reach": (lambda s, n: s.chunk_neighbors([FEES_CHUNK], n), "reach", 3),
+    "achunk_neighbors reach": (lambda s, n: s.achunk_neighbors([FEES_CHUNK], n), "reach", 3),
 }
 BAD_COUNTS = {**NOT_WHOLE_NUMBERS, "0": 0, "-1": -1, "max + 1": "max"}
 

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -143,6 +144,21 @@ def test_summarize_returns_each_tenants_document_whole_and_apart(acme):
         "mallory-note",
         "default-note",
     ]
+
+
+def test_neighbours_are_read_in_the_hits_own_tenant_and_only_where_the_caller_may_read(acme, stack):
+    own, public = acme.document_chunks(["handbook"], 20)[0], acme.document_chunks(["handbook"], 20)[2]
+    assert [(h.tenant, h.id) for h in acme.chunk_neighbors([own], 1)] == [
+        ("acme", "handbook#0"),
+        ("acme", "handbook#1"),
+    ]
+    assert [(h.tenant, h.id) for h in acme.chunk_neighbors([public], 1)] == [
+        ("press", "handbook#0"),
+        ("press", "handbook#1"),
+    ]
+    # a hit forged in another tenant's name (mallory's private note, the tenant-less note) reads nothing
+    for tenant, doc_id in [("user:mallory", "mallory-note"), ("", "default-note")]:
+        assert acme.chunk_neighbors([replace(own, tenant=tenant, document_id=doc_id)], 3) == []
 
 
 def test_summarize_of_two_documents_keeps_the_order_asked(stack, monkeypatch):

@@ -300,6 +300,30 @@ as $$
              from page p where p.n = max_rows and exists (select 1 from page q where q.n > max_rows)))
 $$;
 
+-- The chunks within `reach` places of each window's chunk, in its own tenant's document, of the documents
+-- the caller may read: [{id, document_id, title, content, metadata, ordinal, heading_path, tenant_id}], each
+-- window's in reading order. A window is {tenant_id, document_id, ordinal}; at most 100 windows and a reach
+-- of 3 (the store checks both first), so the answer stays small. Read along (tenant_id, document_id,
+-- ordinal).
+create or replace function {{schema}}.chunk_neighbors(windows jsonb, reach int, tenant text default null)
+returns jsonb
+language sql stable security invoker
+set search_path = ''
+as $$
+  select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+           'id', c.id, 'document_id', c.document_id, 'title', d.title, 'content', c.content,
+           'metadata', c.metadata, 'ordinal', c.ordinal, 'heading_path', c.heading_path,
+           'tenant_id', c.tenant_id) order by w.position, c.ordinal), '[]')
+  from pg_catalog.jsonb_array_elements(windows) with ordinality w(window_, position)
+  join {{schema}}.documents d
+    on d.tenant_id = w.window_ ->> 'tenant_id' and d.id = w.window_ ->> 'document_id'
+  join {{schema}}.chunks c
+    on c.tenant_id = d.tenant_id and c.document_id = d.id
+   and c.ordinal between (w.window_ ->> 'ordinal')::int - least(greatest(reach, 0), 3)
+                     and (w.window_ ->> 'ordinal')::int + least(greatest(reach, 0), 3)
+  where (tenant is null or d.tenant_id = tenant or d.is_public)
+$$;
+
 -- Those of these ids that name no document the caller may read (in any tenant), in the order given: [id].
 create or replace function {{schema}}.unknown_documents(ids text[], tenant text default null)
 returns jsonb

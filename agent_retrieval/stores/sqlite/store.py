@@ -27,6 +27,7 @@ from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     FACET_VALUE_CHARS,
     PENDING_COLUMNS,
+    ChunkWindow,
     DocumentListing,
     DocumentState,
     KeywordSearch,
@@ -374,6 +375,18 @@ class SQLiteStore(Store):
                     WHERE d.document_id = ? ORDER BY d.ordinal LIMIT ?""",
                     (doc_id, limit - len(rows)),
                 )
+        return [_hit("chunks", r, self.tenant) for r in rows]
+
+    def _chunk_neighbors(self, windows: list[ChunkWindow], reach: int) -> list[Hit]:
+        rows: list[Any] = []
+        with self._db.read() as conn:
+            for tenant, doc_id, ordinal in windows:
+                if tenant == self.tenant:  # the file's own rows: a hit of another tenant has none here
+                    rows += conn.execute(
+                        f"""SELECT {_COLUMNS["chunks"]} FROM {_FROM["chunks"]}
+                        WHERE d.document_id = ? AND d.ordinal BETWEEN ? AND ? ORDER BY d.ordinal""",
+                        (doc_id, ordinal - reach, ordinal + reach),
+                    )
         return [_hit("chunks", r, self.tenant) for r in rows]
 
     def _unknown_documents(self, ids: list[str]) -> list[str]:

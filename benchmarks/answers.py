@@ -1,0 +1,125 @@
+"""What the rag graph answers from, on SQuAD v1.1 dev as real documents: each article one document (its
+paragraphs as written), chunked as any document is (1,000 characters, 150 shared at an edge), so an answer
+may sit at a chunk's edge or in the paragraph before the best match.
+
+For seeded questions, the rag graph runs offline (heuristic planner, extractive answer, the local
+all-MiniLM-L6-v2 embedder) with `answer_neighbors` 0 to 2, and reports the share of questions whose answer
+sentence (the sentence of the question's paragraph holding the answer) is inside one of the first 1, 3 and
+6 passages the answer is written from, the share whose gold answer is in the passages at all, and the
+passages' mean length.
+
+    python -m benchmarks.answers                    # 300 questions
+    python -m benchmarks.answers --questions 60     # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from agent_retrieval.context import Context
+from agent_retrieval.graphs import rag
+from agent_retrieval.ingest import ingest
+from agent_retrieval.models import Document
+from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.server.graph_parts import GraphParts
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results"
+SQUAD = ROOT.parent.parent / "shared" / "datasets" / "squad" / "dev-v1.1.json"
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+NEIGHBORS = (0, 1, 2)
+TOP = (1, 3, 6)  # passages read: the first, the first three, all of answer_chunks (6)
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    text: str
+    answers: tuple[str, ...]
+    sentence: str  # the sentence of the paragraph that holds the first answer
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def article_document(article: dict[str, Any]) -> Document:
+    """A SQuAD article as a document: its title with spaces, its paragraphs as written."""
+    text = "\n\n".join(flat(p["context"]) for p in article["paragraphs"])
+    return Document(article["title"], article["title"].replace("_", " "), text)
+
+
+def load(path: Path) -> tuple[list[Document], list[Question]]:
+    data = json.loads(path.read_text(encoding="utf-8"))["data"]
+    documents, questions = [], []
+    for article in data:
+        documents.append(article_document(article))
+        for paragraph in article["paragraphs"]:
+            context = paragraph["context"]
+            for qa in paragraph["qas"]:
+                start = qa["answers"][0]["answer_start"]
+                ends = [0, *(m.end() for m in SENTENCE_END.finditer(context)), len(context) + 1]
+                begin = max(e for e in ends if e <= start)
+                end = min(e for e in ends if e > start)
+                questions.append(
+                    Question(
+                        qa["id"],
+                        flat(qa["question"]),
+                        tuple(a["text"] for a in qa["answers"]),
+                        flat(context[begin:end]),
+                    )
+                )
+    return documents, questions
+
+
+def run(questions: int, seed: int = 7) -> dict[str, Any]:
+    documents, pool = load(SQUAD)
+    asked = random.Random(seed).sample(pool, questions)
+    context = Context(db_path=str(RESULTS / "squad-articles.db"))
+    report: dict[str, Any] = {"questions": questions, "documents": len(documents), "neighbors": {}}
+    with Retrieval(context) as retrieval:
+        ingest(documents, retrieval.store, retrieval.embedder, context, progress=True)
+        graph = rag.build(GraphParts(retrieval=retrieval))
+        for reach in NEIGHBORS:
+            settings = replace(context, answer_neighbors=reach)
+            sentence = dict.fromkeys(TOP, 0)
+            answer = chars = 0
+            for question in tqdm(asked, desc=f"neighbors={reach}", unit="question"):
+                out = asyncio.run(graph.ainvoke({"messages": [("user", question.text)]}, context=settings))
+                texts = [flat(hit["content"]) for hit in out["hits"]]
+                for k in TOP:
+                    sentence[k] += any(question.sentence in text for text in texts[:k])
+                answer += any(a in text for a in question.answers for text in texts)
+                chars += sum(map(len, texts)) / max(1, len(texts))
+            report["neighbors"][reach] = {
+                **{
+                    f"answer sentence in the first {k}": round(100 * n / questions, 1)
+                    for k, n in sentence.items()
+                },
+                "answer in the passages": round(100 * answer / questions, 1),
+                "mean passage characters": round(chars / questions),
+            }
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--questions", type=int, default=300)
+    args = parser.parse_args()
+    report = run(args.questions)
+    out = RESULTS / ("answers.json" if args.questions == 300 else f"answers-{args.questions}.json")
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Answerability: each search's calibrated confidence that the store answers the query, and what the tools,
+the rag graph's answer and `ask` say when it is low.
+
+The shipped calibration is for the local embedder (measured in benchmarks/answerability.py); these tests
+give the word-hash test embedder a calibration of its own, so the plumbing is checked offline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agent_retrieval import confidence as confidence_module
+from agent_retrieval.confidence import Calibration, confidence, is_low, signals
+from agent_retrieval.context import Context
+from agent_retrieval.graphs import rag
+from agent_retrieval.models import ChunkSearchRequest, Hit
+from agent_retrieval.planning.answer import NOTHING_ANSWERS, write_answer
+from agent_retrieval.server.graph_parts import GraphParts
+from agent_retrieval.tools import ChunkRetrieverTool
+from tests.conftest import CountingChatModel
+
+ON_TOPIC = "How long does the landlord have to protect the deposit?"
+OFF_TOPIC = "Which volcano erupted on Iceland in 2010 and grounded flights?"
+
+
+def hit(id_: str, similarity: float | None = None, coverage: float | None = None) -> Hit:
+    return Hit(id_, "chunks", id_, "T", "text", vector_similarity=similarity, keyword_coverage=coverage)
+
+
+@pytest.fixture
+def calibrated(monkeypatch):
+    """A calibration for the test embedder: mostly the best similarity, as the shipped one."""
+    monkeypatch.setitem(
+        confidence_module.CALIBRATIONS,
+        "test/word-hash",
+        Calibration(weights=(12.0, 2.0, 2.0), intercept=-6.0),
+    )
+
+
+def test_the_signals_are_the_best_similarity_the_best_keyword_hits_coverage_and_its_similarity():
+    vector = [hit("a", 0.61), hit("b", 0.52)]
+    keyword = [hit("b", coverage=0.8), hit("c", coverage=0.3)]
+    assert signals(vector, keyword) == (0.61, 0.8, 0.52)
+    assert signals([], keyword) == (0.0, 0.8, 0.0)  # nothing similar enough
+    assert signals(vector, []) == (0.61, 0.0, 0.0)
+
+
+def test_an_uncalibrated_embedder_gives_no_confidence_and_unknown_is_never_low():
+    assert confidence([hit("a", 0.9)], [], "openai/text-embedding-3-small") is None
+    assert not is_low(None)
+    shipped = confidence([hit("a", 0.7)], [hit("a", coverage=0.9)], "local/all-MiniLM-L6-v2")
+    assert shipped is not None and not is_low(shipped)
+    assert is_low(confidence([hit("a", 0.2)], [hit("b", coverage=0.1)], "local/all-MiniLM-L6-v2"))
+
+
+def test_a_search_the_store_cannot_answer_says_so_and_still_lists_what_it_found(retrieval, calibrated):
+    tool = ChunkRetrieverTool(retrieval=retrieval)
+    off = retrieval.search(ChunkSearchRequest(query=OFF_TOPIC), "chunks")
+    on = retrieval.search(ChunkSearchRequest(query=ON_TOPIC), "chunks")
+    assert off.confidence is not None and on.confidence is not None and off.confidence < on.confidence
+    assert is_low(off.confidence) and not is_low(on.confidence)
+    text = tool.invoke({"query": OFF_TOPIC})
+    assert "probably nothing here answers this" in text and "<passage" in text
+    assert "probably nothing here answers this" not in tool.invoke({"query": ON_TOPIC})
+
+
+def test_the_offline_answer_says_nothing_answers_and_lists_the_closest_passages(retrieval, calibrated):
+    graph = rag.build(GraphParts(retrieval=retrieval))
+    off = asyncio.run(graph.ainvoke({"messages": [("user", OFF_TOPIC)]}, context=retrieval.context))
+    on = asyncio.run(graph.ainvoke({"messages": [("user", ON_TOPIC)]}, context=retrieval.context))
+    assert is_low(off["confidence"]) and off["answer"].startswith(NOTHING_ANSWERS) and off["citations"]
+    assert not is_low(on["confidence"]) and not on["answer"].startswith(NOTHING_ANSWERS)
+
+
+@pytest.mark.parametrize(("told", "said"), [(0.1, "probably do not answer"), (0.9, "probably answer")])
+def test_the_answer_model_is_told_how_likely_the_documents_answer(told, said):
+    model = CountingChatModel(responses=["Within 30 days [a#0]."])
+    passages = [Hit("a#0", "chunks", "a", "A", "Deposits are protected within 30 days.", ordinal=0)]
+    written = asyncio.run(write_answer("When?", passages, model, Context(), confidence=told))
+    prompt = model.messages[0][-1].content  # the user's message: the question, the note, the passages
+    assert written.mode == "llm" and f"<retrieval>\nthe documents {said} the question" in prompt
+    asyncio.run(write_answer("When?", passages, model, Context(), confidence=None))
+    assert "<retrieval>" not in model.messages[1][-1].content
+
+
+@pytest.mark.parametrize("value", [-0.5, 1.5, "high"])
+def test_a_confidence_written_into_the_threads_state_is_checked_where_it_is_read(retrieval, value):
+    graph = rag.build(GraphParts(retrieval=retrieval)).copy(update={"checkpointer": InMemorySaver()})
+    config = {"configurable": {"thread_id": "t"}}
+    asyncio.run(graph.ainvoke({"messages": [("user", ON_TOPIC)]}, config, context=retrieval.context))
+    graph.update_state(config, {"confidence": value}, as_node="retrieve")
+    out = asyncio.run(graph.ainvoke(None, config, context=retrieval.context))
+    assert out["answer"].startswith("the thread's state holds an invalid confidence")
