@@ -5,8 +5,9 @@ may sit at a chunk's edge or in the paragraph before the best match.
 For seeded questions, the rag graph runs offline (heuristic planner, extractive answer, the local
 all-MiniLM-L6-v2 embedder) with `answer_neighbors` 0 to 2, and reports the share of questions whose answer
 sentence (the sentence of the question's paragraph holding the answer) is inside one of the first 1, 3 and
-6 passages the answer is written from, the share whose gold answer is in the passages at all, and the
-passages' mean length.
+6 passages the answer is written from, the share whose gold answer is in the passages at all and in the
+offline (extractive) answer, and the passages' mean length; then the offline answer's containment on
+MuSiQue dev.
 
     python -m benchmarks.answers                    # 300 questions
     python -m benchmarks.answers --questions 60     # a smoke run
@@ -81,7 +82,7 @@ def load(path: Path) -> tuple[list[Document], list[Question]]:
     return documents, questions
 
 
-def run(questions: int, seed: int = 7) -> dict[str, Any]:
+def run(questions: int, seed: int = 7, neighbors: tuple[int, ...] = NEIGHBORS) -> dict[str, Any]:
     documents, pool = load(SQUAD)
     asked = random.Random(seed).sample(pool, questions)
     context = Context(db_path=str(RESULTS / "squad-articles.db"))
@@ -89,16 +90,17 @@ def run(questions: int, seed: int = 7) -> dict[str, Any]:
     with Retrieval(context) as retrieval:
         ingest(documents, retrieval.store, retrieval.embedder, context, progress=True)
         graph = rag.build(GraphParts(retrieval=retrieval))
-        for reach in NEIGHBORS:
+        for reach in neighbors:
             settings = replace(context, answer_neighbors=reach)
             sentence = dict.fromkeys(TOP, 0)
-            answer = chars = 0
+            answer = chars = contained = 0
             for question in tqdm(asked, desc=f"neighbors={reach}", unit="question"):
                 out = asyncio.run(graph.ainvoke({"messages": [("user", question.text)]}, context=settings))
                 texts = [flat(hit["content"]) for hit in out["hits"]]
                 for k in TOP:
                     sentence[k] += any(question.sentence in text for text in texts[:k])
                 answer += any(a in text for a in question.answers for text in texts)
+                contained += any(a in flat(out["answer"]) for a in question.answers)
                 chars += sum(map(len, texts)) / max(1, len(texts))
             report["neighbors"][reach] = {
                 **{
@@ -106,16 +108,44 @@ def run(questions: int, seed: int = 7) -> dict[str, Any]:
                     for k, n in sentence.items()
                 },
                 "answer in the passages": round(100 * answer / questions, 1),
+                "answer in the offline answer": round(100 * contained / questions, 1),
                 "mean passage characters": round(chars / questions),
             }
     return report
 
 
+def musique(limit: int | None = None) -> dict[str, Any]:
+    """The offline answer on MuSiQue dev (its closed corpus of candidate paragraphs): the share of questions
+    whose gold answer (or one of its aliases) the answer holds."""
+    from agent_retrieval.evaluation import load_beir
+
+    folder = ROOT.parent.parent / "shared" / "datasets" / "musique"
+    dataset = load_beir(folder, limit=limit)
+    gold = {}
+    for line in (folder / "answers.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        gold[row["_id"]] = row["answers"]
+    context = Context(db_path=str(RESULTS / "musique.db"))
+    contained = 0
+    with Retrieval(context) as retrieval:
+        ingest(dataset.documents(), retrieval.store, retrieval.embedder, context, progress=False)
+        graph = rag.build(GraphParts(retrieval=retrieval))
+        for qid, text in tqdm(dataset.queries.items(), desc="musique", unit="question"):
+            out = asyncio.run(graph.ainvoke({"messages": [("user", text)]}, context=context))
+            contained += any(flat(a) in flat(out["answer"]) for a in gold.get(qid, []))
+    return {
+        "questions": len(dataset.queries),
+        "answer in the offline answer": round(100 * contained / len(dataset.queries), 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=300)
+    parser.add_argument("--neighbors", type=int, nargs="+", default=list(NEIGHBORS))
     args = parser.parse_args()
-    report = run(args.questions)
+    report = run(args.questions, neighbors=tuple(args.neighbors))
+    report["musique"] = musique()
     out = RESULTS / ("answers.json" if args.questions == 300 else f"answers-{args.questions}.json")
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(report, indent=2))

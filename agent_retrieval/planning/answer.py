@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -18,6 +20,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from agent_retrieval.confidence import is_low
 from agent_retrieval.context import Context
 from agent_retrieval.models import Hit
+from agent_retrieval.planning.links import names
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import element, passage, passages, quote, quote_id
 from agent_retrieval.text import keyword_terms, shorten
@@ -29,6 +32,8 @@ NOTHING_FOUND = (
     "I found nothing in the documents about this. Try other words, or check that the documents were ingested."
 )
 NOTHING_ANSWERS = "Nothing in the documents seems to answer this question."
+ANSWER_SENTENCES = 6  # an offline answer's sentences: what three passages' two sentences each were before
+SENTENCE_CHARS = 600  # per sentence shown: text without full stops is one long "sentence"
 PASSAGE_CHARS = 4000  # per passage: enough for a chunk, bounded for a pasted giant
 # An id is at most 512 characters, and shown with character references (&#x...;) it may be longer.
 _CITATION = re.compile(r"\[([^\[\]\n]{1,6000})\]")
@@ -91,11 +96,11 @@ async def write_answer(
     except Exception as error:
         log.warning("answer generation failed (%s); answering extractively", type(error).__name__)
         reason = "timed out" if isinstance(error, TimeoutError) else type(error).__name__
-        return extractive_answer(question, hits, f"the answer model failed ({reason}): an extractive answer")
+        failed = f"the answer model failed ({reason}): an extractive answer"
+        return extractive_answer(question, hits, failed, confidence=confidence)
     if not text:
-        return extractive_answer(
-            question, hits, "the answer model replied with nothing: an extractive answer"
-        )
+        empty = "the answer model replied with nothing: an extractive answer"
+        return extractive_answer(question, hits, empty, confidence=confidence)
     citations, unknown = cited_ids(text, hits)
     notes = []
     if unknown:
@@ -145,27 +150,52 @@ def _retrieval_note(confidence: float | None) -> str:
 
 
 def extractive_answer(
-    question: str, hits: list[Hit], note: str, passages: int = 3, *, confidence: float | None = None
+    question: str, hits: list[Hit], note: str, *, confidence: float | None = None
 ) -> Answer:
-    """The sentences of the best passages that share most words with the question, each cited; opened by a
-    plain "nothing here answers this" when the search's confidence is low."""
-    terms = set(keyword_terms(question))
-    lines = []
-    for hit in hits[:passages]:
-        lines.append(f"- {_best_sentences(hit.content, terms)} [{hit.id}]")
+    """The sentences of the passages that best answer the question (`answer_sentences`), grouped by passage
+    in the passages' order and each group cited; opened by a plain "nothing here answers this" when the
+    search's confidence is low."""
+    chosen: dict[int, list[str]] = {}
+    for place, sentence in answer_sentences(question, hits):
+        chosen.setdefault(place, []).append(sentence)
+    lines = [f"- {' '.join(chosen[place])} [{hits[place].id}]" for place in sorted(chosen)]
     opening = "These passages best match the question:"
     if is_low(confidence):
         opening = f"{NOTHING_ANSWERS} The closest passages:"
     text = opening + "\n" + "\n".join(lines)
-    return Answer(text, [hit.id for hit in hits[:passages]], "extractive", [note])
+    return Answer(text, [hits[place].id for place in sorted(chosen)], "extractive", [note])
 
 
-def _best_sentences(content: str, terms: set[str], count: int = 2, limit: int = 400) -> str:
-    plain = " ".join(_MARKUP.sub(" ", _LINK.sub(r"\1", content)).split())
-    sentences = [s.strip() for s in _SENTENCE.split(plain) if s.strip()]
-    if not sentences:
-        return ""
-    scored = sorted(range(len(sentences)), key=lambda i: -len(terms & set(keyword_terms(sentences[i]))))[
-        :count
+def answer_sentences(question: str, hits: list[Hit], count: int = ANSWER_SENTENCES) -> list[tuple[int, str]]:
+    """The `count` sentences of the passages that best answer the question, as (passage place, sentence) in
+    reading order. A sentence scores the question's words it holds, each weighted by how rare it is among
+    these sentences (idf), less a point per place its passage stands below the first. After the best one,
+    the names that sentence holds count too: the answer to a multi-hop question is often in the sentence
+    about what the first one names ("... created by Y" then "Y married Z")."""
+    candidates = [
+        (place, n, sentence, set(keyword_terms(sentence)))
+        for place, hit in enumerate(hits)
+        for n, sentence in enumerate(_sentences(hit.content))
     ]
-    return shorten(" ".join(sentences[i] for i in sorted(scored)), limit)  # in reading order
+    asked = set(keyword_terms(question))
+    weights = _rarity(asked, candidates)
+    chosen: list[tuple[int, int, str, set[str]]] = []
+    while candidates and len(chosen) < count:
+        best = max(candidates, key=lambda c: (sum(weights.get(t, 0.0) for t in c[3]) - c[0], -c[0], -c[1]))
+        candidates.remove(best)
+        if not chosen:  # the best sentence's names lead on
+            named = {t for name in names(best[2]) for t in keyword_terms(name)} - asked
+            weights = _rarity(named, candidates) | weights
+        chosen.append(best)
+    return [(place, shorten(sentence, SENTENCE_CHARS)) for place, _, sentence, _ in sorted(chosen)]
+
+
+def _rarity(terms: set[str], candidates: list[tuple[int, int, str, set[str]]]) -> dict[str, float]:
+    """Each term's idf among the candidate sentences."""
+    held = Counter(t for candidate in candidates for t in candidate[3] & terms)
+    return {t: math.log((len(candidates) + 1) / (held[t] + 0.5)) for t in terms}
+
+
+def _sentences(content: str) -> list[str]:
+    plain = " ".join(_MARKUP.sub(" ", _LINK.sub(r"\1", content)).split())
+    return [s.strip() for s in _SENTENCE.split(plain) if s.strip()]

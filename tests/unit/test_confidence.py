@@ -17,7 +17,7 @@ from agent_retrieval.confidence import Calibration, confidence, is_low, signals
 from agent_retrieval.context import Context
 from agent_retrieval.graphs import rag
 from agent_retrieval.models import ChunkSearchRequest, Hit
-from agent_retrieval.planning.answer import NOTHING_ANSWERS, write_answer
+from agent_retrieval.planning.answer import NOTHING_ANSWERS, answer_sentences, extractive_answer, write_answer
 from agent_retrieval.server.graph_parts import GraphParts
 from agent_retrieval.tools import ChunkRetrieverTool
 from tests.conftest import CountingChatModel
@@ -94,3 +94,34 @@ def test_a_confidence_written_into_the_threads_state_is_checked_where_it_is_read
     graph.update_state(config, {"confidence": value}, as_node="retrieve")
     out = asyncio.run(graph.ainvoke(None, config, context=retrieval.context))
     assert out["answer"].startswith("the thread's state holds an invalid confidence")
+
+
+# --- the offline answer's sentences -----------------------------------------------------------------
+
+
+def passage_hits(*texts: str) -> list[Hit]:
+    return [Hit(f"d{n}#0", "chunks", f"d{n}", f"D{n}", text, ordinal=0) for n, text in enumerate(texts)]
+
+
+def test_a_sentence_holding_the_questions_rare_words_beats_one_holding_its_common_ones():
+    hits = passage_hits(
+        "The service will start each year in spring. Each year the service will start daily. Every year "
+        "the service will start at six. The Orkney ferry began in 1962."
+    )
+    (best,) = answer_sentences("Which year did the Orkney ferry service start?", hits, count=1)
+    assert best == (0, "The Orkney ferry began in 1962.")
+
+
+def test_after_the_best_sentence_the_names_it_holds_lead_to_the_next():
+    hits = passage_hits(
+        "The Blue Widget was made by its creator Anna Berg. The Blue Widget is sold in shops.",
+        "Anna Berg married Tom Lind in 1995.",
+        "Sales of the Blue Widget rose in 2001.",
+    )
+    chosen = answer_sentences("Who is the spouse of the creator of the Blue Widget?", hits, count=2)
+    assert chosen == [
+        (0, "The Blue Widget was made by its creator Anna Berg."),
+        (1, "Anna Berg married Tom Lind in 1995."),
+    ]
+    text = extractive_answer("Who is the spouse of the creator of the Blue Widget?", hits, "offline").text
+    assert "Anna Berg married Tom Lind in 1995. [d1#0]" in text and text.index("[d0#0]") < text.index("[d1#0]")

@@ -276,7 +276,7 @@ def test_an_extractive_answer_carries_no_markup():
         "{caution}Never accept cash.{caution}\n<b>Deposits</b> are held in the `client` account."
     )
     hit = Hit(id="aml#2", level="chunks", document_id="aml", title="AML", content=content)
-    text = extractive_answer("bank statements mortgage offer deposits", [hit], "offline", passages=1).text
+    text = extractive_answer("bank statements mortgage offer deposits", [hit], "offline").text
     line = text.splitlines()[1]
     assert line.startswith("- Bank statements for the last three months are required.")
     for mark in ("[ ]", "{tab", "{caution", "**", "<b>", "`", "](", "1."):
