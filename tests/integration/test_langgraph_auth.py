@@ -14,29 +14,12 @@ from collections.abc import Iterator
 import pytest
 from langgraph_sdk import get_sync_client
 
-from agent_retrieval.context import Context
-from agent_retrieval.ingest import ingest
-from agent_retrieval.models import Document
-from agent_retrieval.providers.embeddings import make_embedder
-from agent_retrieval.stores import open_store
-from agent_retrieval.stores.postgres import PostgresStore
 from tests.fakeapi import FakeAPI, agent_script
 from tests.langgraph_server import Server, serve
+from tests.tenants import DIM, SCHEMA, SECRETS, seed_tenants
 
-SCHEMA = "ar_server"  # served by the session's PostgREST (tests/conftest.py SUPABASE_SCHEMAS)
-DIM = 64
 SERVER_KEY = "sk-fake-server-key"
-SECRETS = {"acme": "BLUEHERON", "globex": "REDFALCON", "press": "OPENDOOR"}
 QUESTION = "What is the codename of the acquisition plan, and when is closing planned?"
-
-
-def tenant_document(tenant: str) -> Document:
-    return Document(
-        f"{tenant}-plan",
-        f"{tenant} acquisition plan",
-        f"# Acquisition plan\n\nThe {tenant} acquisition plan is codenamed {SECRETS[tenant]}. "
-        "Closing is planned for the spring, after the board approves the codename.",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -48,29 +31,7 @@ def api() -> Iterator[FakeAPI]:
 @pytest.fixture(scope="module")
 def server(supabase_stack, api, tmp_path_factory) -> Iterator[Server]:
     stack = supabase_stack
-    stack.postgres.execute(f"drop schema if exists {SCHEMA} cascade")
-    PostgresStore(stack.postgres.dsn, schema=SCHEMA).init(DIM)
-    stack.postgrest.reload_schema()
-    for tenant in SECRETS:  # written with the service role, as an operator ingests
-        context = Context(
-            supabase_url=stack.url,
-            supabase_key=stack.service_key,
-            db_schema=SCHEMA,
-            tenant_id=tenant,
-            embedding_provider="openai",
-            openai_base_url=api.openai_url,
-            openai_api_key=SERVER_KEY,
-        )
-        with open_store(context) as store:
-            report = ingest(
-                [tenant_document(tenant)],
-                store,
-                make_embedder(context),
-                context,
-                progress=False,
-                public=tenant == "press",
-            )
-        assert report.written == 1 and report.unembedded == 0
+    seed_tenants(stack, api, SERVER_KEY)
     settings = {
         "SUPABASE_URL": stack.url,
         "SUPABASE_KEY": stack.anon_key,

@@ -30,29 +30,18 @@ from agent_retrieval.models import Document
 from agent_retrieval.providers.embeddings import make_embedder
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import open_store
-from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.tools import TOOLS
 from tests.conftest import ToolCallingFake
 from tests.fakeapi import FakeAPI
 from tests.langgraph_server import REPO, server_environment, stop, wait_until_serving
 from tests.stack import _free_port, mint_jwt
+from tests.tenants import DIM, SCHEMA, SECRETS, seed_tenants
 
-DIM = 64
 SERVER_KEY = "sk-fake-mcp-server-key"
-SCHEMA = "ar_server"
-SECRETS = {"acme": "BLUEHERON", "globex": "REDFALCON", "press": "OPENDOOR"}
 QUESTION = "What is the codename of the acquisition plan?"
 DEPOSIT = Document(
     "deposit", "Tenancy deposits", "# Deposits\n\nThe landlord must protect the deposit within 30 days."
 )
-
-
-def tenant_document(tenant: str) -> Document:
-    return Document(
-        f"{tenant}-plan",
-        f"{tenant} acquisition plan",
-        f"# Acquisition plan\n\nThe {tenant} acquisition plan is codenamed {SECRETS[tenant]}.",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +166,7 @@ async def test_the_servers_secrets_reach_no_client_from_a_provider_error_or_a_pa
         try:
             degraded = await session.call_tool("document_retriever", {"query": "setup notes"})
         finally:
-            api.clear()
+            api.heal()
     assert "do not share it" in text_of(passage) and "vector search" in str(degraded.structuredContent)
     for result in (passage, degraded):
         for secret in (SERVER_KEY, jwt_secret):
@@ -239,23 +228,7 @@ def tool_loop(model: ToolCallingFake, tools: list[Any]) -> Any:
 @pytest.fixture(scope="module")
 def http_server(supabase_stack, api, tmp_path_factory) -> Iterator[str]:
     stack = supabase_stack
-    stack.postgres.execute(f"drop schema if exists {SCHEMA} cascade")
-    PostgresStore(stack.postgres.dsn, schema=SCHEMA).init(DIM)
-    stack.postgrest.reload_schema()
-    for tenant in SECRETS:  # written with the service role, as an operator ingests
-        context = provider_context(
-            api, supabase_url=stack.url, supabase_key=stack.service_key, db_schema=SCHEMA, tenant_id=tenant
-        )
-        with open_store(context) as store:
-            report = ingest(
-                [tenant_document(tenant)],
-                store,
-                make_embedder(context),
-                context,
-                progress=False,
-                public=tenant == "press",
-            )
-        assert report.written == 1
+    seed_tenants(stack, api, SERVER_KEY)
     settings = {
         **provider(api),
         "SUPABASE_URL": stack.url,

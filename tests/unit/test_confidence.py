@@ -124,4 +124,6 @@ def test_after_the_best_sentence_the_names_it_holds_lead_to_the_next():
         (1, "Anna Berg married Tom Lind in 1995."),
     ]
     text = extractive_answer("Who is the spouse of the creator of the Blue Widget?", hits, "offline").text
-    assert "Anna Berg married Tom Lind in 1995. [d1#0]" in text and text.index("[d0#0]") < text.index("[d1#0]")
+    assert "Anna Berg married Tom Lind in 1995. [d1#0]" in text and text.index("[d0#0]") < text.index(
+        "[d1#0]"
+    )
