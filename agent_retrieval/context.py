@@ -194,8 +194,9 @@ class RunSettings:
     )
     answer_neighbors: int = setting(
         1,
-        "Chunks before and after each passage the answer is written from, read with it as one text (as "
-        "chunk_retriever's neighbors): an answer that runs across a chunk's edge is then whole.",
+        "Chunks before and after each passage a chat model answers from, read with it as one text (as "
+        "chunk_retriever's neighbors): an answer that runs across a chunk's edge is then whole. The "
+        "offline answer quotes sentences of the passages as found.",
         bounds=(0, 3),
     )
     chat_timeout_seconds: float = setting(

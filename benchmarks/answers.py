@@ -3,11 +3,11 @@ paragraphs as written), chunked as any document is (1,000 characters, 150 shared
 may sit at a chunk's edge or in the paragraph before the best match.
 
 For seeded questions, the rag graph runs offline (heuristic planner, extractive answer, the local
-all-MiniLM-L6-v2 embedder) with `answer_neighbors` 0 to 2, and reports the share of questions whose answer
-sentence (the sentence of the question's paragraph holding the answer) is inside one of the first 1, 3 and
-6 passages the answer is written from, the share whose gold answer is in the passages at all and in the
-offline (extractive) answer, and the passages' mean length; then the offline answer's containment on
-MuSiQue dev.
+all-MiniLM-L6-v2 embedder). Reported: the share of questions whose gold answer is in its passages and in
+its offline (extractive) answer; then, with the passages read as a chat model reads them, with 0 to 2
+neighbouring chunks on each side (`answer_neighbors`), the share of questions whose answer sentence (the
+sentence of the question's paragraph holding the answer) is inside one of the first 1, 3 and 6 passages,
+and the passages' mean length. Last, the offline answer's containment on MuSiQue dev.
 
     python -m benchmarks.answers                    # 300 questions
     python -m benchmarks.answers --questions 60     # a smoke run
@@ -20,16 +20,17 @@ import asyncio
 import json
 import random
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter
 from tqdm import tqdm
 
 from agent_retrieval.context import Context
 from agent_retrieval.graphs import rag
 from agent_retrieval.ingest import ingest
-from agent_retrieval.models import Document
+from agent_retrieval.models import Document, Hit
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.server.graph_parts import GraphParts
 
@@ -38,6 +39,7 @@ RESULTS = ROOT / "results"
 SQUAD = ROOT.parent.parent / "shared" / "datasets" / "squad" / "dev-v1.1.json"
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 NEIGHBORS = (0, 1, 2)
+PASSAGES = TypeAdapter(list[Hit])
 TOP = (1, 3, 6)  # passages read: the first, the first three, all of answer_chunks (6)
 
 
@@ -82,36 +84,42 @@ def load(path: Path) -> tuple[list[Document], list[Question]]:
     return documents, questions
 
 
-def run(questions: int, seed: int = 7, neighbors: tuple[int, ...] = NEIGHBORS) -> dict[str, Any]:
+def run(questions: int, seed: int = 7) -> dict[str, Any]:
     documents, pool = load(SQUAD)
     asked = random.Random(seed).sample(pool, questions)
     context = Context(db_path=str(RESULTS / "squad-articles.db"))
-    report: dict[str, Any] = {"questions": questions, "documents": len(documents), "neighbors": {}}
+    sentence = {reach: dict.fromkeys(TOP, 0) for reach in NEIGHBORS}
+    chars = dict.fromkeys(NEIGHBORS, 0.0)
+    answer = contained = 0
     with Retrieval(context) as retrieval:
         ingest(documents, retrieval.store, retrieval.embedder, context, progress=True)
         graph = rag.build(GraphParts(retrieval=retrieval))
-        for reach in neighbors:
-            settings = replace(context, answer_neighbors=reach)
-            sentence = dict.fromkeys(TOP, 0)
-            answer = chars = contained = 0
-            for question in tqdm(asked, desc=f"neighbors={reach}", unit="question"):
-                out = asyncio.run(graph.ainvoke({"messages": [("user", question.text)]}, context=settings))
-                texts = [flat(hit["content"]) for hit in out["hits"]]
+        for question in tqdm(asked, desc="squad", unit="question"):
+            out = asyncio.run(graph.ainvoke({"messages": [("user", question.text)]}, context=context))
+            contained += any(a in flat(out["answer"]) for a in question.answers)
+            hits = PASSAGES.validate_python(out["hits"])
+            answer += any(a in flat(hit.content) for a in question.answers for hit in hits)
+            for reach in NEIGHBORS:  # the passages a chat model would read, with `reach` neighbours
+                texts = [flat(hit.content) for hit in (retrieval.neighbors(hits, reach) if reach else hits)]
                 for k in TOP:
-                    sentence[k] += any(question.sentence in text for text in texts[:k])
-                answer += any(a in text for a in question.answers for text in texts)
-                contained += any(a in flat(out["answer"]) for a in question.answers)
-                chars += sum(map(len, texts)) / max(1, len(texts))
-            report["neighbors"][reach] = {
+                    sentence[reach][k] += any(question.sentence in text for text in texts[:k])
+                chars[reach] += sum(map(len, texts)) / max(1, len(texts))
+    return {
+        "questions": questions,
+        "documents": len(documents),
+        "answer in the passages": round(100 * answer / questions, 1),
+        "answer in the offline answer": round(100 * contained / questions, 1),
+        "neighbors": {
+            reach: {
                 **{
                     f"answer sentence in the first {k}": round(100 * n / questions, 1)
-                    for k, n in sentence.items()
+                    for k, n in found.items()
                 },
-                "answer in the passages": round(100 * answer / questions, 1),
-                "answer in the offline answer": round(100 * contained / questions, 1),
-                "mean passage characters": round(chars / questions),
+                "mean passage characters": round(chars[reach] / questions),
             }
-    return report
+            for reach, found in sentence.items()
+        },
+    }
 
 
 def musique(limit: int | None = None) -> dict[str, Any]:
@@ -142,9 +150,8 @@ def musique(limit: int | None = None) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=300)
-    parser.add_argument("--neighbors", type=int, nargs="+", default=list(NEIGHBORS))
     args = parser.parse_args()
-    report = run(args.questions, neighbors=tuple(args.neighbors))
+    report = run(args.questions)
     report["musique"] = musique()
     out = RESULTS / ("answers.json" if args.questions == 300 else f"answers-{args.questions}.json")
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

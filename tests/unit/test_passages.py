@@ -96,24 +96,27 @@ def test_chunk_retriever_returns_the_answer_across_a_chunks_edge_with_neighbours
     assert refused == "Invalid arguments: neighbors: must be a whole number between 0 and 3 (got 4)"
 
 
-def test_the_rag_graph_answers_from_passages_read_with_their_neighbours(tmp_path, embedder):
+def test_the_rag_graphs_answer_model_reads_passages_with_their_neighbours_and_the_offline_answer_does_not(
+    tmp_path, embedder
+):
     from agent_retrieval.graphs import rag
     from agent_retrieval.server.graph_parts import GraphParts
+    from tests.conftest import CountingChatModel
 
     context = Context(db_path=str(tmp_path / "n.db"), chunk_size=350, chunk_overlap=50, answer_chunks=1)
     question = "What happens after tenants report heating faults in winter through the portal?"
     with Retrieval(context, embedder=embedder) as retrieval:
         ingest([MANUAL], retrieval.store, embedder, context, progress=False)
-        graph = rag.build(GraphParts(retrieval=retrieval))
-        texts = {
-            reach: " ".join(
-                hit["content"]
-                for hit in asyncio.run(
-                    graph.ainvoke(
-                        {"messages": [("user", question)]}, context=replace(context, answer_neighbors=reach)
-                    )
-                )["hits"]
-            )
-            for reach in (0, 1)
-        }
-    assert "within 48 hours" not in texts[0] and "within 48 hours" in texts[1]
+
+        def passages(chat: CountingChatModel | None, reach: int) -> str:
+            graph = rag.build(GraphParts(retrieval=retrieval, chat_model=chat))
+            settings = replace(context, answer_neighbors=reach)
+            out = asyncio.run(graph.ainvoke({"messages": [("user", question)]}, context=settings))
+            return " ".join(hit["content"] for hit in out["hits"])
+
+        def model() -> CountingChatModel:
+            return CountingChatModel(responses=["not a plan", "Within 48 hours [manual#2]."])
+
+        assert "within 48 hours" not in passages(model(), 0)
+        assert "within 48 hours" in passages(model(), 1)
+        assert "within 48 hours" not in passages(None, 1)
