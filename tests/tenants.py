@@ -53,3 +53,17 @@ def seed_tenants(stack: SupabaseStack, api: FakeAPI, key: str) -> None:
                 public=tenant == "press",
             )
         assert report.written == 1 and report.unembedded == 0
+
+
+def server_settings(stack: SupabaseStack, api: FakeAPI, key: str) -> dict[str, str]:
+    """A server's environment in front of the seeded SCHEMA: the anon key (users bring their tokens), the
+    secret their tokens are checked with, and embeddings through the local API with `key`."""
+    return {
+        "SUPABASE_URL": stack.url,
+        "SUPABASE_KEY": stack.anon_key,
+        "AGENT_RETRIEVAL_SCHEMA": SCHEMA,
+        "SUPABASE_JWT_SECRET": stack.jwt_secret,
+        "AGENT_RETRIEVAL_EMBEDDING_PROVIDER": "openai",
+        "OPENAI_BASE_URL": api.openai_url,
+        "OPENAI_API_KEY": key,
+    }

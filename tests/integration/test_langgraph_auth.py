@@ -16,7 +16,7 @@ from langgraph_sdk import get_sync_client
 
 from tests.fakeapi import FakeAPI, agent_script
 from tests.langgraph_server import Server, serve
-from tests.tenants import DIM, SCHEMA, SECRETS, seed_tenants
+from tests.tenants import DIM, SCHEMA, SECRETS, seed_tenants, server_settings
 
 SERVER_KEY = "sk-fake-server-key"
 QUESTION = "What is the codename of the acquisition plan, and when is closing planned?"
@@ -32,15 +32,7 @@ def api() -> Iterator[FakeAPI]:
 def server(supabase_stack, api, tmp_path_factory) -> Iterator[Server]:
     stack = supabase_stack
     seed_tenants(stack, api, SERVER_KEY)
-    settings = {
-        "SUPABASE_URL": stack.url,
-        "SUPABASE_KEY": stack.anon_key,
-        "AGENT_RETRIEVAL_SCHEMA": SCHEMA,
-        "SUPABASE_JWT_SECRET": stack.jwt_secret,
-        "AGENT_RETRIEVAL_EMBEDDING_PROVIDER": "openai",
-        "OPENAI_BASE_URL": api.openai_url,
-        "OPENAI_API_KEY": SERVER_KEY,
-    }
+    settings = server_settings(stack, api, SERVER_KEY)
     with serve(tmp_path_factory.mktemp("langgraph-auth"), settings) as running:
         yield running
 

@@ -35,7 +35,7 @@ from tests.conftest import ToolCallingFake
 from tests.fakeapi import FakeAPI
 from tests.langgraph_server import REPO, server_environment, stop, wait_until_serving
 from tests.stack import _free_port, mint_jwt
-from tests.tenants import DIM, SCHEMA, SECRETS, seed_tenants
+from tests.tenants import DIM, SECRETS, seed_tenants, server_settings
 
 SERVER_KEY = "sk-fake-mcp-server-key"
 QUESTION = "What is the codename of the acquisition plan?"
@@ -229,13 +229,7 @@ def tool_loop(model: ToolCallingFake, tools: list[Any]) -> Any:
 def http_server(supabase_stack, api, tmp_path_factory) -> Iterator[str]:
     stack = supabase_stack
     seed_tenants(stack, api, SERVER_KEY)
-    settings = {
-        **provider(api),
-        "SUPABASE_URL": stack.url,
-        "SUPABASE_KEY": stack.anon_key,
-        "AGENT_RETRIEVAL_SCHEMA": SCHEMA,
-        "SUPABASE_JWT_SECRET": stack.jwt_secret,
-    }
+    settings = server_settings(stack, api, SERVER_KEY)
     port = _free_port()
     log = tmp_path_factory.mktemp("mcp-http") / "server.log"
     command = [sys.executable, "-m", "agent_retrieval.cli", "mcp", "--transport", "http", "--port", str(port)]
