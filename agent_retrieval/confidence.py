@@ -47,10 +47,14 @@ def signals(vector_hits: Sequence[Hit], keyword_hits: Sequence[Hit]) -> tuple[fl
 def confidence(vector_hits: Sequence[Hit], keyword_hits: Sequence[Hit], model_id: str | None) -> float | None:
     """The probability that the store answers the query, from the candidates of a search whose vector side
     ran (`vector_hits` may be empty: nothing was similar enough); None for an uncalibrated embedder."""
+    return calibrated(signals(vector_hits, keyword_hits), model_id)
+
+
+def calibrated(found: Sequence[float], model_id: str | None) -> float | None:
+    """The probability the model's calibration gives the `signals`; None for an uncalibrated embedder."""
     calibration = CALIBRATIONS.get(model_id or "")
     if calibration is None:
         return None
-    found = signals(vector_hits, keyword_hits)
     z = calibration.intercept + sum(w * x for w, x in zip(calibration.weights, found, strict=True))
     return 1.0 / (1.0 + math.exp(-z))
 

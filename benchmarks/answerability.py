@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from agent_retrieval.confidence import CALIBRATIONS, LOW, signals
+from agent_retrieval.confidence import LOW, calibrated, signals
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import ChunkSearchRequest
@@ -41,12 +40,6 @@ def search_signals(retrieval: Retrieval, question: str) -> tuple[float, float, f
     """The signals `confidence.py` reads, from the candidates of one chunk_retriever search."""
     found = retrieval.candidates(ChunkSearchRequest(query=question, top_k=10, hyde="off"), "chunks")
     return signals(found.vector_hits, found.keyword_hits)
-
-
-def _shipped(found: tuple[float, ...]) -> float:
-    calibration = CALIBRATIONS[MODEL]
-    z = calibration.intercept + sum(w * x for w, x in zip(calibration.weights, found, strict=True))
-    return 1.0 / (1.0 + math.exp(-z))
 
 
 def run(questions: int, seed: int = 11) -> dict[str, Any]:
@@ -76,7 +69,7 @@ def run(questions: int, seed: int = 11) -> dict[str, Any]:
     scores = model.predict_proba(features)[:, 1]
     threshold = float(np.quantile(scores[fitted & labels], 1 - KEEP))
     held = ~fitted
-    shipped = np.array([_shipped(row[1:4]) for row in rows])
+    shipped = np.array([calibrated(row[1:4], MODEL) for row in rows])
     report = {
         "questions": questions,
         "weights": [round(float(w), 2) for w in model.coef_[0]],

@@ -456,14 +456,17 @@ class RPCStore(Store):
                 break
         return hits
 
+    def _neighbors_call(self, windows: list[ChunkWindow], reach: int) -> _SqlCall:
+        rows = [{"tenant_id": tenant, "document_id": doc, "ordinal": n} for tenant, doc, n in windows]
+        return "chunk_neighbors", {"windows": Json(rows), "reach": reach, "tenant": self.tenant}
+
     def _chunk_neighbors(self, windows: list[ChunkWindow], reach: int) -> list[Hit]:
-        return [
-            _hit("chunks", r) for r in self._call("chunk_neighbors", **_neighbors_call(windows, reach, self))
-        ]
+        function, params = self._neighbors_call(windows, reach)
+        return [_hit("chunks", r) for r in self._call(function, **params)]
 
     async def _achunk_neighbors(self, windows: list[ChunkWindow], reach: int) -> list[Hit]:
-        rows = await self._acall("chunk_neighbors", **_neighbors_call(windows, reach, self))
-        return [_hit("chunks", r) for r in rows]
+        function, params = self._neighbors_call(windows, reach)
+        return [_hit("chunks", r) for r in await self._acall(function, **params)]
 
     def _unknown_documents(self, ids: list[str]) -> list[str]:
         return [str(i) for i in self._call("unknown_documents", ids=ids, tenant=self.tenant)]
@@ -491,11 +494,6 @@ class RPCStore(Store):
     @abstractmethod
     def location(self) -> str:
         """Where the store is, for `stats` (never with a password)."""
-
-
-def _neighbors_call(windows: list[ChunkWindow], reach: int, store: RPCStore) -> dict[str, Any]:
-    rows = [{"tenant_id": tenant, "document_id": doc, "ordinal": ordinal} for tenant, doc, ordinal in windows]
-    return {"windows": Json(rows), "reach": reach, "tenant": store.tenant}
 
 
 def _vector(value: Any) -> np.ndarray:
