@@ -106,7 +106,9 @@ class Hit:
 
     `content` is the chunk's text, or the opening of a document. `keyword_coverage` is the share of the
     query's words (each weighted by its idf) that a keyword hit contains; the best keyword hit always
-    carries it, others may. Ids are unique within a tenant only:
+    carries it, others may, and it also carries `unknown_terms`: how many of the query's words no row the
+    caller may read holds (a question about something never stored asks for words the store has never
+    seen). Ids are unique within a tenant only:
     `tenant` is the row's tenant ("" on a single-tenant store), and (tenant, id) names a hit. `queries`
     names the queries that found it when several ran (query plans).
     """
@@ -125,6 +127,7 @@ class Hit:
     keyword_score: float | None = None
     keyword_rank: int | None = None
     keyword_coverage: float | None = None
+    unknown_terms: int | None = None
     queries: list[str] = field(default_factory=list)
     tenant: str = ""
 

@@ -253,6 +253,14 @@ def test_the_best_keyword_hit_says_how_much_of_the_query_it_holds(store: Store):
     assert store.keyword_search("documents", "banda zyzzyva", 5)[0].keyword_coverage == pytest.approx(1.0)
 
 
+def test_the_best_keyword_hit_counts_the_query_words_no_row_holds(store: Store):
+    # what answerability reads (confidence.py): a question about something never stored asks for new words
+    assert store.keyword_search("documents", "banda zyzzyva quuxplotz", 5)[0].unknown_terms == 2
+    assert store.keyword_search("chunks", "commission vendor deposit", 5)[0].unknown_terms == 0
+    # stopwords are not the query's words, and stemming finds a word's other forms
+    assert store.keyword_search("chunks", "the gift of zyzzyva", 5)[0].unknown_terms == 1
+
+
 SYNTAX = [
     '"unbalanced',
     "NEAR(commission deposit",

@@ -26,8 +26,19 @@ ON_TOPIC = "How long does the landlord have to protect the deposit?"
 OFF_TOPIC = "Which volcano erupted on Iceland in 2010 and grounded flights?"
 
 
-def hit(id_: str, similarity: float | None = None, coverage: float | None = None) -> Hit:
-    return Hit(id_, "chunks", id_, "T", "text", vector_similarity=similarity, keyword_coverage=coverage)
+def hit(
+    id_: str, similarity: float | None = None, coverage: float | None = None, unknown: int | None = None
+) -> Hit:
+    return Hit(
+        id_,
+        "chunks",
+        id_,
+        "T",
+        "text",
+        vector_similarity=similarity,
+        keyword_coverage=coverage,
+        unknown_terms=unknown,
+    )
 
 
 @pytest.fixture
@@ -36,16 +47,24 @@ def calibrated(monkeypatch):
     monkeypatch.setitem(
         confidence_module.CALIBRATIONS,
         "test/word-hash",
-        Calibration(weights=(12.0, 2.0, 2.0), intercept=-6.0),
+        Calibration(weights=(12.0, 2.0, 2.0, -1.0), intercept=-6.0),
     )
 
 
-def test_the_signals_are_the_best_similarity_the_best_keyword_hits_coverage_and_its_similarity():
+def test_the_signals_are_the_best_similarity_the_best_keyword_hits_coverage_its_similarity_and_new_words():
     vector = [hit("a", 0.61), hit("b", 0.52)]
-    keyword = [hit("b", coverage=0.8), hit("c", coverage=0.3)]
-    assert signals(vector, keyword) == (0.61, 0.8, 0.52)
-    assert signals([], keyword) == (0.0, 0.8, 0.0)  # nothing similar enough
-    assert signals(vector, []) == (0.61, 0.0, 0.0)
+    keyword = [hit("b", coverage=0.8, unknown=2), hit("c", coverage=0.3)]
+    assert signals(vector, keyword) == (0.61, 0.8, 0.52, 2.0)
+    assert signals([], keyword) == (0.0, 0.8, 0.0, 2.0)  # nothing similar enough
+    assert signals(vector, []) == (0.61, 0.0, 0.0, 0.0)
+
+
+def test_words_the_store_has_never_seen_lower_the_confidence():
+    found = [hit("a", 0.55)], [hit("a", coverage=0.9, unknown=0)]
+    new_words = [hit("a", 0.55)], [hit("a", coverage=0.9, unknown=2)]
+    known = confidence(*found, "local/all-MiniLM-L6-v2")
+    unknown = confidence(*new_words, "local/all-MiniLM-L6-v2")
+    assert known is not None and unknown is not None and unknown < known
 
 
 def test_an_uncalibrated_embedder_gives_no_confidence_and_unknown_is_never_low():

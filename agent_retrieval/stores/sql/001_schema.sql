@@ -85,7 +85,8 @@ begin
   end if;
   -- Version 4: keyword search returns each row's keyword_coverage. (Version 5 adds the per-term counts,
   -- made and filled in 002, and changes no function's signature; version 6 adds metadata_counts.)
-  if (select value::int from {{schema}}.store_info where key = 'schema_version') < 4 then
+  -- Version 9: keyword search also counts the query's words no row holds (unknown_terms).
+  if (select value::int from {{schema}}.store_info where key = 'schema_version') < 9 then
     drop function if exists
       {{schema}}.keyword_search_documents(text, int, jsonb, text[], text),
       {{schema}}.keyword_search_chunks(text, int, jsonb, text[], text);

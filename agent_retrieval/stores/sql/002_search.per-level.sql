@@ -178,7 +178,8 @@ $$;
 -- Keyword search: Okapi BM25 over the query's own words, stemmed in english, stopwords dropped unless
 -- nothing else is left. The words are never parsed as query syntax. Term statistics cover the rows the
 -- caller may read, so they reveal nothing of other tenants. Each row's keyword_coverage is the share of the
--- query's idf its words hold (fusion weighs the keyword side by it).
+-- query's idf its words hold (fusion weighs the keyword side by it); unknown_terms counts the query's words
+-- no such row holds (confidence.py reads it: a question about something never stored asks for new words).
 -- Exact top k, pruned as the embedded store prunes (MaxScore): a row holding none of the rarer terms scores
 -- at most the sum of the common terms' bounds (2.2 x idf each), so once k rows beat that sum, the rows
 -- holding only common terms are never scored. Those are most of the postings of a long query.
@@ -190,7 +191,7 @@ create or replace function {{schema}}.keyword_search_{{level}}(
   tenant text default null
 ) returns table (
   id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text,
-  tenant_id text, keyword_score float8, keyword_coverage float8
+  tenant_id text, keyword_score float8, keyword_coverage float8, unknown_terms int
 )
 language plpgsql stable security invoker
 set search_path = {{schema}}, public, extensions
@@ -203,6 +204,7 @@ declare
   terms text[];          -- the query's words found in the caller's rows, rarest first
   idfs float8[];
   counts float8[];       -- how many of the caller's rows hold each
+  asked int;             -- how many words the query has
   held float8 := 0;
   essential text[];      -- the terms whose rows are scored; null: all of them
   kth float8;
@@ -240,8 +242,8 @@ begin
     having sum(t.rows) > 0
   )
   select array_agg(w.term order by w.idf desc, w.term), array_agg(w.idf order by w.idf desc, w.term),
-         array_agg(w.count order by w.idf desc, w.term)
-    into terms, idfs, counts
+         array_agg(w.count order by w.idf desc, w.term), (select count(*) from words)
+    into terms, idfs, counts, asked
   from weights w;
   if terms is null then
     return;
@@ -249,7 +251,7 @@ begin
 
   if coalesce(filter, '{}') <> '{}' then  -- the best rows may fail the filter: score every row, then filter
     return query
-    select {{columns}}, b.score, b.coverage
+    select {{columns}}, b.score, b.coverage, asked - pg_catalog.array_length(terms, 1)
     from {{schema}}.bm25_{{level}}(terms, idfs, null, average_length, tenant, document_ids) b
     join {{from}} on d.rowid = b.row_id
     where {{schema}}.metadata_matches(d.metadata, filter)
@@ -287,7 +289,7 @@ begin
     essential := case when last < pg_catalog.array_length(terms, 1) then terms[1:last] end;
   end loop;
   return query
-  select {{columns}}, r.score, r.coverage
+  select {{columns}}, r.score, r.coverage, asked - pg_catalog.array_length(terms, 1)
   from unnest(ids, scores, coverages) with ordinality r(row_id, score, coverage, place)
   join {{from}} on d.rowid = r.row_id
   order by r.place;
@@ -338,7 +340,7 @@ begin
   k as (
     select * from {{schema}}.keyword_search_{{level}}(query_text, candidates, filter, document_ids, tenant)
       with ordinality r(id, document_id, title, content, metadata, ordinal, heading_path, tenant_id,
-                        keyword_score, keyword_coverage, rank)
+                        keyword_score, keyword_coverage, unknown_terms, rank)
   ),
   trusted as (  -- the keyword weight, scaled for passages by the best keyword row's coverage
     select keyword_weight * {{keyword_trust}} as weight

@@ -342,7 +342,9 @@ class SQLiteStore(Store):
             rows = best_rows(conn, level, terms, weights, k, where, params)
             hits = self._hits(conn, level, dict(rows), "keyword_score")
             if hits:
-                hits[0] = replace(hits[0], keyword_coverage=coverage(conn, level, rows[0][0], weights))
+                best = coverage(conn, level, rows[0][0], weights)
+                unknown = sum(1 for weight in weights.values() if not weight)
+                hits[0] = replace(hits[0], keyword_coverage=best, unknown_terms=unknown)
             return hits
 
     def _hits(
