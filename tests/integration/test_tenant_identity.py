@@ -129,6 +129,13 @@ def test_the_same_id_in_two_tenants_is_two_rows_in_every_search(acme):
         assert len({r["vector_similarity"] for r in rows}) == expected  # the texts differ, so the scores do
 
 
+def test_the_words_no_row_holds_are_counted_over_the_callers_rows_alone(acme):
+    # "mallory" is in mallory's private note only: to acme it is a word no row holds, as "zyzzyva" is
+    for level in ("documents", "chunks"):
+        assert acme.keyword_search(level, "annual leave mallory zyzzyva", 5)[0].unknown_terms == 2
+        assert acme.keyword_search(level, "annual leave rota", 5)[0].unknown_terms == 0
+
+
 def test_summarize_returns_each_tenants_document_whole_and_apart(acme):
     hits = acme.document_chunks(["default-note", "handbook"], 20)
     assert [(h.tenant, h.document_id, h.ordinal) for h in hits] == [
