@@ -8,6 +8,7 @@ Embeddings come from the local OpenAI-speaking FakeAPI, through the real SDK.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
 import sys
@@ -26,16 +27,18 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import ingest
-from agent_retrieval.models import Document
+from agent_retrieval.ingest.chunking import chunk_document
+from agent_retrieval.models import Document, IndexDocumentRequest
 from agent_retrieval.providers.embeddings import make_embedder
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import open_store
+from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.tools import TOOLS
 from tests.conftest import ToolCallingFake
 from tests.fakeapi import FakeAPI
 from tests.langgraph_server import REPO, server_environment, stop, wait_until_serving
 from tests.stack import _free_port, mint_jwt
-from tests.tenants import DIM, SECRETS, seed_tenants, server_settings
+from tests.tenants import DIM, SCHEMA, SECRETS, seed_tenants, server_settings
 
 SERVER_KEY = "sk-fake-mcp-server-key"
 QUESTION = "What is the codename of the acquisition plan?"
@@ -233,6 +236,7 @@ def http_server(supabase_stack, api, tmp_path_factory) -> Iterator[str]:
     port = _free_port()
     log = tmp_path_factory.mktemp("mcp-http") / "server.log"
     command = [sys.executable, "-m", "agent_retrieval.cli", "mcp", "--transport", "http", "--port", str(port)]
+    command.append("--index-tool")  # users may add documents to their own tenant
     with log.open("wb") as out:
         process = subprocess.Popen(
             command,
@@ -309,3 +313,96 @@ def test_a_request_without_a_valid_users_token_is_refused_before_any_tool(
     assert response.status_code == 401 and reason in response.json()["error"]
     assert response.headers["www-authenticate"].startswith("Bearer")
     assert "document_retriever" not in response.text
+
+
+def signed_in(stack: Any, sub: str, tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {stack.user_token(sub, tenant)}"}
+
+
+async def test_a_user_may_not_write_through_index_document_on_supabase(http_server, supabase_stack):
+    # users search under row-level security; writing is the operator's (the service role)
+    async with http_session(http_server, signed_in(supabase_stack, "u-acme", "acme")) as session:
+        refused = await session.call_tool(
+            "index_document", {"id": "parking", "title": "Parking", "content": "Park on level MAGENTA-4."}
+        )
+    assert refused.isError and "writing needs the service role" in text_of(refused)
+    with PostgresStore(supabase_stack.postgres.dsn, schema=SCHEMA) as store:
+        assert store.unknown_documents(["parking"]) == ["parking"]
+
+
+@pytest.fixture(scope="module")
+def writable_server(api, tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    """The operator's own HTTP server on loopback (auth off), over an embedded store, index_document on."""
+    folder = tmp_path_factory.mktemp("mcp-writes")
+    port = _free_port()
+    env = {**provider(api), "AGENT_RETRIEVAL_DB": str(folder / "store.db"), "AGENT_RETRIEVAL_AUTH": "off"}
+    command = [sys.executable, "-m", "agent_retrieval.cli", "mcp", "--transport", "http", "--port", str(port)]
+    with (folder / "server.log").open("wb") as out:
+        process = subprocess.Popen(
+            [*command, "--index-tool"],
+            cwd=REPO,
+            env=server_environment(env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}/mcp/"
+    try:
+        wait_until_serving(url, process, folder / "server.log", name="agent-retrieval mcp", status=406)
+        yield url, folder / "store.db"
+    finally:
+        stop(process)
+
+
+async def test_a_client_gone_mid_index_document_leaves_the_document_whole_or_absent(writable_server, api):
+    # A manual long enough for several embedding batches, each held for a second: the client goes away
+    # while the first is held.
+    content = "\n\n".join(
+        f"# Section {n}\n\n" + " ".join(f"Step {n}.{m} turns valve {n * 100 + m} slowly." for m in range(40))
+        for n in range(60)
+    )
+    arguments = {"id": "manual", "title": "Plant manual", "content": content}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "index_document", "arguments": arguments},
+    }
+    url, db = writable_server
+    headers = {"Accept": "application/json, text/event-stream"}
+    api.clear()
+    api.delay_next(1.0, times=None, endpoint="embeddings", batches_only=True)
+    try:
+        async with httpx.AsyncClient(timeout=60) as client:
+            call = asyncio.create_task(client.post(url, json=body, headers=headers))
+            await until(lambda: bool(api.requests_to("embeddings")))  # the first batch, held
+            call.cancel()  # the client closes its connection mid-call
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+        # the server finishes or abandons the call: embedding requests stop
+        seen = -1
+        while seen != len(api.requests_to("embeddings")):
+            seen = len(api.requests_to("embeddings"))
+            await asyncio.sleep(2.5)
+    finally:
+        api.heal()
+    context = Context(db_path=str(db))
+    with open_store(context) as store:
+        after_disconnect = len(store.document_chunks(["manual"], 1000))
+    async with http_session(url, {}) as session:
+        again = await session.call_tool("index_document", arguments)
+    assert not again.isError, text_of(again)
+    with open_store(context) as store:
+        whole = len(store.document_chunks(["manual"], 1000))
+    document = IndexDocumentRequest.model_validate(arguments).document(source="index_document")
+    expected = len(chunk_document(document, context.chunk_size, context.chunk_overlap))
+    assert whole == expected > 64  # more than one embedding batch
+    assert after_disconnect in (0, expected)
+
+
+async def until(condition: Any, seconds: float = 30) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not within {seconds} s")
