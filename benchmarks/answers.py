@@ -37,6 +37,7 @@ from agent_retrieval.server.graph_parts import GraphParts
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
 SQUAD = ROOT.parent.parent / "shared" / "datasets" / "squad" / "dev-v1.1.json"
+MUSIQUE = ROOT.parent.parent / "shared" / "datasets" / "musique"
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 NEIGHBORS = (0, 1, 2)
 PASSAGES = TypeAdapter(list[Hit])
@@ -84,10 +85,10 @@ def load(path: Path) -> tuple[list[Document], list[Question]]:
     return documents, questions
 
 
-def run(questions: int, seed: int = 7) -> dict[str, Any]:
-    documents, pool = load(SQUAD)
+def run(questions: int, seed: int = 7, squad: Path = SQUAD, results: Path = RESULTS) -> dict[str, Any]:
+    documents, pool = load(squad)
     asked = random.Random(seed).sample(pool, questions)
-    context = Context(db_path=str(RESULTS / "squad-articles.db"))
+    context = Context(db_path=str(results / "squad-articles.db"))
     sentence = {reach: dict.fromkeys(TOP, 0) for reach in NEIGHBORS}
     chars = dict.fromkeys(NEIGHBORS, 0.0)
     answer = contained = 0
@@ -122,18 +123,17 @@ def run(questions: int, seed: int = 7) -> dict[str, Any]:
     }
 
 
-def musique(limit: int | None = None) -> dict[str, Any]:
+def musique(folder: Path = MUSIQUE, results: Path = RESULTS) -> dict[str, Any]:
     """The offline answer on MuSiQue dev (its closed corpus of candidate paragraphs): the share of questions
     whose gold answer (or one of its aliases) the answer holds."""
     from agent_retrieval.evaluation import load_beir
 
-    folder = ROOT.parent.parent / "shared" / "datasets" / "musique"
-    dataset = load_beir(folder, limit=limit)
+    dataset = load_beir(folder)
     gold = {}
     for line in (folder / "answers.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         gold[row["_id"]] = row["answers"]
-    context = Context(db_path=str(RESULTS / "musique.db"))
+    context = Context(db_path=str(results / "musique.db"))
     contained = 0
     with Retrieval(context) as retrieval:
         ingest(dataset.documents(), retrieval.store, retrieval.embedder, context, progress=False)
