@@ -315,12 +315,12 @@ as $$
            'metadata', c.metadata, 'ordinal', c.ordinal, 'heading_path', c.heading_path,
            'tenant_id', c.tenant_id) order by w.position, c.ordinal), '[]')
   from pg_catalog.jsonb_array_elements(windows) with ordinality w(window_, position)
+  cross join lateral (select (w.window_ ->> 'ordinal')::int as ordinal, least(greatest(reach, 0), 3) as reach) a
   join {{schema}}.documents d
     on d.tenant_id = w.window_ ->> 'tenant_id' and d.id = w.window_ ->> 'document_id'
   join {{schema}}.chunks c
     on c.tenant_id = d.tenant_id and c.document_id = d.id
-   and c.ordinal between (w.window_ ->> 'ordinal')::int - least(greatest(reach, 0), 3)
-                     and (w.window_ ->> 'ordinal')::int + least(greatest(reach, 0), 3)
+   and c.ordinal between a.ordinal - a.reach and a.ordinal + a.reach
   where (tenant is null or d.tenant_id = tenant or d.is_public)
 $$;
 
