@@ -228,18 +228,16 @@ def tool_loop(model: ToolCallingFake, tools: list[Any]) -> Any:
 # --- streamable HTTP: signed-in users of two tenants ---------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def http_server(supabase_stack, api, tmp_path_factory) -> Iterator[str]:
-    stack = supabase_stack
-    seed_tenants(stack, api, SERVER_KEY)
-    settings = server_settings(stack, api, SERVER_KEY)
+@contextlib.contextmanager
+def mcp_over_http(settings: dict[str, str], folder: Path, status: int) -> Iterator[str]:
+    """`agent-retrieval mcp` over HTTP with index_document on, until the block ends; `status` is what a GET
+    answers once it serves (401 with auth on, 406 with it off)."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("mcp-http") / "server.log"
+    log = folder / "server.log"
     command = [sys.executable, "-m", "agent_retrieval.cli", "mcp", "--transport", "http", "--port", str(port)]
-    command.append("--index-tool")  # users may add documents to their own tenant
     with log.open("wb") as out:
         process = subprocess.Popen(
-            command,
+            [*command, "--index-tool"],
             cwd=REPO,
             env=server_environment(settings),
             stdout=out,
@@ -248,11 +246,19 @@ def http_server(supabase_stack, api, tmp_path_factory) -> Iterator[str]:
         )
     url = f"http://127.0.0.1:{port}/mcp/"
     try:
-        wait_until_serving(url, process, log, name="agent-retrieval mcp", status=401)
+        wait_until_serving(url, process, log, name="agent-retrieval mcp", status=status)
         yield url
     finally:
         stop(process)
     assert SERVER_KEY not in log.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def http_server(supabase_stack, api, tmp_path_factory) -> Iterator[str]:
+    seed_tenants(supabase_stack, api, SERVER_KEY)
+    settings = server_settings(supabase_stack, api, SERVER_KEY)
+    with mcp_over_http(settings, tmp_path_factory.mktemp("mcp-http"), status=401) as url:
+        yield url
 
 
 @contextlib.asynccontextmanager
@@ -334,24 +340,13 @@ async def test_a_user_may_not_write_through_index_document_on_supabase(http_serv
 def writable_server(api, tmp_path_factory) -> Iterator[tuple[str, Path]]:
     """The operator's own HTTP server on loopback (auth off), over an embedded store, index_document on."""
     folder = tmp_path_factory.mktemp("mcp-writes")
-    port = _free_port()
-    env = {**provider(api), "AGENT_RETRIEVAL_DB": str(folder / "store.db"), "AGENT_RETRIEVAL_AUTH": "off"}
-    command = [sys.executable, "-m", "agent_retrieval.cli", "mcp", "--transport", "http", "--port", str(port)]
-    with (folder / "server.log").open("wb") as out:
-        process = subprocess.Popen(
-            [*command, "--index-tool"],
-            cwd=REPO,
-            env=server_environment(env),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}/mcp/"
-    try:
-        wait_until_serving(url, process, folder / "server.log", name="agent-retrieval mcp", status=406)
+    settings = {
+        **provider(api),
+        "AGENT_RETRIEVAL_DB": str(folder / "store.db"),
+        "AGENT_RETRIEVAL_AUTH": "off",
+    }
+    with mcp_over_http(settings, folder, status=406) as url:
         yield url, folder / "store.db"
-    finally:
-        stop(process)
 
 
 async def test_a_client_gone_mid_index_document_leaves_the_document_whole_or_absent(writable_server, api):
