@@ -3,7 +3,8 @@ articles, so the other half's questions have no answer in it.
 
 Every other article (the even ones, 24 of 48) is stored, chunked as any document is. For seeded questions
 of all 48 articles, one chunk_retriever search gives the four signals `confidence.py` reads: the best
-vector similarity, the best keyword hit's coverage of the question, and that hit's vector similarity. A
+vector similarity, the best keyword hit's coverage of the question, that hit's vector similarity, and how
+many of the question's words no stored passage holds. A
 logistic regression is fitted on the questions of the first 24 articles and checked on the last 24
 (articles never fitted on): the share of unanswerable questions called answerable (false answers) and of
 answerable ones still answered, at the threshold that keeps 96% of the fitted answerable questions; then
