@@ -117,6 +117,7 @@ def recall(found: list[np.ndarray], exact: list[np.ndarray], k: int) -> float:
 def run(store: Path, queries: int | None) -> dict[str, Any]:
     texts = list(load_beir(DATASET, "test", limit=queries).queries.values())
     embedder = make_embedder(Context())
+    # Embedding loads onnxruntime, which must come before faiss: the other way round, the process crashes.
     asked = np.stack([embedder.embed_query(text) for text in texts]).astype(np.float32)
     return measure(vectors_of(store), asked)
 
