@@ -1,6 +1,6 @@
 """The figures of BENCHMARKS.md, drawn from the JSON the benchmark scripts leave in benchmarks/results/.
 
-python benchmarks/plots.py      # writes benchmarks/figures/quality.png and latency.png (with growth.json)
+python benchmarks/plots.py      # benchmarks/figures/: quality.png, latency.png (with growth.json), peers.png
 """
 
 from __future__ import annotations
@@ -123,6 +123,40 @@ def latency() -> Path:
     return _save(fig, "latency.png")
 
 
+def peers() -> Path:
+    """The embedded peers (`make bench-peers`): SciFact nDCG@10, then p50 and p95 at each size, per system."""
+    report = json.loads((RESULTS / "embedded-peers.json").read_text())
+    systems = list(report["quality"])
+    sizes = [key for key in report if key != "quality"]
+    colours = ["#4c72b0" if name == "ours" else "#dd8452" for name in systems]
+    fig, axes = plt.subplots(1, 1 + len(sizes), figsize=(5 + 4.5 * len(sizes), 3.2 + 0.25 * len(systems)))
+    quality_ax, *speed_axes = axes
+    ndcg = [report["quality"][name]["ndcg@10"] for name in systems]
+    quality_ax.barh(systems, ndcg, color=colours)
+    for y, value in enumerate(ndcg):
+        quality_ax.text(value + 0.2, y, f"{value:.2f}", va="center", fontsize=9)
+    quality_ax.set_xlim(min(ndcg) - 5, max(ndcg) + 3)
+    quality_ax.invert_yaxis()
+    quality_ax.set_xlabel("nDCG@10, SciFact test (chunks)")
+    quality_ax.set_title("Quality")
+    for ax, size in zip(speed_axes, sizes, strict=True):
+        rows = report[size]
+        p95 = [rows[name]["p95_ms"] for name in systems]
+        ax.barh(systems, p95, color="#c8d1dc", label="p95")
+        ax.barh(systems, [rows[name]["p50_ms"] for name in systems], color=colours, label="p50")
+        for y, name in enumerate(systems):
+            ax.text(p95[y] * 1.02, y, f"{rows[name]['p50_ms']:.0f} / {p95[y]:.0f}", va="center", fontsize=8)
+        ax.set_xlim(0, max(p95) * 1.25)
+        ax.invert_yaxis()
+        ax.set_yticklabels([])
+        ax.set_xlabel("ms per chunk_retriever-equivalent call (p50 / p95)")
+        ax.set_title(size)
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper right")
+    fig.suptitle("Embedded peers with our chunks and vectors (2 cores, one run)")
+    return _save(fig, "peers.png")
+
+
 def _save(fig: plt.Figure, name: str) -> Path:
     FIGURES.mkdir(exist_ok=True)
     path = FIGURES / name
@@ -133,7 +167,7 @@ def _save(fig: plt.Figure, name: str) -> Path:
 
 
 if __name__ == "__main__":
-    for figure in (quality, latency):
+    for figure in (quality, latency, peers):
         try:
             print(figure())
         except FileNotFoundError as missing:
