@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from benchmarks import answerability, answers
+from tests.beir import write_beir
 
 TOPICS = {
     "Volcano": (
@@ -63,17 +64,18 @@ def squad_file(folder: Path) -> Path:
 
 
 def musique_folder(folder: Path) -> Path:
-    (folder / "qrels").mkdir(parents=True)
     corpus = {
         "p1": ("Van Hook Township", "Van Hook Township is a township in Mountrail County, North Dakota."),
         "p2": ("Mountrail County", "Mountrail County's seat is Stanley, a city in North Dakota."),
     }
-    lines = [json.dumps({"_id": i, "title": t, "text": x}) for i, (t, x) in corpus.items()]
-    (folder / "corpus.jsonl").write_text("\n".join(lines) + "\n")
     question = "What is the seat of the county where Van Hook Township is located?"
-    (folder / "queries.jsonl").write_text(json.dumps({"_id": "2hop__a", "text": question}) + "\n")
+    write_beir(
+        folder,
+        [{"_id": i, "title": t, "text": x} for i, (t, x) in corpus.items()],
+        [{"_id": "2hop__a", "text": question}],
+        ["2hop__a\tp1\t1", "2hop__a\tp2\t1"],
+    )
     (folder / "answers.jsonl").write_text(json.dumps({"_id": "2hop__a", "answers": ["Stanley"]}) + "\n")
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n2hop__a\tp1\t1\n2hop__a\tp2\t1\n")
     return folder
 
 

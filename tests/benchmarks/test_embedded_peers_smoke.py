@@ -10,6 +10,7 @@ from agent_retrieval.evaluation import load_beir
 from agent_retrieval.ingest import ingest
 from agent_retrieval.search.retrieval import Retrieval
 from benchmarks import embedded_peers
+from tests.beir import write_beir
 
 CORPUS = {
     "d1": ("Tenancy deposits", "A landlord must protect a tenancy deposit within 30 days of receiving it."),
@@ -21,14 +22,12 @@ QUERIES = {"q1": ("How soon must a deposit be protected?", "d1"), "q2": ("Why we
 
 
 def test_every_peer_is_built_from_our_chunks_and_measured(tmp_path):
-    folder = tmp_path / "beir"
-    (folder / "qrels").mkdir(parents=True)
-    lines = [json.dumps({"_id": i, "title": t, "text": x}) for i, (t, x) in CORPUS.items()]
-    (folder / "corpus.jsonl").write_text("\n".join(lines) + "\n")
-    asked = [json.dumps({"_id": q, "text": text}) for q, (text, _) in QUERIES.items()]
-    (folder / "queries.jsonl").write_text("\n".join(asked) + "\n")
-    judged = "".join(f"{q}\t{d}\t1\n" for q, (_, d) in QUERIES.items())
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + judged)
+    folder = write_beir(
+        tmp_path / "beir",
+        [{"_id": i, "title": t, "text": x} for i, (t, x) in CORPUS.items()],
+        [{"_id": q, "text": text} for q, (text, _) in QUERIES.items()],
+        [f"{q}\t{d}\t1" for q, (_, d) in QUERIES.items()],
+    )
     store = tmp_path / "ours.db"
     context = Context(db_path=str(store))
     with Retrieval(context) as retrieval:

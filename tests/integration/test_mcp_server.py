@@ -261,6 +261,10 @@ def http_server(supabase_stack, api, tmp_path_factory) -> Iterator[str]:
         yield url
 
 
+def signed_in(stack: Any, sub: str, tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {stack.user_token(sub, tenant)}"}
+
+
 @contextlib.asynccontextmanager
 async def http_session(url: str, headers: dict[str, str]) -> AsyncIterator[ClientSession]:
     async with (
@@ -276,8 +280,7 @@ async def http_session(url: str, headers: dict[str, str]) -> AsyncIterator[Clien
 async def test_each_signed_in_user_finds_only_their_tenants_and_public_documents(
     http_server, supabase_stack, sub, tenant
 ):
-    headers = {"Authorization": f"Bearer {supabase_stack.user_token(sub, tenant)}"}
-    async with http_session(http_server, headers) as session:
+    async with http_session(http_server, signed_in(supabase_stack, sub, tenant)) as session:
         results = [
             await session.call_tool(name, {"query": QUESTION, "top_k": 10})
             for name in ("document_retriever", "chunk_retriever", "similarity_search")
@@ -319,10 +322,6 @@ def test_a_request_without_a_valid_users_token_is_refused_before_any_tool(
     assert response.status_code == 401 and reason in response.json()["error"]
     assert response.headers["www-authenticate"].startswith("Bearer")
     assert "document_retriever" not in response.text
-
-
-def signed_in(stack: Any, sub: str, tenant: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {stack.user_token(sub, tenant)}"}
 
 
 async def test_a_user_may_not_write_through_index_document_on_supabase(http_server, supabase_stack):

@@ -34,6 +34,7 @@ from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import Document
 from agent_retrieval.prompts import prompt_files
 from agent_retrieval.search.retrieval import Retrieval
+from tests.beir import write_beir
 from tests.conftest import CountingChatModel
 
 SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "scifact"
@@ -85,16 +86,6 @@ def test_all_gold_counts_a_query_only_when_every_relevant_document_is_in_the_top
 
 
 # --- reading BEIR folders -----------------------------------------------------------------------
-
-
-def write_beir(folder: Path, corpus: list[dict], queries: list[dict], qrels: list[str]) -> Path:
-    (folder / "qrels").mkdir(parents=True, exist_ok=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus))
-    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries))
-    (folder / "qrels" / "test.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\n" for q in qrels)
-    )
-    return folder
 
 
 def demo_beir(folder: Path) -> Path:
