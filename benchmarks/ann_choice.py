@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import sqlite3
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +26,7 @@ import numpy as np
 from agent_retrieval.context import Context
 from agent_retrieval.evaluation import load_beir
 from agent_retrieval.providers.embeddings import make_embedder
+from benchmarks.embedded_peers import percentiles, read_rows
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
@@ -36,12 +34,6 @@ DATASET = ROOT.parent.parent / "shared" / "datasets" / "scifact"
 CANDIDATES = 100
 M, EF_CONSTRUCTION = 16, 200  # the graph's links per node and build depth: each library's usual choice
 DEPTHS = (50, 100, 200, 400)  # search depth (ef); at least CANDIDATES is needed to return 100
-
-
-def vectors_of(store: Path) -> np.ndarray:
-    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as conn:
-        blobs = [r[0] for r in conn.execute("SELECT embedding FROM chunks ORDER BY rowid")]
-    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1).copy()
 
 
 Search = Callable[[np.ndarray, int], np.ndarray]
@@ -101,11 +93,7 @@ def timed(search: Search, queries: np.ndarray) -> tuple[list[np.ndarray], dict[s
         started = time.perf_counter()
         found.append(np.asarray(search(query, CANDIDATES)))
         times.append((time.perf_counter() - started) * 1000)
-    ordered = sorted(times)
-    return found, {
-        "p50_ms": round(statistics.median(ordered), 3),
-        "p95_ms": round(ordered[math.ceil(0.95 * len(ordered)) - 1], 3),
-    }
+    return found, {name: round(value, 3) for name, value in percentiles(times).items()}
 
 
 def recall(found: list[np.ndarray], exact: list[np.ndarray], k: int) -> float:
@@ -119,7 +107,7 @@ def run(store: Path, queries: int | None) -> dict[str, Any]:
     embedder = make_embedder(Context())
     # Embedding loads onnxruntime, which must come before faiss: the other way round, the process crashes.
     asked = np.stack([embedder.embed_query(text) for text in texts]).astype(np.float32)
-    return measure(vectors_of(store), asked)
+    return measure(read_rows(store).vectors, asked)
 
 
 def measure(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:

@@ -73,13 +73,12 @@ def run(questions: int, seed: int = 11, squad: Path = SQUAD, results: Path = RES
     labels = np.array([a for *_, a in rows])
     articles = [n for n, *_ in rows]
     fitted = np.array([n < len(data) // 2 for n in articles])
-    model, threshold = fit(features, labels, fitted)
     shipped = np.array([calibrated(row[1:-1], MODEL) for row in rows]) >= LOW
     by_signals = {}
-    for count, name in enumerate(SIGNALS, start=1):
+    for count, name in enumerate(SIGNALS, start=1):  # the last, with every signal, is the model to ship
         some = features[:, :count]
-        alone, cut = fit(some, labels, fitted)
-        answers = alone.predict_proba(some)[:, 1] >= cut
+        model, threshold = fit(some, labels, fitted)
+        answers = model.predict_proba(some)[:, 1] >= threshold
         by_signals[name] = {
             "held out": shares(answers, labels, ~fitted),
             "fitted": shares(answers, labels, fitted),

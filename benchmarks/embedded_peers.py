@@ -245,15 +245,19 @@ def measure(system: str, store: Path, folder: Path, queries: dict[str, str], k: 
         began = time.perf_counter()
         ranked[qid] = search(query, k)
         times.append((time.perf_counter() - began) * 1000)
-    ordered = sorted(times)
     return {
         "ranked": ranked,
-        "p50_ms": statistics.median(ordered),
-        "p95_ms": ordered[math.ceil(0.95 * len(ordered)) - 1],
+        **percentiles(times),
         "open_or_build_s": built,
         "peak_memory_mb": _peak_rss_mb() - before,
         "disk_mb": sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20,
     }
+
+
+def percentiles(times: list[float]) -> dict[str, float]:
+    """p50 and p95 (nearest rank, as benchmarks/peer.py reports them) of times in milliseconds."""
+    ordered = sorted(times)
+    return {"p50_ms": statistics.median(ordered), "p95_ms": ordered[math.ceil(0.95 * len(ordered)) - 1]}
 
 
 def _peak_rss_mb() -> float:
@@ -266,10 +270,15 @@ def in_process(system: str, store: Path, folder: Path, queries: dict[str, str], 
         json.dump(
             {"system": system, "store": str(store), "folder": str(folder), "queries": queries, "k": k}, spec
         )
-    command = [sys.executable, "-m", "benchmarks.embedded_peers", "--one", spec.name]
+    asked, answer = Path(spec.name), Path(spec.name).with_suffix(".out.json")
+    command = [sys.executable, "-m", "benchmarks.embedded_peers", "--one", str(asked)]
     quiet = os.environ | {"LANCE_LOG": "error", "RUST_LOG": "error"}  # LanceDB warns of a coming change
-    subprocess.run(command, check=True, cwd=ROOT.parent, env=quiet)
-    return json.loads(Path(spec.name).with_suffix(".out.json").read_text())
+    try:
+        subprocess.run(command, check=True, cwd=ROOT.parent, env=quiet)
+        return json.loads(answer.read_text())
+    finally:
+        asked.unlink()
+        answer.unlink(missing_ok=True)
 
 
 # --- the run -------------------------------------------------------------------------------------

@@ -19,8 +19,8 @@ from benchmarks import ann_choice
 MEASURE = """
 import json, sys
 import numpy as np
-from benchmarks import ann_choice
-vectors = ann_choice.vectors_of(sys.argv[1])
+from benchmarks import ann_choice, embedded_peers
+vectors = embedded_peers.read_rows(sys.argv[1]).vectors
 queries = vectors[:5] + 0.01
 queries /= np.linalg.norm(queries, axis=1)[:, None]
 json.dump(ann_choice.measure(vectors, queries), open(sys.argv[2], "w"))
