@@ -112,7 +112,7 @@ class Postgres:
     def empty_store(self, schema: str) -> None:
         """Every row of an agent-retrieval schema gone (documents, postings, term and corpus statistics) and
         its embedding model forgotten. TRUNCATE fires no row triggers, so each table is named."""
-        tables = ("documents", "chunks", "documents_terms", "chunks_terms", "documents_term_stats")
+        tables = ("documents", "chunks", "documents_postings", "chunks_postings", "documents_term_stats")
         tables += ("chunks_term_stats", "corpus_stats")
         self.execute(
             f"truncate {', '.join(f'{schema}.{t}' for t in tables)}; "

@@ -295,9 +295,10 @@ class PostgresStore(RPCStore):
     @contextlib.contextmanager
     def initial_load(self) -> Iterator[None]:
         """Fill an empty store faster: every write in the block (`ingest`, `upsert`) joins one transaction,
-        in which the search indexes (HNSW, GIN and the keyword postings' btrees) are dropped first and built
-        once at the end, instead of being kept up to date row by row. Building HNSW is quickest when the
-        server's maintenance_work_mem holds the graph (about 1 KB a vector of 384 dimensions).
+        in which the search indexes (HNSW, GIN) are dropped first and built once at the end, and the
+        keyword postings are made once at the end from every row (the triggers that keep them row by row
+        are off meanwhile). Building HNSW is quickest when the server's maintenance_work_mem holds the
+        graph (about 1 KB a vector of 384 dimensions).
 
         For a first load only: refused unless the store holds no documents, and the tables are locked
         against other writers (readers wait) until the load commits. All or nothing: an error or Ctrl-C in
@@ -331,62 +332,79 @@ class PostgresStore(RPCStore):
                 indexes = _search_indexes(conn, self.schema)
                 for drop, _ in indexes:
                     conn.execute(drop)
+                _postings_triggers(conn, self.schema, "disable")
                 self._loading = conn
                 try:
                     yield
                 finally:
                     self._loading = None
+                for level in ("documents", "chunks"):  # set-wise, from every row at once
+                    conn.execute(
+                        sql.SQL("select {}()").format(
+                            sql.Identifier(self.schema, f"rebuild_postings_{level}")
+                        )
+                    )
+                _postings_triggers(conn, self.schema, "enable")
                 for _, make in indexes:
                     conn.execute(make)
+                # Statistics of the new rows now: without them the first searches plan for empty tables.
+                conn.execute(
+                    sql.SQL("analyze {}").format(
+                        sql.SQL(", ").join(sql.Identifier(self.schema, table) for table in _LOADED_TABLES)
+                    )
+                )
         except psycopg.Error as error:
             raise self._readable(_call_error(psycopg, error)) from None
         finally:
             conn.close()
 
 
+# What a load writes (rows, postings, term and corpus counts): analysed at its end.
+_LOADED_TABLES = (
+    "documents",
+    "chunks",
+    "documents_postings",
+    "chunks_postings",
+    "documents_term_stats",
+    "chunks_term_stats",
+    "corpus_stats",
+)
+
+
 def _search_indexes(conn: Any, schema: str) -> list[tuple[Any, Any]]:
     """The schema's search indexes, each as (statement that drops it, statement that makes it again): HNSW
-    and GIN (vectors, full text, metadata) and the btrees of the keyword postings (`*_terms`, the primary
-    key as a constraint). They are the costly ones to keep up to date row by row, and no write of a load
-    reads them; the lookup indexes stay, as the load itself reads through them (ids, stored hashes), and so
-    do the per-term counts' keys, which the triggers' upserts need."""
+    and GIN (vectors, metadata). They are the costly ones to keep up to date row by row, and no write of a
+    load reads them; the lookup indexes stay, as the load itself reads through them (ids, stored hashes)."""
     from psycopg import sql
 
     rows = conn.execute(
-        "select t.relname as table_name, i.relname as index_name, c.conname, "
-        "       pg_catalog.pg_get_indexdef(i.oid) as indexdef, "
-        "       pg_catalog.pg_get_constraintdef(c.oid) as condef "
+        "select i.relname as index_name, pg_catalog.pg_get_indexdef(i.oid) as indexdef "
         "from pg_catalog.pg_index x "
         "join pg_catalog.pg_class i on i.oid = x.indexrelid "
         "join pg_catalog.pg_class t on t.oid = x.indrelid "
         "join pg_catalog.pg_am a on a.oid = i.relam "
-        "left join pg_catalog.pg_constraint c on c.conindid = i.oid and c.conrelid = t.oid "
         "where t.relnamespace = %s::regnamespace "
-        "  and (a.amname in ('hnsw', 'gin') or t.relname in ('documents_terms', 'chunks_terms')) "
+        "  and a.amname in ('hnsw', 'gin') "
         "order by i.relname",
         (schema,),
     ).fetchall()
-    found: list[tuple[Any, Any]] = []
-    for row in rows:
-        table = sql.Identifier(schema, row["table_name"])
-        if row["conname"]:  # a primary key goes and comes back as the table's constraint
-            name = sql.Identifier(row["conname"])
-            found.append(
-                (
-                    sql.SQL("alter table {} drop constraint {}").format(table, name),
-                    sql.SQL("alter table {} add constraint {} {}").format(
-                        table, name, sql.SQL(row["condef"])
-                    ),
+    return [
+        (sql.SQL("drop index {}").format(sql.Identifier(schema, row["index_name"])), sql.SQL(row["indexdef"]))
+        for row in rows
+    ]
+
+
+def _postings_triggers(conn: Any, schema: str, action: str) -> None:
+    """Turn the triggers that keep the keyword postings row by row off or on again ("disable", "enable")."""
+    from psycopg import sql
+
+    for level in ("documents", "chunks"):
+        for event in ("insert", "update", "delete"):
+            conn.execute(
+                sql.SQL("alter table {} " + action + " trigger {}").format(
+                    sql.Identifier(schema, level), sql.Identifier(f"{level}_index_{event}")
                 )
             )
-        else:
-            found.append(
-                (
-                    sql.SQL("drop index {}").format(sql.Identifier(schema, row["index_name"])),
-                    sql.SQL(row["indexdef"]),
-                )
-            )
-    return found
 
 
 def _register_vector(conn: Any) -> None:

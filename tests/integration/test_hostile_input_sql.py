@@ -23,6 +23,7 @@ from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.postgres import PostgresStore
+from agent_retrieval.stores.rpc import POSTINGS_BLOCK
 from agent_retrieval.stores.supabase import SupabaseStore
 from agent_retrieval.tools import make_retrieval_tools
 from tests.conftest import WordHashEmbeddings
@@ -63,7 +64,9 @@ def _load(execute, schema: str) -> Corpus:
         level: {
             i: set(lexemes)
             for i, lexemes in execute(
-                f"select id, array(select lexeme from unnest(tsv)) from {schema}.{level}"
+                f"select d.id, array_agg(p.term) from {schema}.{level}_postings p "
+                f"join {schema}.{level} d on d.rowid / {POSTINGS_BLOCK} = p.block "
+                f"and d.rowid % {POSTINGS_BLOCK} = any (p.places) group by d.id"
             )
         }
         for level in ("documents", "chunks")
@@ -98,7 +101,7 @@ class Backend:
                 (self.schema,),
             )
         ]
-        assert {"documents", "chunks", "chunks_terms", "corpus_stats", "store_info"} <= set(tables)
+        assert {"documents", "chunks", "chunks_postings", "corpus_stats", "store_info"} <= set(tables)
         return [
             (
                 t,

@@ -93,15 +93,26 @@ def test_db_init_brings_a_version_1_store_up_to_date_and_can_run_again(
         assert code == 0, err
         assert all(count == 1 for _, count in functions(pg)), functions(pg)  # no old overload left
         assert pg.execute(rows) == before
-        for level in ("documents", "chunks"):  # the per-term counts, filled from the postings once
-            assert set(
+        for level, holding in (("documents", 1), ("chunks", 2)):  # the postings, made from each row's text
+            counts = set(
                 pg.execute(f"select term, tenant_id, is_public, rows from {SCHEMA}.{level}_term_stats")
-            ) == set(
+            )
+            assert counts == set(
                 pg.execute(
-                    f"select term, tenant_id, is_public, count(*) from {SCHEMA}.{level}_terms "
-                    "group by term, tenant_id, is_public"
+                    f"select term, tenant_id, is_public, sum(cardinality(places)) "
+                    f"from {SCHEMA}.{level}_postings group by term, tenant_id, is_public"
                 )
             )
+            assert {
+                ("plan", "acme", False, holding),
+                ("plan", "press", True, holding),
+                ("acquisit", "acme", False, holding),
+            } <= counts
+        assert pg.execute(  # what version 10 replaced is gone: one posting a row, the stored tsvectors
+            f"select count(*) from pg_attribute where attrelid in ('{SCHEMA}.documents'::regclass, "
+            f"'{SCHEMA}.chunks'::regclass) and attname = 'tsv' and not attisdropped"
+        ) == [(0,)]
+        assert pg.execute(f"select to_regclass('{SCHEMA}.chunks_terms')") == [(None,)]
 
     with PostgresStore(pg.dsn, schema=SCHEMA, tenant="acme") as acme:
         assert acme.stats().schema_version == SCHEMA_VERSION

@@ -17,6 +17,7 @@ from agent_retrieval.models import Chunk, Document
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
+from agent_retrieval.stores.rpc import POSTINGS_BLOCK
 from tests.conftest import WordHashEmbeddings
 
 
@@ -245,8 +246,18 @@ def test_pruned_keyword_search_ranks_exactly_as_scoring_every_row(postgres, sche
     store.init(4)
     docs = [Document(f"d{n}", "", t, content_hash=str(n), text_hash=str(n)) for n, t in enumerate(texts)]
     chunks = [Chunk(f"d{n}#0", f"d{n}", 0, t, "", {}, str(n)) for n, t in enumerate(texts)]
-    store.upsert(docs, chunks, "test/none")
-    pruned_queries = 0
+    for part in range(4):  # each part's rows begin 50 before a block's end: a word's rows span blocks
+        sequences = [
+            f"pg_get_serial_sequence('{schema}.{level}', 'rowid')" for level in ("documents", "chunks")
+        ]
+        postgres.execute(
+            "; ".join(f"select setval({seq}, {part * POSTINGS_BLOCK - 50})" for seq in sequences)
+            if part
+            else "select 1"
+        )
+        store.upsert(docs[part * 100 : part * 100 + 100], chunks[part * 100 : part * 100 + 100], "test/none")
+    assert postgres.execute(f"select count(distinct block) from {schema}.chunks_postings") == [(4,)]
+    pruned_queries = left_out = 0
     for _ in range(60):
         query = " ".join(
             rng.choice([f"w{n}" for n in range(60)], size=int(rng.integers(3, 9)), replace=False)
@@ -266,15 +277,28 @@ def test_pruned_keyword_search_ranks_exactly_as_scoring_every_row(postgres, sche
         average = postgres.execute(
             f"select total_length::float8 / rows from {schema}.corpus_stats where level = 'chunks'"
         )[0][0]
-        every_row = postgres.execute(
-            f"""select d.id, b.score from {schema}.bm25_chunks(%s, %s, null, %s, null, null) b
-                join {schema}.chunks d on d.rowid = b.row_id order by b.score desc, b.row_id limit %s""",
-            (list(terms), list(idfs), average, k),
-        )
-        assert [h.id for h in found] == [row[0] for row in every_row], query
-        assert [h.keyword_score for h in found] == pytest.approx([row[1] for row in every_row], rel=1e-9)
+        bm25 = f"select b.row_id, b.score from {schema}.bm25_chunks(%s, %s, %s, %s, null, null, %s, %s) b"
+        exact = dict(postgres.execute(bm25, (list(terms), list(idfs), None, average, 0, 0)))
+        every_row = sorted(exact.items(), key=lambda row: (-row[1], row[0]))[:k]
+        ids = dict(postgres.execute(f"select rowid, id from {schema}.chunks"))
+        assert [h.id for h in found] == [ids[row] for row, _ in every_row], query
+        assert [h.keyword_score for h in found] == pytest.approx([score for _, score in every_row], rel=1e-9)
         pruned_queries += len(terms) >= 3
+        # The rows of the rarer terms, the other terms' postings probed in the rows' blocks (the other terms
+        # have many postings) or read whole (few): each row scored exactly, and with a floor, every row that
+        # reaches it kept.
+        essential = list(terms[: int(rng.integers(1, len(terms)))])
+        holding = dict(postgres.execute(bm25, (list(terms), list(idfs), essential, average, 1e18, 0)))
+        floor = float(np.median(list(holding.values())))
+        for other_postings in (1e18, 0):
+            rows = dict(
+                postgres.execute(bm25, (list(terms), list(idfs), essential, average, other_postings, floor))
+            )
+            assert {row for row, score in holding.items() if score >= floor} <= rows.keys() <= holding.keys()
+            assert rows == pytest.approx({row: exact[row] for row in rows}, rel=1e-12), query
+            left_out += len(rows) < len(holding)
     assert pruned_queries > 40  # most queries took the pruned path
+    assert left_out > 5  # and the floor spared scoring rows that could not reach it
     store.close()
 
 
@@ -336,9 +360,10 @@ def test_a_forked_process_never_borrows_its_parents_connections(postgres, schema
         assert [hit.id for hit in store.keyword_search("chunks", "deposit", 3)] == ["lease#0"]
 
 
-def test_term_counts_follow_every_write(postgres, schema):
-    # The per-term counts keyword search reads its idf from are kept by the triggers: after inserts, a
-    # replacement, a change of visibility and deletions in two tenants they equal the postings' own counts.
+def test_postings_and_counts_follow_every_write(postgres, schema):
+    # The triggers keep the postings (per term and block of rows), the per-term counts keyword search reads
+    # its idf from and the corpus totals: after inserts, a replacement, a change of visibility and deletions
+    # in two tenants they equal what one build from every row makes (rebuild_postings_*, as a first load).
     rng = np.random.default_rng(5)
     texts = _bm25_corpus(rng)[:60]
     stores = {t: PostgresStore(postgres.dsn, schema=schema, tenant=t) for t in ("acme", "globex")}
@@ -352,23 +377,27 @@ def test_term_counts_follow_every_write(postgres, schema):
         chunks = [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs]
         stores[tenant].upsert(docs, chunks, "test/none")
 
-    def counts(table: str) -> set[tuple]:
-        return set(
-            postgres.execute(f"select term, tenant_id, is_public, rows from {schema}.{table} where rows <> 0")
+    def index(level: str) -> tuple[set[tuple], ...]:
+        postings = postgres.execute(
+            f"select p.term, p.tenant_id, p.is_public, p.block::bigint * {POSTINGS_BLOCK} + u.place, "
+            f"u.tf, u.length from {schema}.{level}_postings p, "
+            "unnest(p.places, p.tfs, p.lengths) u(place, tf, length)"
         )
+        counts = f"select term, tenant_id, is_public, rows from {schema}.{level}_term_stats where rows <> 0"
+        totals = f"select tenant_id, is_public, rows, total_length from {schema}.corpus_stats "
+        totals += f"where level = '{level}' and rows <> 0"
+        return set(postings), set(postgres.execute(counts)), set(postgres.execute(totals))
 
     write("acme", 0, 40)
     write("globex", 20, 60, public=True)
-    write("acme", 10, 30, suffix=" w1 extra")  # replaced: the old postings' counts go, the new ones come
-    write("globex", 20, 30, public=False)  # unpublished: its counts move from public to private
+    write("acme", 10, 30, suffix=" w1 extra")  # replaced: the old postings and counts go, the new ones come
+    write("globex", 20, 30, public=False)  # unpublished: its postings move from public to private
     stores["acme"].delete_documents([f"d{n}" for n in range(15)])
     for level in ("documents", "chunks"):
-        assert counts(f"{level}_term_stats") == set(
-            postgres.execute(
-                f"select term, tenant_id, is_public, count(*) from {schema}.{level}_terms "
-                "group by term, tenant_id, is_public"
-            )
-        )
+        kept = index(level)
+        assert len(kept[0]) > 500 and len(kept[2]) == 3  # acme's, globex's private and public rows
+        postgres.execute(f"select {schema}.rebuild_postings_{level}()")
+        assert kept == index(level)
     for store in stores.values():
         store.close()
 
@@ -377,27 +406,25 @@ def test_an_initial_load_drops_the_search_indexes_and_builds_them_at_the_end(pos
     store = PostgresStore(postgres.dsn, schema=schema)
     store.init(4)
 
-    # Search indexes by access method and table: not through pg_indexes, whose definitions wait for the
-    # load's locks.
+    # Search indexes by access method: not through pg_indexes, whose definitions wait for the load's locks.
     query = (
         "select i.relname from pg_index x join pg_class i on i.oid = x.indexrelid "
-        "join pg_class t on t.oid = x.indrelid join pg_am a on a.oid = i.relam "
-        "where i.relnamespace = %s::regnamespace "
-        "and (a.amname in ('hnsw', 'gin') or t.relname like '%%\\_terms')"
+        "join pg_am a on a.oid = i.relam "
+        "where i.relnamespace = %s::regnamespace and a.amname in ('hnsw', 'gin')"
     )
 
     def search_indexes(conn=None) -> set[str]:
         rows = conn.execute(query, (schema,)).fetchall() if conn else postgres.execute(query, (schema,))
         return {row["relname"] if isinstance(row, dict) else row[0] for row in rows}
 
+    def postings(conn=None) -> list[tuple]:
+        query = (
+            f"select count(*), sum(cardinality(places)) from {schema}.chunks_postings where term = 'claus'"
+        )
+        return [tuple(r.values()) for r in conn.execute(query)] if conn else postgres.execute(query)
+
     before = search_indexes()
-    assert {
-        "chunks_embedding",
-        "chunks_tsv",
-        "documents_metadata",
-        "chunks_terms_pkey",
-        "chunks_terms_row_id",
-    } <= before
+    assert {"chunks_embedding", "documents_embedding", "chunks_metadata", "documents_metadata"} == before
     docs = [Document(f"d{n}", "", f"deposit clause {n}", content_hash=str(n)) for n in range(30)]
     chunks = [
         Chunk(f"d{n}#0", f"d{n}", 0, d.content, "", {}, embedding=np.eye(4, dtype=np.float32)[n % 4])
@@ -407,21 +434,35 @@ def test_an_initial_load_drops_the_search_indexes_and_builds_them_at_the_end(pos
         assert search_indexes(store._loading) == set()  # dropped, as the load itself sees them
         store.upsert(docs[:15], chunks[:15], "test/axes")
         store.upsert(docs[15:], chunks[15:], "test/axes")
-        store.upsert(docs[:2], chunks[:2], "test/axes")  # written again: replaced without the row_id index
+        store.upsert(docs[:2], chunks[:2], "test/axes")  # written again: replaced
         assert store.stats().chunks == 30  # the load reads its own writes
-    assert search_indexes() == before  # built again, the postings' primary key as a constraint again
-    constraints = postgres.execute(
-        "select conname from pg_constraint where conrelid = %s::regclass and contype = 'p'",
-        (f"{schema}.chunks_terms",),
+        assert postings(store._loading) == [(0, None)]  # the postings wait for the end of the load
+    assert search_indexes() == before  # built again
+    analysed = (
+        "select relname, reltuples from pg_class where relnamespace = %s::regnamespace and relkind = 'r'"
     )
-    assert constraints == [("chunks_terms_pkey",)]
-    # the postings and their counts hold the 30 rows once each, the replaced ones' old postings gone
-    assert postgres.execute(
-        f"select count(distinct row_id), "
-        f"(select sum(rows) from {schema}.chunks_term_stats where term = 'claus') from {schema}.chunks_terms"
-    ) == [(30, 30)]
+    assert {
+        t: n
+        for t, n in postgres.execute(analysed, (schema,))
+        if t.endswith("_postings") or t in ("documents", "chunks")
+    } == {
+        "documents": 30,
+        "chunks": 30,
+        "documents_postings": 32,
+        "chunks_postings": 32,  # statistics for the planner
+    }
+    # the postings and their counts hold the 30 rows once each (one block), the replaced ones' old rows gone
+    assert postings() == [(1, 30)]
+    assert postgres.execute(f"select rows from {schema}.chunks_term_stats where term = 'claus'") == [(30,)]
     assert [h.id for h in store.keyword_search("chunks", "clause 7", 1)] == ["d7#0"]
     assert len(store.vector_search("chunks", np.eye(4, dtype=np.float32)[1], 30)) == 30
+    # and the triggers keep them again after the load
+    store.upsert(
+        [Document("d30", "", "clause 30", content_hash="30")],
+        [Chunk("d30#0", "d30", 0, "clause 30", "", {})],
+        "test/axes",
+    )
+    assert [h.id for h in store.keyword_search("chunks", "clause 30", 1)] == ["d30#0"]
 
     # a store that holds documents is refused, and nothing changes
     with pytest.raises(InvalidRequest, match="already holds documents"), store.initial_load():

@@ -35,8 +35,8 @@ DIM = 256  # the word-hash test embedder's
 TABLES = (
     "documents",
     "chunks",
-    "documents_terms",
-    "chunks_terms",
+    "documents_postings",
+    "chunks_postings",
     "documents_term_stats",
     "chunks_term_stats",
     "corpus_stats",
@@ -162,6 +162,14 @@ def test_users_cannot_write_and_the_service_role_sees_everything(stack):
         alice.documents_from("/")
     with pytest.raises(StoreError, match="service role"):
         alice.list_documents()
+    upkeep = {"rebuild_postings_chunks": ("()", {}), "add_postings_documents": ("(bigint[])", {"ids": [1]})}
+    for function, (arguments, values) in upkeep.items():  # the store's own upkeep
+        with pytest.raises(StoreError, match="service role"):
+            alice._call(function, **values)
+        assert stack.postgres.execute(  # refused as a function, before any table's privileges are asked
+            "select has_function_privilege('authenticated', %s, 'execute')",
+            (f"{SCHEMA}.{function}{arguments}",),
+        ) == [(False,)]
     service = SupabaseStore(stack.url, stack.service_key, schema=SCHEMA)
     assert service.stats().documents == 3
     assert {h.id for h in service.keyword_search("documents", "BLUEHERON REDFALCON", 5)} == {

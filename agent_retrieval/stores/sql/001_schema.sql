@@ -91,6 +91,17 @@ begin
       {{schema}}.keyword_search_documents(text, int, jsonb, text[], text),
       {{schema}}.keyword_search_chunks(text, int, jsonb, text[], text);
   end if;
+  -- Version 10: the keyword postings are kept per term and block of rows (002 makes them again from each
+  -- row's text), so the stored tsvector columns and their GIN indexes, which no search read, go.
+  if (select value::int from {{schema}}.store_info where key = 'schema_version') < 10 then
+    drop index if exists {{schema}}.documents_tsv, {{schema}}.chunks_tsv;
+    alter table if exists {{schema}}.documents drop column if exists tsv;
+    alter table if exists {{schema}}.chunks drop column if exists tsv;
+    drop table if exists {{schema}}.documents_terms, {{schema}}.chunks_terms;
+    drop function if exists {{schema}}.term_count(tsvector),
+      {{schema}}.bm25_documents(text[], float8[], text[], float8, text, text[]),
+      {{schema}}.bm25_chunks(text[], float8[], text[], float8, text, text[]);
+  end if;
 end $$;
 
 -- The caller's tenant, from the JWT PostgREST puts in request.jwt.claims (Supabase's auth.uid() reads the
@@ -132,9 +143,6 @@ create table if not exists {{schema}}.documents (
   text_hash text not null default '',
   embedding vector({{dimension}}),
   embedding_model text,
-  -- keyword search reads the title and, for very long documents, the first 500K characters
-  tsv tsvector generated always as
-    (to_tsvector('{{schema}}.english_all'::regconfig, title || ' ' || left(content, 500000))) stored,
   created_at timestamptz not null default now(),
   updated_at timestamptz not null default now(),
   unique (tenant_id, id)
@@ -153,8 +161,6 @@ create table if not exists {{schema}}.chunks (
   text_hash text not null default '',
   embedding vector({{dimension}}),
   embedding_model text,
-  tsv tsvector generated always as
-    (to_tsvector('{{schema}}.english_all'::regconfig, heading_path || ' ' || content)) stored,
   unique (tenant_id, id),
   unique (tenant_id, document_id, ordinal),
   foreign key (tenant_id, document_id) references {{schema}}.documents (tenant_id, id) on delete cascade
@@ -166,13 +172,11 @@ create index if not exists documents_text_hash on {{schema}}.documents (text_has
 create index if not exists chunks_text_hash on {{schema}}.chunks (text_hash);
 create index if not exists documents_embedding on {{schema}}.documents using hnsw (embedding vector_cosine_ops);
 create index if not exists chunks_embedding on {{schema}}.chunks using hnsw (embedding vector_cosine_ops);
-create index if not exists documents_tsv on {{schema}}.documents using gin (tsv);
-create index if not exists chunks_tsv on {{schema}}.chunks using gin (tsv);
 create index if not exists documents_metadata on {{schema}}.documents using gin (metadata jsonb_path_ops);
 create index if not exists chunks_metadata on {{schema}}.chunks using gin (metadata jsonb_path_ops);
 
--- BM25 needs per-term frequencies and per-row lengths, which a tsvector index does not expose:
--- triggers keep one posting per (term, row) and the corpus totals, inside the writing transaction.
+-- BM25 needs per-term frequencies and per-row lengths, which a tsvector index does not expose: triggers
+-- keep the postings (002) and the corpus totals, inside the writing transaction.
 create table if not exists {{schema}}.corpus_stats (
   level text not null,
   tenant_id text not null,
@@ -182,12 +186,15 @@ create table if not exists {{schema}}.corpus_stats (
   primary key (level, tenant_id, is_public)
 );
 
--- The length of a text in indexed terms (stopwords excluded), for BM25's length normalisation.
-create or replace function {{schema}}.term_count(v tsvector) returns int
+-- The words keyword search indexes in a text, stemmed, each with its count (tsvector keeps 256 positions
+-- of a word at most, so a count fits a smallint); a row's length for BM25 is the sum of its counts.
+-- Every name in it is qualified, and it sets no search_path, so that Postgres inlines it into the
+-- statements that index rows (a function with a setting is called once a row instead).
+create or replace function {{schema}}.words(body text) returns table (term text, tf smallint)
 language sql immutable parallel safe
-set search_path = ''
 as $$
-  select coalesce(sum(coalesce(array_length(t.positions, 1), 1)), 0)::int from pg_catalog.unnest(v) t
+  select t.lexeme, coalesce(pg_catalog.array_length(t.positions, 1), 1)::smallint
+  from pg_catalog.unnest(pg_catalog.to_tsvector('{{schema}}.english_all'::regconfig, body)) t
 $$;
 
 -- Metadata filters, as the tools take them: {"key": value} equality or {"key": [v1, v2]} one-of.

@@ -1,20 +1,26 @@
 -- Search over {{level}}: postings kept by triggers, then vector (match_{{level}}), BM25 keyword
 -- (keyword_search_{{level}}) and fused hybrid search (hybrid_search_{{level}}). Written once, rendered per level.
 
-create table if not exists {{schema}}.{{level}}_terms (
+-- The keyword postings, one row per term, scope and block of {{block}} consecutive rows: for each row of the
+-- block holding the term, its place in the block, the term's count in it and the row's length (so scoring
+-- reads one table). A common word's postings take a few bytes a row instead of a row each; a block's rows
+-- are neighbours, mostly chunks of one document. The arrays stay in the row, uncompressed (storage plain):
+-- scoring reads a few of a block's entries, and a block of {{block}} fits a page.
+create table if not exists {{schema}}.{{level}}_postings (
   term text not null,
-  row_id bigint not null,
-  tf int not null,
-  length int not null,       -- the row's length, stored here so scoring reads one index
-  tenant_id text not null,   -- and the row's scope, so row-level security holds here too
+  block int not null,        -- rowid / {{block}}
+  tenant_id text not null,   -- the rows' scope, so row-level security holds here too
   is_public boolean not null,
-  primary key (term, row_id) include (tf, length, tenant_id, is_public)
+  places smallint[] not null,  -- rowid % {{block}}
+  tfs smallint[] not null,
+  lengths int[] not null,
+  primary key (term, block, tenant_id, is_public)
 );
-create index if not exists {{level}}_terms_row_id on {{schema}}.{{level}}_terms (row_id);
+alter table {{schema}}.{{level}}_postings alter column places set storage plain,
+  alter column tfs set storage plain, alter column lengths set storage plain;
 
 -- How many rows of each scope hold each term: keyword search reads a term's idf here instead of counting
--- its postings, which for a common word are tens of thousands. Kept by the same triggers; a store made
--- before this table existed has it filled from its postings once.
+-- its postings, which for a common word are tens of thousands. Kept by the same triggers.
 create table if not exists {{schema}}.{{level}}_term_stats (
   term text not null,
   tenant_id text not null,
@@ -22,10 +28,39 @@ create table if not exists {{schema}}.{{level}}_term_stats (
   rows bigint not null,
   primary key (term, tenant_id, is_public)
 );
-insert into {{schema}}.{{level}}_term_stats (term, tenant_id, is_public, rows)
-  select p.term, p.tenant_id, p.is_public, count(*) from {{schema}}.{{level}}_terms p
-  where not exists (select from {{schema}}.{{level}}_term_stats)
-  group by p.term, p.tenant_id, p.is_public;
+
+-- The postings of the rows `ids` (already counted in corpus_stats.rows by the caller, which holds that
+-- row's lock), their terms' counts and the corpus length, all from one stemming of each row.
+create or replace function {{schema}}.add_postings_{{level}}(ids bigint[]) returns void
+language plpgsql
+set search_path = ''
+as $$
+begin
+  with words as (
+    select w.term, (r.rowid / {{block}})::int as block, r.tenant_id, r.is_public,
+           (r.rowid % {{block}})::smallint as place, w.tf, sum(w.tf) over (partition by r.rowid) as length
+    from {{schema}}.{{level}} r cross join lateral {{schema}}.words({{indexed_text}}) w
+    where r.rowid = any (ids)
+  ),
+  added as (
+    insert into {{schema}}.{{level}}_postings as p (term, block, tenant_id, is_public, places, tfs, lengths)
+      select w.term, w.block, w.tenant_id, w.is_public, array_agg(w.place),
+             array_agg(w.tf), array_agg(w.length::int)
+      from words w
+      group by w.term, w.block, w.tenant_id, w.is_public order by w.term, w.block, w.tenant_id, w.is_public
+    on conflict (term, block, tenant_id, is_public) do update
+      set places = p.places || excluded.places, tfs = p.tfs || excluded.tfs, lengths = p.lengths || excluded.lengths
+  ),
+  counted as (
+    insert into {{schema}}.{{level}}_term_stats as s (term, tenant_id, is_public, rows)
+      select w.term, w.tenant_id, w.is_public, count(*) from words w
+      group by w.term, w.tenant_id, w.is_public order by w.term, w.tenant_id, w.is_public
+    on conflict (term, tenant_id, is_public) do update set rows = s.rows + excluded.rows
+  )
+  update {{schema}}.corpus_stats s set total_length = s.total_length + x.length
+  from (select w.tenant_id, w.is_public, sum(w.tf) as length from words w group by w.tenant_id, w.is_public) x
+  where s.level = '{{level}}' and s.tenant_id = x.tenant_id and s.is_public = x.is_public;
+end $$;
 
 create or replace function {{schema}}.index_{{level}}() returns trigger
 language plpgsql
@@ -33,46 +68,55 @@ set search_path = ''
 as $$
 begin
   -- The corpus totals come first: a second writer of the same scope waits here for the first to commit
-  -- before it touches any term's count, so no two writers lock term counts in different orders.
+  -- before it touches any term's postings or count, so no two writers lock those in different orders.
   if tg_op in ('DELETE', 'UPDATE') then
     insert into {{schema}}.corpus_stats as s (level, tenant_id, is_public, rows, total_length)
-      select '{{level}}', o.tenant_id, o.is_public, -count(*), -sum({{schema}}.term_count(o.tsv))
-      from old_rows o group by o.tenant_id, o.is_public order by o.tenant_id, o.is_public
-      on conflict (level, tenant_id, is_public) do update
-        set rows = s.rows + excluded.rows, total_length = s.total_length + excluded.total_length;
+      select '{{level}}', r.tenant_id, r.is_public, -count(*), 0
+      from old_rows r group by r.tenant_id, r.is_public order by r.tenant_id, r.is_public
+      on conflict (level, tenant_id, is_public) do update set rows = s.rows + excluded.rows;
   end if;
   if tg_op in ('INSERT', 'UPDATE') then
     insert into {{schema}}.corpus_stats as s (level, tenant_id, is_public, rows, total_length)
-      select '{{level}}', n.tenant_id, n.is_public, count(*), sum({{schema}}.term_count(n.tsv))
-      from new_rows n group by n.tenant_id, n.is_public order by n.tenant_id, n.is_public
-      on conflict (level, tenant_id, is_public) do update
-        set rows = s.rows + excluded.rows, total_length = s.total_length + excluded.total_length;
+      select '{{level}}', r.tenant_id, r.is_public, count(*), 0
+      from new_rows r group by r.tenant_id, r.is_public order by r.tenant_id, r.is_public
+      on conflict (level, tenant_id, is_public) do update set rows = s.rows + excluded.rows;
   end if;
-  -- Postings, and the count of each term they change (sorted, though the wait above already keeps two
-  -- writers of one scope apart).
   if tg_op in ('DELETE', 'UPDATE') then
-    with gone as (
-      delete from {{schema}}.{{level}}_terms p using old_rows o where p.row_id = o.rowid
-      returning p.term, p.tenant_id, p.is_public
+    -- Each block the old rows had a word in is taken out whole and put back without them.
+    with words as (
+      select w.term, (r.rowid / {{block}})::int as block, r.tenant_id, r.is_public,
+             (r.rowid % {{block}})::smallint as place, w.tf
+      from old_rows r cross join lateral {{schema}}.words({{indexed_text}}) w
+    ),
+    leaving as (
+      select w.term, w.block, w.tenant_id, w.is_public, array_agg(w.place) as places
+      from words w group by w.term, w.block, w.tenant_id, w.is_public
+    ),
+    gone as (
+      delete from {{schema}}.{{level}}_postings p using leaving l
+      where p.term = l.term and p.block = l.block and p.tenant_id = l.tenant_id and p.is_public = l.is_public
+      returning p.*, l.places as leaving
+    ),
+    kept as (
+      insert into {{schema}}.{{level}}_postings (term, block, tenant_id, is_public, places, tfs, lengths)
+        select g.term, g.block, g.tenant_id, g.is_public, array_agg(u.place),
+               array_agg(u.tf), array_agg(u.length)
+        from gone g cross join lateral unnest(g.places, g.tfs, g.lengths) u(place, tf, length)
+        where u.place <> all (g.leaving)
+        group by g.term, g.block, g.tenant_id, g.is_public
+    ),
+    counted as (
+      insert into {{schema}}.{{level}}_term_stats as s (term, tenant_id, is_public, rows)
+        select w.term, w.tenant_id, w.is_public, -count(*) from words w
+        group by w.term, w.tenant_id, w.is_public order by w.term, w.tenant_id, w.is_public
+      on conflict (term, tenant_id, is_public) do update set rows = s.rows + excluded.rows
     )
-    insert into {{schema}}.{{level}}_term_stats as s (term, tenant_id, is_public, rows)
-      select g.term, g.tenant_id, g.is_public, -count(*) from gone g
-      group by g.term, g.tenant_id, g.is_public order by g.term, g.tenant_id, g.is_public
-      on conflict (term, tenant_id, is_public) do update set rows = s.rows + excluded.rows;
+    update {{schema}}.corpus_stats s set total_length = s.total_length - x.length
+    from (select w.tenant_id, w.is_public, sum(w.tf) as length from words w group by w.tenant_id, w.is_public) x
+    where s.level = '{{level}}' and s.tenant_id = x.tenant_id and s.is_public = x.is_public;
   end if;
   if tg_op in ('INSERT', 'UPDATE') then
-    with added as (
-      insert into {{schema}}.{{level}}_terms (term, row_id, tf, length, tenant_id, is_public)
-        select p.term, p.row_id, p.tf, sum(p.tf) over (partition by p.row_id), p.tenant_id, p.is_public
-        from (select t.lexeme as term, n.rowid as row_id,
-                     coalesce(pg_catalog.array_length(t.positions, 1), 1) as tf, n.tenant_id, n.is_public
-              from new_rows n cross join lateral pg_catalog.unnest(n.tsv) t) p
-      returning term, tenant_id, is_public
-    )
-    insert into {{schema}}.{{level}}_term_stats as s (term, tenant_id, is_public, rows)
-      select a.term, a.tenant_id, a.is_public, count(*) from added a
-      group by a.term, a.tenant_id, a.is_public order by a.term, a.tenant_id, a.is_public
-      on conflict (term, tenant_id, is_public) do update set rows = s.rows + excluded.rows;
+    perform {{schema}}.add_postings_{{level}}(array(select r.rowid from new_rows r));
   end if;
   return null;
 end $$;
@@ -84,6 +128,52 @@ create or replace trigger {{level}}_index_delete after delete on {{schema}}.{{le
   referencing old table as old_rows for each statement execute function {{schema}}.index_{{level}}();
 create or replace trigger {{level}}_index_update after update on {{schema}}.{{level}}
   referencing old table as old_rows new table as new_rows for each statement execute function {{schema}}.index_{{level}}();
+
+-- The postings, term counts and corpus totals of every row, made again at once: a store of an earlier
+-- version, or a first load, which writes its rows with the triggers off (PostgresStore.initial_load). A
+-- block's postings are built in one insert, a few blocks at a time, so memory stays small.
+create or replace function {{schema}}.rebuild_postings_{{level}}() returns void
+language plpgsql
+set search_path = ''
+set work_mem = '64MB'  -- a slice's postings sorted in memory
+as $$
+declare
+  first bigint;
+begin
+  delete from {{schema}}.{{level}}_postings;
+  delete from {{schema}}.{{level}}_term_stats;
+  delete from {{schema}}.corpus_stats where level = '{{level}}';
+  for first in
+    select b * {{block}} from generate_series(0, (select max(r.rowid) from {{schema}}.{{level}} r) / {{block}}, 8) b
+  loop
+    insert into {{schema}}.{{level}}_postings (term, block, tenant_id, is_public, places, tfs, lengths)
+      select w.term, w.block, w.tenant_id, w.is_public, array_agg(w.place),
+             array_agg(w.tf), array_agg(w.length)
+      from (select w.term, (r.rowid / {{block}})::int as block, r.tenant_id, r.is_public,
+                   (r.rowid % {{block}})::smallint as place, w.tf,
+                   (sum(w.tf) over (partition by r.rowid))::int as length
+            from {{schema}}.{{level}} r cross join lateral {{schema}}.words({{indexed_text}}) w
+            where r.rowid >= first and r.rowid < first + 8 * {{block}}) w
+      group by w.term, w.block, w.tenant_id, w.is_public;
+  end loop;
+  insert into {{schema}}.{{level}}_term_stats (term, tenant_id, is_public, rows)
+    select p.term, p.tenant_id, p.is_public, sum(pg_catalog.cardinality(p.places))
+    from {{schema}}.{{level}}_postings p group by p.term, p.tenant_id, p.is_public;
+  insert into {{schema}}.corpus_stats (level, tenant_id, is_public, rows, total_length)
+    select '{{level}}', r.tenant_id, r.is_public, r.rows, coalesce(l.length, 0)
+    from (select r.tenant_id, r.is_public, count(*) as rows from {{schema}}.{{level}} r
+          group by r.tenant_id, r.is_public) r
+    left join (select p.tenant_id, p.is_public, sum(t.tf) as length
+               from {{schema}}.{{level}}_postings p cross join lateral unnest(p.tfs) t(tf)
+               group by p.tenant_id, p.is_public) l on l.tenant_id = r.tenant_id and l.is_public = r.is_public;
+end $$;
+
+do $$
+begin  -- a store of an earlier version: its postings in this layout (its old ones went in 001)
+  if (select value::int from {{schema}}.store_info where key = 'schema_version') < 10 then
+    perform {{schema}}.rebuild_postings_{{level}}();
+  end if;
+end $$;
 
 -- Vector search: the match_count rows nearest by cosine, filters and scope applied inside the search. Ids are
 -- unique within a tenant only, so each row comes with its tenant_id: (tenant_id, id) names it.
@@ -149,30 +239,82 @@ end $$;
 
 -- BM25 scores (k1 = 1.2, b = 0.75, as SQLite FTS5) of the rows holding any of the `essential` terms, each
 -- over all `terms` (with their idf), and each row's coverage: the share of the query's idf it holds. Null
--- `essential`: every row holding a term.
+-- `essential`: every row holding a term. A row whose score from the essential terms, plus the most the
+-- other terms could add (2.2 x idf each), stays under `floor` cannot reach it and is left out; the other
+-- terms' postings of the rest are probed in the rows' blocks when they are few against `other_postings`
+-- (the other terms' postings in all), else read whole and matched.
 create or replace function {{schema}}.bm25_{{level}}(
-  terms text[], idfs float8[], essential text[], average_length float8, tenant text, document_ids text[]
+  terms text[], idfs float8[], essential text[], average_length float8, tenant text, document_ids text[],
+  other_postings float8 default 0, floor float8 default 0
 ) returns table (row_id bigint, score float8, coverage float8)
 language sql stable security invoker
 set search_path = {{schema}}, public, extensions
 as $$
   with weights as (  -- unnest of two arrays is FROM syntax, so it takes no schema
-    select w.term, w.idf from unnest(terms, idfs) w(term, idf)
+    select w.term, w.idf, not w.term = any (coalesce(essential, terms)) as other
+    from unnest(terms, idfs) w(term, idf)
   ),
-  candidates as (
-    select p.row_id from {{schema}}.{{level}}_terms p where p.term = any (essential)
+  found as (  -- every posting of the essential terms
+    select p.block::bigint * {{block}} + unnest(p.places) as row_id, p.term, unnest(p.tfs) as tf,
+           unnest(p.lengths) as length
+    from {{schema}}.{{level}}_postings p
+    where p.term = any (coalesce(essential, terms)) and (tenant is null or p.tenant_id = tenant or p.is_public)
+  ),
+  scored as (
+    select f.row_id, w.term, w.idf,
+           w.idf * f.tf::float8 * 2.2
+           / (f.tf::float8 + 1.2 * (0.25 + 0.75 * f.length::float8 / greatest(average_length, 1))) as score
+    from found f join weights w on w.term = f.term
+  ),
+  candidates as materialized (  -- the rows that can still reach `floor`
+    select s.row_id, sum(s.score) as score, sum(s.idf) as held
+    from scored s
+    where document_ids is null
+       or s.row_id in (select d.rowid from {{schema}}.{{level}} d where {{document_id}} = any (document_ids))
+    group by s.row_id
+    having sum(s.score) + (select coalesce(sum(2.2 * w.idf), 0) from weights w where w.other) >= floor
+  ),
+  probe as (  -- probing costs a few microseconds a row and term, reading a fraction of one a posting
+    select o.others > 0 and (select count(*) from candidates) * o.others * 10 < other_postings as yes,
+           o.others > 0 as any_other
+    from (select count(*) as others from weights w where w.other) o
+  ),
+  probed as (  -- each block of those rows, probed for the other terms; each row found by its place
+    select b.block::bigint * {{block}} + r.place as row_id, x.term, x.tfs[i] as tf, x.lengths[i] as length
+    from (select (c.row_id / {{block}})::int as block, array_agg((c.row_id % {{block}})::smallint) as places
+          from candidates c where (select yes from probe) group by 1) b
+    cross join lateral (
+      select p.term, p.places, p.tfs, p.lengths
+      from {{schema}}.{{level}}_postings p
+      where p.term = any (terms) and not p.term = any (coalesce(essential, terms)) and p.block = b.block
+        and (tenant is null or p.tenant_id = tenant or p.is_public)
+      offset 0  -- a probe per block: flattened, the planner would read every block of every term
+    ) x
+    cross join unnest(b.places) r(place)
+    cross join pg_catalog.array_position(x.places, r.place) i
+    where i is not null
+  ),
+  matched as (  -- every posting of the other terms, kept for those rows
+    select o.row_id, o.term, o.tf, o.length
+    from (select p.block::bigint * {{block}} + unnest(p.places) as row_id, p.term, unnest(p.tfs) as tf,
+                 unnest(p.lengths) as length
+          from {{schema}}.{{level}}_postings p
+          where (select any_other and not yes from probe)
+            and p.term = any (terms) and not p.term = any (coalesce(essential, terms))
+            and (tenant is null or p.tenant_id = tenant or p.is_public)) o
+    where o.row_id in (select c.row_id from candidates c)
+  ),
+  others as (
+    select o.row_id,
+           sum(w.idf * o.tf::float8 * 2.2
+               / (o.tf::float8 + 1.2 * (0.25 + 0.75 * o.length::float8 / greatest(average_length, 1)))) as score,
+           sum(w.idf) as held
+    from (select * from probed union all select * from matched) o join weights w on w.term = o.term
+    group by o.row_id
   )
-  select p.row_id,
-         sum(w.idf * p.tf::float8 * 2.2
-             / (p.tf::float8 + 1.2 * (0.25 + 0.75 * p.length::float8 / greatest(average_length, 1)))),
-         sum(w.idf) / (select sum(a.idf) from weights a)
-  from {{schema}}.{{level}}_terms p
-  join weights w on w.term = p.term
-  where (tenant is null or p.tenant_id = tenant or p.is_public)
-    and (essential is null or p.row_id in (select c.row_id from candidates c))
-    and (document_ids is null
-         or p.row_id in (select d.rowid from {{schema}}.{{level}} d where {{document_id}} = any (document_ids)))
-  group by p.row_id
+  select c.row_id, c.score + coalesce(o.score, 0),
+         (c.held + coalesce(o.held, 0)) / (select sum(w.idf) from weights w)
+  from candidates c left join others o on o.row_id = c.row_id
 $$;
 
 -- Keyword search: Okapi BM25 over the query's own words, stemmed in english, stopwords dropped unless
@@ -196,6 +338,7 @@ create or replace function {{schema}}.keyword_search_{{level}}(
 language plpgsql stable security invoker
 set search_path = {{schema}}, public, extensions
 set plan_cache_mode = force_custom_plan  -- a plan for these arguments: generic ones scan everything
+set work_mem = '16MB'  -- scoring every row of common words groups ~100K rows at 100K chunks: in memory
 as $$
 #variable_conflict use_column
 declare
@@ -207,6 +350,7 @@ declare
   asked int;             -- how many words the query has
   held float8 := 0;
   essential text[];      -- the terms whose rows are scored; null: all of them
+  scored int;            -- how many terms that is
   kth float8;
   bound float8 := 0;
   last int;
@@ -263,21 +407,26 @@ begin
   last := pg_catalog.array_length(terms, 1);
   if last >= 3 then
     -- The first pass scores the rows of the rarest terms, as many as FIRST_PASS_ROWS x match_count postings
-    -- allow (one term at least): few rows to score, and among them, most often, the best k.
+    -- allow, and k at least (fewer leave no k-th score to prune by): few rows to score, and among them,
+    -- most often, the best k.
     first := 1;
     held := counts[1];
-    while first < last and held + counts[first + 1] <= {{first_pass_rows}} * match_count loop
+    while first < last
+          and (held < match_count or held + counts[first + 1] <= {{first_pass_rows}} * match_count) loop
       first := first + 1;
       held := held + counts[first];
     end loop;
     essential := terms[1:first];
   end if;
   loop  -- two passes at most; a null essential scores every row holding a term, which is exact
+    scored := coalesce(pg_catalog.array_length(essential, 1), 0);
     select pg_catalog.array_agg(b.row_id order by b.score desc, b.row_id),
            pg_catalog.array_agg(b.score order by b.score desc, b.row_id),
            pg_catalog.array_agg(b.coverage order by b.score desc, b.row_id)
       into ids, scores, coverages
-    from (select * from {{schema}}.bm25_{{level}}(terms, idfs, essential, average_length, tenant, document_ids)
+    from (select * from {{schema}}.bm25_{{level}}(terms, idfs, essential, average_length, tenant, document_ids,
+                                                   (select coalesce(sum(c), 0) from unnest(counts[scored + 1:]) c),
+                                                   coalesce(kth, 0))
           order by score desc, row_id limit match_count) b;
     exit when essential is null;
     kth := case when pg_catalog.array_length(ids, 1) = match_count then scores[match_count] else 0 end;

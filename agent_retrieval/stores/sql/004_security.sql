@@ -6,8 +6,8 @@
 alter table {{schema}}.store_info enable row level security;
 alter table {{schema}}.documents enable row level security;
 alter table {{schema}}.chunks enable row level security;
-alter table {{schema}}.documents_terms enable row level security;
-alter table {{schema}}.chunks_terms enable row level security;
+alter table {{schema}}.documents_postings enable row level security;
+alter table {{schema}}.chunks_postings enable row level security;
 alter table {{schema}}.documents_term_stats enable row level security;
 alter table {{schema}}.chunks_term_stats enable row level security;
 alter table {{schema}}.corpus_stats enable row level security;
@@ -28,7 +28,7 @@ begin
   drop policy if exists "everyone reads store info" on {{schema}}.store_info;
   create policy "everyone reads store info" on {{schema}}.store_info for select to anon, authenticated using (true);
 
-  foreach rel in array array['documents', 'chunks', 'documents_terms', 'chunks_terms', 'documents_term_stats',
+  foreach rel in array array['documents', 'chunks', 'documents_postings', 'chunks_postings', 'documents_term_stats',
                              'chunks_term_stats', 'corpus_stats'] loop
     execute format('drop policy if exists "tenant and public rows" on {{schema}}.%I', rel);
     execute format('create policy "tenant and public rows" on {{schema}}.%I for select to authenticated '
@@ -47,7 +47,11 @@ begin
     {{schema}}.list_documents(text, int, text),
     {{schema}}.set_embeddings(text, jsonb, text, text),
     {{schema}}.set_embedding_model(text, int),
-    {{schema}}.claim_embedding_model(text, int[])
+    {{schema}}.claim_embedding_model(text, int[]),
+    {{schema}}.add_postings_documents(bigint[]),
+    {{schema}}.add_postings_chunks(bigint[]),
+    {{schema}}.rebuild_postings_documents(),
+    {{schema}}.rebuild_postings_chunks()
   from anon, authenticated;
 end $$;
 
