@@ -48,7 +48,7 @@ def main() -> dict:
                 postgres.execute(f"drop schema {schema} cascade")
                 store.init(384)
                 copy_store(RESULTS / f"scifact-{size}.db", store)
-                postgres.execute(f"vacuum analyze {schema}.chunks, {schema}.chunks_terms")
+                postgres.execute(f"vacuum analyze {schema}.chunks, {schema}.chunks_postings")
             tool = ChunkRetrieverTool(retrieval=Retrieval(Context(), store=store, embedder=embedder))
             for text in queries(50, "train"):  # warm up as the embedded run does (its caches, the server's)
                 tool.invoke({"query": text, "top_k": 10})

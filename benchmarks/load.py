@@ -118,7 +118,7 @@ def main() -> None:
             store.init(len(base.embedder.embed_query("dimension")))
             if store.stats().chunks < 10_000:
                 copy_store(small_db, store)
-                stack.postgres.execute(f"vacuum analyze {SCHEMA_10K}.chunks, {SCHEMA_10K}.chunks_terms")
+                stack.postgres.execute(f"vacuum analyze {SCHEMA_10K}.chunks, {SCHEMA_10K}.chunks_postings")
             stack.postgrest.reload_schema()
             if "postgres" in args.stores:
                 results["postgres_10k"] = measure(

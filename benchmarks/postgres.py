@@ -127,7 +127,7 @@ def hnsw_recall(store: PostgresStore, source: Path, vectors: list[np.ndarray], k
         found = []
         for vector in vectors:
             truth = {h.id for h in exact.vector_search("chunks", vector, k)}
-            found.append(len(truth & {h.id for h in store.vector_search("chunks", vector, k)}) / k)
+            found.append(len(truth & {h.id for h in store.vector_search("chunks", vector, k)}) / len(truth))
     return round(statistics.fmean(found), 4)
 
 
@@ -228,7 +228,7 @@ def main() -> None:
             big.init(384)
             with big.initial_load():
                 results["ingest_100k"] = copy_store(big_db, big)
-            stack.postgres.execute(f"vacuum analyze {SCHEMA_100K}.chunks, {SCHEMA_100K}.chunks_terms")
+            stack.postgres.execute(f"vacuum analyze {SCHEMA_100K}.chunks, {SCHEMA_100K}.chunks_postings")
         stack.postgrest.reload_schema()
         rpc = SupabaseStore(stack.url, stack.service_key, schema=SCHEMA_100K)
         pairs = list(zip(texts, vectors, strict=False))
@@ -254,7 +254,7 @@ def main() -> None:
         if small.stats().documents < 5183:
             copy_store(base_db, small)
             stack.postgres.execute(
-                f"vacuum analyze {SCHEMA_SCIFACT}.documents, {SCHEMA_SCIFACT}.documents_terms"
+                f"vacuum analyze {SCHEMA_SCIFACT}.documents, {SCHEMA_SCIFACT}.documents_postings"
             )
         results["scifact"] = scifact_quality(
             {"sqlite": base, "postgres": Retrieval(Context(), store=small, embedder=base.embedder)}

@@ -1,0 +1,183 @@
+"""Postgres at scale: a first load, the size of the tables beside the embedded store's file, hybrid search
+latency, HNSW recall and the keyword ranking against scoring every row, at each size asked for.
+
+Each size copies benchmarks/latency.py's embedded store of that many chunks (real SciFact text, copies'
+vectors jittered; `python benchmarks/latency.py --sizes N` builds it) into an empty schema through
+`initial_load`, on a fresh Postgres in a temporary folder, and measures:
+
+- the load: rows per second in all, and its parts: writing the rows (postings triggers off), then at the end
+  the keyword postings made from every row at once and the HNSW and GIN builds; beside them the floor of
+  the postings, stemming every text once (`to_tsvector` over all rows);
+- size: the schema's tables and indexes against the embedded store file holding the same rows;
+- `hybrid_search_chunks` and `keyword_search_chunks` by DSN, p50/p95 over SciFact test queries;
+- HNSW recall@10 of `match_chunks` against exact search over the same vectors;
+- the keyword top 10 of every query against the exact BM25 top 10 (`bm25_chunks` scoring every row).
+
+    python -m benchmarks.scale [--sizes 10000 100000] [--queries 300]   # JSON in results/scale.json
+    python -m benchmarks.scale --store some.db --dataset beir-folder     # any embedded store
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from agent_retrieval.context import Context
+from agent_retrieval.evaluation import load_beir
+from agent_retrieval.providers.embeddings import make_embedder
+from agent_retrieval.stores.postgres import PostgresStore
+from benchmarks.embedded_peers import percentiles
+from benchmarks.latency import DATASET, RESULTS
+from benchmarks.postgres import copy_store, hnsw_recall
+from tests.stack import start_postgres
+
+
+def load(postgres: Any, store: PostgresStore, source: Path) -> dict[str, float]:
+    """`source` into the empty `store` by `initial_load`: rows per second in all and the time of each part."""
+    started = time.perf_counter()
+    with store.initial_load():
+        copied = copy_store(source, store)
+        written = time.perf_counter()
+    finished = time.perf_counter()
+    schema = store.schema
+    stemming = time.perf_counter()
+    postgres.execute(
+        f"select sum(length(to_tsvector('{schema}.english_all'::regconfig, heading_path || ' ' || content))) "
+        f"from {schema}.chunks; select sum(length(to_tsvector('{schema}.english_all'::regconfig, "
+        f"title || ' ' || left(content, 500000)))) from {schema}.documents"
+    )
+    stemming = time.perf_counter() - stemming
+    postgres.execute("vacuum analyze")  # as an operator would after a load: statistics for the planner
+    return {
+        "rows": copied["rows"],
+        "rows_per_second": round(copied["rows"] / (finished - started)),
+        "seconds": round(finished - started, 1),
+        "writing_rows_s": round(written - started, 1),
+        "postings_and_indexes_at_the_end_s": round(finished - written, 1),
+        "floor_stemming_every_text_once_s": round(stemming, 1),
+    }
+
+
+def sizes_mb(postgres: Any, schema: str) -> dict[str, float]:
+    """Each of the schema's tables with its indexes and TOAST, in MB, and their sum."""
+    rows = postgres.execute(
+        "select c.relname, pg_total_relation_size(c.oid) from pg_class c "
+        "where c.relnamespace = %s::regnamespace and c.relkind = 'r' order by 2 desc",
+        (schema,),
+    )
+    tables = {name: round(int(size) / 2**20, 1) for name, size in rows}
+    return {"total": round(sum(tables.values()), 1), **tables}
+
+
+def exact_keyword_rankings(postgres: Any, schema: str, texts: list[str], k: int = 10) -> dict[str, int]:
+    """How many queries' pruned keyword top k scores as the top k of scoring every row holding a query word.
+    Scores, not ids: the stores above 10K hold copies of each text, whose equal scores differ in the last
+    bits by the order they were summed in, so equal rows may trade places."""
+    same = 0
+    for text in tqdm(texts, desc="keyword rankings"):
+        pruned = postgres.execute(
+            f"select keyword_score from {schema}.keyword_search_chunks(%s, %s)", (text, k)
+        )
+        every_row = postgres.execute(
+            f"""with stats as (
+                  select sum(rows)::float8 as n, sum(total_length)::float8 / sum(rows) as average
+                  from {schema}.corpus_stats where level = 'chunks'),
+                words as (select distinct t.lexeme as term
+                          from unnest(to_tsvector('english', %s)) t),
+                weights as (
+                  select w.term, ln(1 + (s.n - sum(t.rows) + 0.5) / (sum(t.rows) + 0.5)) as idf
+                  from words w join {schema}.chunks_term_stats t on t.term = w.term, stats s
+                  group by w.term, s.n having sum(t.rows) > 0)
+                select b.score from {schema}.bm25_chunks(
+                    (select array_agg(term) from weights), (select array_agg(idf) from weights), null,
+                    (select average from stats), null, null) b
+                order by b.score desc limit %s""",
+            (text, k),
+        )
+        same += len(pruned) == len(every_row) and all(
+            math.isclose(a, b, rel_tol=1e-9) for (a,), (b,) in zip(pruned, every_row, strict=True)
+        )
+    return {"queries": len(texts), "same_top_10_scores": same}
+
+
+def measure(postgres: Any, source: Path, texts: list[str], vectors: list[np.ndarray]) -> dict[str, Any]:
+    """Every figure for the embedded store `source` copied into a new schema."""
+    schema = f"scale_{source.stem.replace('-', '_')}"
+    store = PostgresStore(postgres.dsn, schema=schema)
+    store.init(384)
+    report: dict[str, Any] = {"load": load(postgres, store, source)}
+    report["size_mb"] = sizes_mb(postgres, schema)
+    report["embedded_file_mb"] = round(source.stat().st_size / 2**20, 1)
+    report["size_ratio"] = round(report["size_mb"]["total"] / report["embedded_file_mb"], 2)
+    candidates = Context().candidates
+    pairs = list(zip(texts, vectors, strict=True))
+    report["hybrid_dsn"] = timed(
+        lambda pair: store._call(
+            "hybrid_search_chunks",
+            query_text=pair[0],
+            query_embedding=pair[1],
+            match_count=10,
+            candidates=candidates,
+        ),
+        pairs,
+    )
+    report["keyword_dsn"] = timed(lambda text: store.keyword_search("chunks", text, candidates), texts)
+    report["hnsw_recall_at_10"] = hnsw_recall(store, source, vectors)
+    report["keyword_rankings"] = exact_keyword_rankings(postgres, schema, texts)
+    store.close()
+    return report
+
+
+def timed(call: Any, items: list[Any]) -> dict[str, float]:
+    for item in items[:20]:  # warm-up: connections, the server's caches
+        call(item)
+    times = []
+    for item in items:
+        started = time.perf_counter()
+        call(item)
+        times.append((time.perf_counter() - started) * 1000)
+    return percentiles(times)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument(
+        "--store", type=Path, help="one embedded store to copy, instead of results/scifact-N.db"
+    )
+    parser.add_argument(
+        "--dataset", type=Path, default=DATASET, help="a BEIR folder: its judged test queries"
+    )
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--output", type=Path, default=RESULTS / "scale.json")
+    args = parser.parse_args(argv)
+    sources = [args.store] if args.store else [RESULTS / f"scifact-{size}.db" for size in args.sizes]
+    if missing := [str(path) for path in sources if not path.exists()]:
+        sys.exit(f"{', '.join(missing)} not found: python benchmarks/latency.py --sizes N builds them")
+    texts = list(load_beir(args.dataset, "test", limit=args.queries).queries.values())
+    embedder = make_embedder(Context())
+    vectors = [embedder.embed_query(text) for text in tqdm(texts, desc="embed queries")]
+    report: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
+        postgres = start_postgres(Path(folder))
+        try:
+            for source in sources:
+                report[source.name] = measure(postgres, source, texts, vectors)
+                print(source.name, json.dumps(report[source.name]), flush=True)
+        finally:
+            postgres.stop()
+    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
+if __name__ == "__main__":
+    main()
