@@ -5,7 +5,8 @@
 -- block holding the term, its place in the block, the term's count in it and the row's length (so scoring
 -- reads one table). A common word's postings take a few bytes a row instead of a row each; a block's rows
 -- are neighbours, mostly chunks of one document. The arrays stay in the row, uncompressed (storage plain):
--- scoring reads a few of a block's entries, and a block of {{block}} fits a page.
+-- scoring reads a few of a block's entries, and a block of {{block}} fits a page. They are always aggregated
+-- together, in one pass over the same rows, so a place's count and length share its index.
 create table if not exists {{schema}}.{{level}}_postings (
   term text not null,
   block int not null,        -- rowid / {{block}}
