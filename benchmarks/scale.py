@@ -35,6 +35,7 @@ from agent_retrieval.context import Context
 from agent_retrieval.evaluation import load_beir
 from agent_retrieval.providers.embeddings import make_embedder
 from agent_retrieval.stores.postgres import PostgresStore
+from agent_retrieval.stores.rpc import INDEXED_TEXT
 from benchmarks.embedded_peers import percentiles
 from benchmarks.latency import DATASET, RESULTS
 from benchmarks.postgres import copy_store, hnsw_recall
@@ -51,9 +52,11 @@ def load(postgres: Any, store: PostgresStore, source: Path) -> dict[str, float]:
     schema = store.schema
     stemming = time.perf_counter()
     postgres.execute(
-        f"select sum(length(to_tsvector('{schema}.english_all'::regconfig, heading_path || ' ' || content))) "
-        f"from {schema}.chunks; select sum(length(to_tsvector('{schema}.english_all'::regconfig, "
-        f"title || ' ' || left(content, 500000)))) from {schema}.documents"
+        "; ".join(
+            f"select sum(length(to_tsvector('{schema}.english_all'::regconfig, {text}))) "
+            f"from {schema}.{level} r"
+            for level, text in INDEXED_TEXT.items()
+        )
     )
     stemming = time.perf_counter() - stemming
     postgres.execute("vacuum analyze")  # as an operator would after a load: statistics for the planner

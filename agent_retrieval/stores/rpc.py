@@ -68,14 +68,21 @@ PAGE_ROWS = 500
 IDS_PER_CALL = 1000
 HASHES_PER_CALL = 200  # a vector is kilobytes of text: fewer per answer
 
-# What differs between the two levels in the per-level SQL: the hit columns, their source, the document id.
+# The text keyword search indexes of a row `r` of each level (of a very long document, 500K characters).
+INDEXED_TEXT = {
+    "documents": "r.title || ' ' || left(r.content, 500000)",
+    "chunks": "r.heading_path || ' ' || r.content",
+}
+
+# What differs between the two levels in the per-level SQL: the hit columns, their source, the document id,
+# the indexed text.
 _LEVEL_SQL = {
     "documents": {
         "columns": f"d.id, d.id, d.title, left(d.content, {DOCUMENT_PREVIEW_CHARS}), d.metadata, "
         "null::int, null::text, d.tenant_id",
         "from": "{{schema}}.documents d",
         "document_id": "d.id",
-        "indexed_text": "r.title || ' ' || left(r.content, 500000)",  # of a very long one, 500K characters
+        "indexed_text": INDEXED_TEXT["documents"],
     },
     "chunks": {
         "columns": "d.id, d.document_id, p.title, d.content, d.metadata, d.ordinal, d.heading_path, "
@@ -83,7 +90,7 @@ _LEVEL_SQL = {
         "from": "({{schema}}.chunks d join {{schema}}.documents p "
         "on p.tenant_id = d.tenant_id and p.id = d.document_id)",
         "document_id": "d.document_id",
-        "indexed_text": "r.heading_path || ' ' || r.content",
+        "indexed_text": INDEXED_TEXT["chunks"],
     },
 }
 

@@ -246,15 +246,15 @@ def test_pruned_keyword_search_ranks_exactly_as_scoring_every_row(postgres, sche
     store.init(4)
     docs = [Document(f"d{n}", "", t, content_hash=str(n), text_hash=str(n)) for n, t in enumerate(texts)]
     chunks = [Chunk(f"d{n}#0", f"d{n}", 0, t, "", {}, str(n)) for n, t in enumerate(texts)]
-    for part in range(4):  # each part's rows begin 50 before a block's end: a word's rows span blocks
-        sequences = [
-            f"pg_get_serial_sequence('{schema}.{level}', 'rowid')" for level in ("documents", "chunks")
-        ]
-        postgres.execute(
-            "; ".join(f"select setval({seq}, {part * POSTINGS_BLOCK - 50})" for seq in sequences)
-            if part
-            else "select 1"
-        )
+    for part in range(4):
+        if part:  # each later part's rows begin 50 before a block's end: a word's rows span blocks
+            postgres.execute(
+                "; ".join(
+                    f"select setval(pg_get_serial_sequence('{schema}.{level}', 'rowid'), "
+                    f"{part * POSTINGS_BLOCK - 50})"
+                    for level in ("documents", "chunks")
+                )
+            )
         store.upsert(docs[part * 100 : part * 100 + 100], chunks[part * 100 : part * 100 + 100], "test/none")
     assert postgres.execute(f"select count(distinct block) from {schema}.chunks_postings") == [(4,)]
     pruned_queries = left_out = 0
