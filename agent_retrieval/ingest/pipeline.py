@@ -145,6 +145,7 @@ def ingest(
             report.chunks += len(chunks)
             if on_batch:
                 on_batch(report)
+    store.refresh_indexes(progress=progress)
     return report
 
 
@@ -449,6 +450,7 @@ def reembed(
     current = store.embedding_model()
     if dimension is not None and current != (embedder.model_id, dimension):
         store.set_embedding_model(embedder.model_id, dimension)
+    store.refresh_indexes(progress=progress)
     report.documents = stats.documents
     report.chunks = stats.chunks
     return report

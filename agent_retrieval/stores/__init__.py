@@ -47,7 +47,11 @@ def open_store(context: Context, *, process: ProcessState = PROCESS) -> Store:
             process=process,
         )
     return SQLiteStore(
-        sqlite_path(context), tenant=context.tenant_id, cache_mb=context.store_cache_mb, process=process
+        sqlite_path(context),
+        tenant=context.tenant_id,
+        cache_mb=context.store_cache_mb,
+        index_rows=context.vector_index_rows,
+        process=process,
     )
 
 

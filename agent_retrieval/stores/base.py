@@ -482,6 +482,10 @@ class Store(ABC):
     def close(self) -> None:
         """Release connections; the store may not be used afterwards."""
 
+    def refresh_indexes(self, *, progress: bool = False) -> None:  # noqa: B027 - most stores need none
+        """Bring what the store's own indexes do not keep current up to date with what was written (the end
+        of an ingest calls it): the embedded store's approximate vector index. Postgres keeps its own."""
+
     # --- async: the same checks, then the backend's async call ------------------------------------
     # Each twin repeats its sync method's signature on purpose: it is the public API, typed for callers.
     # What they share beyond it (the checks) is one function each: checked_vector_search, ...

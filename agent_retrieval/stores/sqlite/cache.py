@@ -7,12 +7,16 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from agent_retrieval.models import Level
 from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.stores.base import MetadataCount
+
+if TYPE_CHECKING:
+    from agent_retrieval.stores.sqlite.vector_index import VectorIndex
 
 
 @dataclass
@@ -28,17 +32,22 @@ class Matrix:
 @dataclass
 class FileCache:
     """What searches keep of one store file until its next write, each entry with the generation it was
-    read at: the vectors, the words' row counts (keyword idf) and the metadata counts."""
+    read at: the vectors (and their approximate index, past the size where it pays), the words' row counts
+    (keyword idf) and the metadata counts."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)  # one thread reloads; the rest reuse it
     matrices: dict[Level, Matrix] = field(default_factory=dict)
+    indexes: dict[Level, VectorIndex] = field(default_factory=dict)
+    # the generation and saved index file (modified time) a search found too far behind to bring up to date
+    behind: dict[Level, tuple[int, int]] = field(default_factory=dict)
     # generation, rows, each word's row count
     frequencies: dict[Level, tuple[int, int, dict[str, int]]] = field(default_factory=dict)
     metadata: tuple[int, int, list[MetadataCount]] | None = None  # generation, max_values, counts
 
     @property
     def nbytes(self) -> int:
-        return sum(m.vectors.nbytes + m.rowids.nbytes for m in tuple(self.matrices.values()))
+        matrices = sum(m.vectors.nbytes + m.rowids.nbytes for m in tuple(self.matrices.values()))
+        return matrices + sum(index.graph.memory_usage for index in tuple(self.indexes.values()))
 
 
 class FileCaches:

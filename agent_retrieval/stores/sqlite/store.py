@@ -1,8 +1,10 @@
-"""The embedded default store: one SQLite file, FTS5 with bm25 for keywords, exact numpy search for vectors.
+"""The embedded default store: one SQLite file, FTS5 with bm25 for keywords, numpy or HNSW for vectors.
 
 Vectors are stored as float32 blobs. Searches read them into one matrix per level, kept in memory
-and reloaded only when a write bumps the store's generation; a matrix-vector product over 100K
+and reloaded only when a write bumps the store's generation; a matrix-vector product over 50K
 MiniLM vectors takes a few milliseconds and needs no SQLite extension, so it works on any CPython.
+Past `index_rows` rows a level is searched through an approximate graph kept beside the file
+(vector_index.py), which reads a few hundred vectors a query instead of every one.
 The matrices (and the keyword statistics and metadata counts) are shared by every store of the process
 open on the same file, so a server that opens a store per run reads them once, not every run.
 WAL mode lets several readers work beside one writer; each thread has its own connection.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import typing
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_retrieval.context import STORE_CACHE_MB
+from agent_retrieval.context import STORE_CACHE_MB, VECTOR_INDEX_ROWS
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
 from agent_retrieval.process import PROCESS, ProcessState
@@ -43,6 +46,7 @@ from agent_retrieval.stores.sqlite.cache import FileCache, Matrix, file_caches
 from agent_retrieval.stores.sqlite.connection import Connections
 from agent_retrieval.stores.sqlite.keywords import best_rows, coverage, idf
 from agent_retrieval.stores.sqlite.schema import NOW, TABLE
+from agent_retrieval.stores.sqlite.vector_index import VectorIndex, refreshed, sidecar
 from agent_retrieval.text import keyword_terms
 
 _COLUMNS = {
@@ -58,7 +62,8 @@ class SQLiteStore(Store):
 
     A file holds one tenant's rows (`tenant` names it in every hit; open_store gives each tenant a file of
     its own), so it has no public rows: publishing needs a store tenants share. `cache_mb` bounds what the
-    process keeps, between stores, of the files it searched (`store_cache_mb`).
+    process keeps, between stores, of the files it searched (`store_cache_mb`); past `index_rows` rows a
+    level's vectors are searched through an approximate index (`vector_index_rows`; 0: never).
     """
 
     backend = "sqlite"
@@ -70,6 +75,7 @@ class SQLiteStore(Store):
         tenant: str = "",
         timeout: float = 10.0,
         cache_mb: int = STORE_CACHE_MB,
+        index_rows: int = VECTOR_INDEX_ROWS,
         process: ProcessState = PROCESS,
     ):
         if str(path) in ("", ":memory:") or str(path).startswith("file:"):
@@ -79,6 +85,7 @@ class SQLiteStore(Store):
         self.process = process  # whose file caches this store shares (agent_retrieval.process)
         self._db = Connections(self.path, timeout, process)
         self._cache_bytes = int(cache_mb * 2**20)
+        self._index_rows = index_rows
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -295,6 +302,37 @@ class SQLiteStore(Store):
         file_caches(self.process).trim(self._cache_bytes)
         return current
 
+    def _vector_index(
+        self, level: Level, matrix: Matrix, *, searching: bool, progress: bool = False
+    ) -> VectorIndex | None:
+        """The level's approximate index, brought up to date with `matrix`; None below `index_rows` rows,
+        or when a search would have to add more than SEARCH_ADDS rows (the next ingest does)."""
+        if not 0 < self._index_rows <= len(matrix.rowids):
+            return None
+        cache, path = self._cache, sidecar(self.path, level)
+        current = cache.indexes.get(level)
+        if current is not None and current.matrix.generation == matrix.generation:
+            return current
+        with cache.lock:
+            saved = (matrix.generation, path.stat().st_mtime_ns if path.exists() else 0)
+            if searching and cache.behind.get(level) == saved:
+                return None
+            index = refreshed(cache.indexes.get(level), matrix, path, searching=searching, progress=progress)
+            if index is None:
+                cache.behind[level] = saved
+                return None
+            cache.indexes[level] = index
+        file_caches(self.process).trim(self._cache_bytes)
+        return index
+
+    def refresh_indexes(self, *, progress: bool = False) -> None:
+        """Bring each level's approximate vector index up to date with what was written (and save it beside
+        the file): the end of an ingest does, so searches after it need not."""
+        with self._db.read() as conn:
+            for level in typing.get_args(Level):
+                if (matrix := self._matrix(conn, level)) is not None:
+                    self._vector_index(level, matrix, searching=False, progress=progress)
+
     def _vector_search(self, search: VectorSearch) -> list[Hit]:
         level, query, k, filters, document_ids, min_similarity = search
         with self._db.read() as conn:
@@ -318,16 +356,23 @@ class SQLiteStore(Store):
                 vectors, rowids = vectors[keep], rowids[keep]
             if len(rowids) == 0:
                 return []
-            # einsum's own loop, not BLAS: one thread, as fast as single-threaded BLAS for a matrix-vector
-            # product (memory-bound), and BLAS's threads, spinning on both cores, would stall the keyword
-            # search beside it; limiting them instead would switch a setting of the whole process per call.
-            scores = np.einsum("ij,j->i", vectors, query)
-            top = np.argpartition(-scores, k - 1)[:k] if len(scores) > k else np.arange(len(scores))
-            top = top[np.argsort(-scores[top], kind="stable")]
+            # A scope reads only its own rows, exactly; a whole level past index_rows goes through the graph.
+            index = None if where else self._vector_index(level, matrix, searching=True)
+            if index is not None:  # the graph's candidates, scored as the scan scores them
+                top = index.search(query, min(k, len(rowids)))
+                scores = np.einsum("ij,j->i", vectors[top], query)
+            else:
+                # einsum's own loop, not BLAS: one thread, as fast as single-threaded BLAS for a matrix-vector
+                # product (memory-bound), and BLAS's threads, spinning on both cores, would stall the keyword
+                # search beside it; limiting them instead would switch a setting of the process per call.
+                every = np.einsum("ij,j->i", vectors, query)
+                top = np.argpartition(-every, k - 1)[:k] if len(every) > k else np.arange(len(every))
+                scores = every[top]
+            order = np.argsort(-scores, kind="stable")
             # compared in float64: a floor below float32's precision (1e-300) would otherwise round to 0.0
-            top = top[scores[top] >= np.float64(min_similarity)]
+            order = order[scores[order] >= np.float64(min_similarity)]
             return self._hits(
-                conn, level, {int(rowids[i]): float(scores[i]) for i in top}, "vector_similarity"
+                conn, level, {int(rowids[top[i]]): float(scores[i]) for i in order}, "vector_similarity"
             )
 
     def _keyword_search(self, search: KeywordSearch) -> list[Hit]:
