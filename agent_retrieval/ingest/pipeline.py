@@ -89,6 +89,7 @@ def ingest(
     progress: bool = True,
     on_batch: Callable[[IngestReport], None] | None = None,
     public: bool = False,
+    refresh_indexes: bool = True,
 ) -> IngestReport:
     """Write documents and their chunks, embedding only texts whose (text, model) has no stored vector.
 
@@ -96,6 +97,8 @@ def ingest(
     once, and `reembed` adds the vectors later: nothing is lost. `public` publishes what this call writes
     to every tenant and to anonymous readers (Postgres and Supabase): the operator's explicit act, never a
     document's own metadata. Without it documents are written private, an earlier published version too.
+    At the end the store's own indexes are brought up to date (`Store.refresh_indexes`: on a large embedded
+    store, minutes the first time); `refresh_indexes=False` leaves that to searches, which do a little.
     """
     context = context or Context.from_env()
     if mismatch := store.model_mismatch(embedder.model_id):
@@ -145,7 +148,8 @@ def ingest(
             report.chunks += len(chunks)
             if on_batch:
                 on_batch(report)
-    store.refresh_indexes(progress=progress)
+    if refresh_indexes:
+        store.refresh_indexes(progress=progress)
     return report
 
 
@@ -198,7 +202,10 @@ def ingest_for_caller(
             ]
             if kept := [d for _, d in named if d.id not in protected]:
                 timed = _Timed(embedder, seconds)
-                written = ingest(kept, store, timed, context, progress=False, on_batch=note)
+                # A caller's write never builds an index: that could hold the server for minutes.
+                written = ingest(
+                    kept, store, timed, context, progress=False, on_batch=note, refresh_indexes=False
+                )
     except NoTurn as refusal:
         written.errors.append(f"not written: {refusal}; try again once it is done")
     except AgentRetrievalError as error:  # the batches written before it are kept, and counted

@@ -9,12 +9,15 @@ import logging
 import numpy as np
 import pytest
 
-from agent_retrieval.ingest import ingest
+from agent_retrieval.context import Context
+from agent_retrieval.ingest import ingest, ingest_for_caller
 from agent_retrieval.models import Document
 from agent_retrieval.process import ProcessState
+from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores.sqlite import vector_index
 from agent_retrieval.stores.sqlite.vector_index import VectorIndex, sidecar
+from tests.conftest import WordHashEmbeddings
 
 DIM, ROWS = 24, 1500
 
@@ -196,3 +199,19 @@ def test_a_graph_mostly_replaced_is_built_anew_not_patched(tmp_path, vectors, mo
         store.refresh_indexes()
         assert removed == [10] and len(store._cache.indexes["documents"].graph) == ROWS
         assert ids(store, unit(-vectors[3]), 1) == ["d3"]
+
+
+def test_a_callers_write_never_builds_the_graph(tmp_path, vectors, graph_searches):
+    path = tmp_path / "s.db"
+    embedder = Embedder(WordHashEmbeddings(size=DIM), "m", batch_size=8)
+    with SQLiteStore(path, index_rows=1000) as store:
+        store.upsert(documents(vectors), [], "m")
+        report = ingest_for_caller(
+            [("documents[0]", {"title": "Quokkas", "content": "A sanctuary of quokkas."})],
+            store,
+            embedder,
+            Context(db_path=str(path)),
+            source="index_document",
+        )
+        assert report.written == 1 and not report.errors
+        assert not sidecar(path, "documents").exists()  # left to searches (and to the next ingest)
