@@ -5,6 +5,8 @@ search wait for a build."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -215,3 +217,19 @@ def test_a_callers_write_never_builds_the_graph(tmp_path, vectors, graph_searche
         )
         assert report.written == 1 and not report.errors
         assert not sidecar(path, "documents").exists()  # left to searches (and to the next ingest)
+
+
+def test_the_local_embedder_loads_after_the_graph(tmp_path, vectors):
+    """usearch's module, loaded before onnxruntime's, crashed the process (a segmentation fault)."""
+    pytest.importorskip("onnxruntime")
+    with SQLiteStore(tmp_path / "s.db", index_rows=0) as store:
+        store.upsert(documents(vectors), [], "m")
+    script = f"""
+from agent_retrieval.stores import SQLiteStore
+with SQLiteStore({str(tmp_path / "s.db")!r}, index_rows=1000) as store:
+    store.refresh_indexes()
+import onnxruntime
+print("loaded", onnxruntime.get_device())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "loaded" in done.stdout, done.stderr[-2000:]

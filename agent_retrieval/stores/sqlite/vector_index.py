@@ -62,6 +62,18 @@ class VectorIndex:
         return found
 
 
+def usearch_index() -> type[Index]:
+    """usearch's Index class. Its compiled module carries a C++ runtime of its own, and loading onnxruntime
+    (the local embedder) after it crashes the process, the other way round is fine: so onnxruntime, where
+    installed, is loaded first."""
+    with contextlib.suppress(ImportError):
+        import onnxruntime  # noqa: F401
+
+    from usearch.index import Index
+
+    return Index
+
+
 def sidecar(store: Path, level: Level) -> Path:
     return store.with_name(f"{store.name}-{level}.usearch")
 
@@ -79,8 +91,6 @@ def refreshed(
     only past SAVE_ROWS changed rows."""
     if current is not None and current.matrix.generation == matrix.generation:
         return current
-    from usearch.index import Index
-
     dim, most_added = matrix.vectors.shape[1], SEARCH_ADDS if searching else len(matrix.rowids)
     graph: Index | None = None
     if current is not None:
@@ -97,7 +107,9 @@ def refreshed(
     if len(new) > most_added:
         return None
     if graph is None or rebuild:
-        graph = Index(ndim=dim, metric="ip", dtype="f16", connectivity=LINKS, expansion_add=BUILD_DEPTH)
+        graph = usearch_index()(
+            ndim=dim, metric="ip", dtype="f16", connectivity=LINKS, expansion_add=BUILD_DEPTH
+        )
     elif current is not None:
         graph = graph.copy()  # other threads may be searching the one they hold
     if len(gone):
@@ -129,12 +141,10 @@ def _changes(held: Matrix, matrix: Matrix) -> tuple[np.ndarray, np.ndarray]:
 def _load(path: Path, dim: int) -> tuple[Index, Matrix] | None:
     """The graph saved at `path` and what it holds, or None (none saved, unreadable, or of another
     dimension: it is then built again)."""
-    from usearch.index import Index
-
     if not path.is_file():
         return None
     try:
-        graph = Index.restore(str(path))
+        graph = usearch_index().restore(str(path))
     except (OSError, ValueError, RuntimeError) as error:  # usearch's words for a file it cannot read
         log.warning("the vector index %s cannot be read (%s); it is built again", path, error)
         return None
