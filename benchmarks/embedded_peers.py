@@ -203,6 +203,7 @@ def ours(store: Path, folder: Path, embedder: Embedder) -> Callable[[str, int], 
     if not copy.exists():
         shutil.copyfile(store, copy)
     retrieval = Retrieval(Context(db_path=str(copy), candidates=DEPTH), embedder=embedder)
+    retrieval.store.refresh_indexes()  # what an ingest leaves: the vector index, past its threshold
 
     def search(query: str, k: int) -> list[str]:
         checked = parse_request(ChunkSearchRequest, {"query": query, "hyde": "off"})

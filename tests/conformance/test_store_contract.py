@@ -37,6 +37,11 @@ def sqlite_store(request: pytest.FixtureRequest, folder: Path) -> Store:
     return SQLiteStore(folder / "contract.db")
 
 
+def sqlite_graph_store(request: pytest.FixtureRequest, folder: Path) -> Store:
+    """The embedded store with every unscoped vector search going through its HNSW index."""
+    return SQLiteStore(folder / "contract.db", index_rows=1)
+
+
 def postgres_store(request: pytest.FixtureRequest, folder: Path) -> Store:
     """A schema of its own per test (named after the test's folder, so reopening finds it)."""
     pg = request.getfixturevalue("postgres")
@@ -53,6 +58,7 @@ def supabase_store(request: pytest.FixtureRequest, folder: Path) -> Store:
 
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Store]] = {
     "sqlite": sqlite_store,
+    "sqlite-graph": sqlite_graph_store,
     "postgres": postgres_store,
     "supabase": supabase_store,
 }
@@ -749,8 +755,9 @@ def test_every_count_is_a_whole_number_in_range_never_a_bool(checked_store: Stor
     assert checked_store.stats() == before
 
 
-# Arguments that are neither text nor a count, each with its own check in tests/unit/test_hostile_input.py.
-NOT_TEXT_OR_COUNT = {"level", "vector", "min_similarity"}
+# Arguments that are neither text nor a count, each with its own check in tests/unit/test_hostile_input.py;
+# and `progress` (refresh_indexes), whether the operator's ingest draws a bar.
+NOT_TEXT_OR_COUNT = {"level", "vector", "min_similarity", "progress"}
 
 
 def test_the_cases_above_cover_every_argument_of_every_public_method():

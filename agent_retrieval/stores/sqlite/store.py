@@ -368,7 +368,7 @@ class SQLiteStore(Store):
                 every = np.einsum("ij,j->i", vectors, query)
                 top = np.argpartition(-every, k - 1)[:k] if len(every) > k else np.arange(len(every))
                 scores = every[top]
-            order = np.argsort(-scores, kind="stable")
+            order = np.lexsort((top, -scores))  # best first; a tie goes to the older row, on either path
             # compared in float64: a floor below float32's precision (1e-300) would otherwise round to 0.0
             order = order[scores[order] >= np.float64(min_similarity)]
             return self._hits(
