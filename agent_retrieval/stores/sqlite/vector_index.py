@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -129,8 +129,8 @@ def _changes(held: Matrix, matrix: Matrix) -> tuple[np.ndarray, np.ndarray]:
     _, old, now = np.intersect1d(held.rowids, matrix.rowids, assume_unique=True, return_indices=True)
     changed = np.zeros(len(old), bool)
     for i in range(0, len(old), COMPARE_ROWS):
-        was, now_held = held.vectors[old[i : i + COMPARE_ROWS]], matrix.vectors[now[i : i + COMPARE_ROWS]]
-        changed[i : i + COMPARE_ROWS] = np.any(was.astype(HELD) != now_held.astype(HELD), axis=1)
+        was, is_now = held.vectors[old[i : i + COMPARE_ROWS]], matrix.vectors[now[i : i + COMPARE_ROWS]]
+        changed[i : i + COMPARE_ROWS] = np.any(was.astype(HELD) != is_now.astype(HELD), axis=1)
     kept = np.zeros(len(held.rowids), bool)
     kept[old[~changed]] = True
     fresh = np.ones(len(matrix.rowids), bool)
@@ -160,16 +160,12 @@ def _load(path: Path, dim: int) -> tuple[Index, Matrix] | None:
 
 def _save(graph: Index, path: Path) -> None:
     """Write the graph beside the store in one step: a reader sees the old file or the new, never half."""
+    # a name of this writer's own (the file gets the usual permissions, as the store's file does)
+    part = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as error:  # a read-only folder: the graph stays in memory, made again by each process
-        log.warning("the vector index cannot be saved beside %s (%s)", path, error.strerror)
-        return
-    os.close(fd)
-    try:
-        graph.save(name)
-        os.replace(name, path)
-    except (OSError, RuntimeError) as error:
+        graph.save(str(part))
+        os.replace(part, path)
+    except (OSError, RuntimeError) as error:  # a read-only folder: kept in memory, made again by each process
         log.warning("the vector index cannot be saved at %s (%s)", path, error)
         with contextlib.suppress(OSError):
-            os.unlink(name)
+            part.unlink()
