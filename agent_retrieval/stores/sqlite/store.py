@@ -330,7 +330,9 @@ class SQLiteStore(Store):
         the file): the end of an ingest does, so searches after it need not."""
         with self._db.read() as conn:
             for level in typing.get_args(Level):
-                if (matrix := self._matrix(conn, level)) is not None:
+                # Rows never outnumber the largest rowid: a level below the threshold by it is never read.
+                largest = conn.execute(f"SELECT max(rowid) FROM {TABLE[level]}").fetchone()[0] or 0
+                if 0 < self._index_rows <= largest and (matrix := self._matrix(conn, level)) is not None:
                     self._vector_index(level, matrix, searching=False, progress=progress)
 
     def _vector_search(self, search: VectorSearch) -> list[Hit]:
