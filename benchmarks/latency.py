@@ -140,6 +140,8 @@ def measure(path: Path, base: Retrieval, texts: list[str]) -> dict[str, float]:
         tool.invoke({"query": text, "top_k": 10})
         times.append((time.perf_counter() - started) * 1000)
     after = after_the_searches(retrieval, texts)
+    # the words' postings keyword search kept in memory (sqlite/keywords.py), both levels
+    postings_mb = sum(p.nbytes for p in retrieval.store._cache.postings.values()) / 2**20
     retrieval.close()
     p50, p95 = p50_p95(times)
     return {
@@ -148,6 +150,7 @@ def measure(path: Path, base: Retrieval, texts: list[str]) -> dict[str, float]:
         "p95_ms": p95,
         "mean_ms": round(statistics.fmean(times), 2),
         "after_searches_p50_ms": round(statistics.median(after), 2),
+        "keyword_postings_mb": round(postings_mb, 1),
         # a store opened for each call, as each run of a LangGraph server opens one
         "per_run_p50_ms": per_run(path, base, texts[:PER_RUN_CALLS], store_cache_mb=1024),
         "per_run_no_cache_p50_ms": per_run(path, base, texts[:PER_RUN_CALLS], store_cache_mb=0),

@@ -12,9 +12,11 @@ import pytest
 
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import Chunk, Document
+from agent_retrieval.process import ProcessState
 from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores.base import DocumentState
-from agent_retrieval.stores.sqlite import keywords
+from agent_retrieval.stores.sqlite import cache, keywords
+from agent_retrieval.stores.sqlite.cache import file_caches
 from agent_retrieval.stores.sqlite.schema import MIGRATIONS
 from agent_retrieval.text import keyword_terms
 
@@ -46,18 +48,26 @@ def full_bm25(path: str, level: str, query: str, k: int) -> list[tuple[str, floa
 
 
 def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatch):
+    """Both paths: the whole level from the words' cached postings, and a scope (every document named, so
+    the same rows) through FTS5; each prunes, and each ranks as scoring every row does."""
     path = str(tmp_path / "zipf.db")
     store = SQLiteStore(path)
-    store.upsert(*zipf_corpus(600), "test/none")
+    docs, chunks = zipf_corpus(600)
+    store.upsert(docs, chunks, "test/none")
+    everyone = [d.id for d in docs]
     rng = random.Random(11)
     passes: list[str] = []
     original = store._db.connection
+    monkeypatch.setattr(store._db, "connection", lambda: _Recorder(original(), passes))
+    scored: list[tuple[int, int]] = []  # per call from postings: rows scored, rows holding any of the words
+    pruned = False  # some search scored fewer rows than hold its words
+    summed = keywords._summed
 
-    def counting_conn():
-        conn = original()
-        return _Recorder(conn, passes)
+    def counting(rows, lists):
+        scored.append((len(rows), len(np.unique(np.concatenate([p.rowids for p in lists])))))
+        return summed(rows, lists)
 
-    monkeypatch.setattr(store._db, "connection", counting_conn)
+    monkeypatch.setattr(keywords, "_summed", counting)
     for _ in range(40):
         query = " ".join(
             f"w{rng.choice([0, 1, 2, 3, rng.randint(4, 399), rng.randint(50, 399)])}x"
@@ -65,12 +75,89 @@ def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatc
         )
         for level in ("chunks", "documents"):
             for k in (1, 5, 20):
-                got = [(h.id, h.keyword_score) for h in store.keyword_search(level, query, k)]
                 want = full_bm25(path, level, query, k)
-                assert [i for i, _ in got] == [i for i, _ in want] or _ties_only(got, want), query
-                assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
-    # pruning really happened: some searches scored only rows holding a rarer term
+                for scope in (None, everyone):
+                    scored.clear()
+                    found = store.keyword_search(level, query, k, document_ids=scope)
+                    pruned |= bool(scored) and all(rows < holding for rows, holding in scored)
+                    got = [(h.id, h.keyword_score) for h in found]
+                    assert [i for i, _ in got] == [i for i, _ in want] or _ties_only(got, want), query
+                    assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
+    # pruning really happened on both paths: some searches scored only rows holding a rarer term
     assert any(" AND (" in match for match in passes)
+    assert pruned
+
+
+def test_a_words_postings_are_read_once_until_the_next_write(tmp_path, monkeypatch):
+    path = str(tmp_path / "once.db")
+    store = SQLiteStore(path)
+    docs, chunks = zipf_corpus(300)
+    store.upsert(docs, chunks, "test/none")
+    passes: list[str] = []
+    original = store._db.connection
+    monkeypatch.setattr(store._db, "connection", lambda: _Recorder(original(), passes))
+    query = "w0x w1x w57x"
+    first = [h.id for h in store.keyword_search("chunks", query, 5)]
+    read = len(passes)
+    assert [h.id for h in store.keyword_search("chunks", query, 5)] == first
+    assert len(passes) == read  # the second search read no postings
+    # counted in the file's cache, which store_cache_mb bounds (no vectors here: the postings are all of it)
+    assert store._cache.nbytes == store._cache.postings["chunks"].nbytes > 0
+
+    # A word no row held, cached as such, then written: both paths see it (scores, row counts, idf).
+    assert store.keyword_search("chunks", "w0x w1x qqqx", 1)[0].unknown_terms == 1
+    new = Document("new", "new", "qqqx qqqx w1x", content_hash="new")
+    store.upsert([new], [Chunk("new#0", "new", 0, "qqqx qqqx w1x", "new", text_hash="new")], "test/none")
+    for scope in ([d.id for d in docs] + ["new"], None):  # the scope first: it reads no postings
+        best = store.keyword_search("chunks", "w0x w1x qqqx", 1, document_ids=scope)[0]
+        assert (best.id, best.unknown_terms) == ("new#0", 0), scope
+        assert best.keyword_score == pytest.approx(
+            full_bm25(path, "chunks", "w0x w1x qqqx", 1)[0][1], rel=1e-9
+        )
+
+
+def test_the_postings_kept_stay_within_their_bound(tmp_path, monkeypatch):
+    """Searches past the bound still rank as scoring every row does; a word larger than the bound is used
+    but not kept, and does not push out the words that fit."""
+    monkeypatch.setattr(cache, "POSTINGS_CACHE_BYTES", 3_000)
+    path = str(tmp_path / "bound.db")
+    store = SQLiteStore(path)
+    store.upsert(*zipf_corpus(300), "test/none")
+    rng = random.Random(2)
+    for _ in range(30):
+        query = " ".join(f"w{rng.randint(20, 399)}x" for _ in range(4))
+        got = [(h.id, h.keyword_score) for h in store.keyword_search("documents", query, 5)]
+        want = full_bm25(path, "documents", query, 5)
+        assert [i for i, _ in got] == [i for i, _ in want] or _ties_only(got, want), query
+        assert store._cache.postings["documents"].nbytes <= 3_000
+    kept = store._cache.postings["documents"]
+    before = set(kept._terms)
+    store.keyword_search("documents", "w0x", 5)  # in most rows: 16 bytes a row, past the bound
+    assert "w0x" not in kept._terms and set(kept._terms) == before
+
+
+def test_the_postings_count_in_the_budget_of_what_the_process_keeps(tmp_path):
+    process = ProcessState()
+    store = SQLiteStore(tmp_path / "budget.db", cache_mb=1, process=process)
+    store.upsert(*zipf_corpus(3000), "test/none")
+    kept = []
+    for first in range(0, 400, 8):  # every word: about 1.2 MB of postings
+        store.keyword_search("documents", " ".join(f"w{i}x" for i in range(first, first + 8)), 5)
+        kept.append(bool(file_caches(process)._files))
+    # kept while within the 1 MB budget, then dropped: the next store on the file reads it again
+    assert kept[0] and not kept[-1]
+
+
+def test_a_query_holding_a_word_commoner_than_postings_are_kept_for_is_scored_by_fts5(tmp_path, monkeypatch):
+    monkeypatch.setattr(keywords, "POSTINGS_ROWS", 100)
+    path = str(tmp_path / "common.db")
+    store = SQLiteStore(path)
+    store.upsert(*zipf_corpus(300), "test/none")
+    for query in ("w0x w150x w230x", "w150x w230x"):  # w0x is in most rows; the others in few
+        got = [(h.id, h.keyword_score) for h in store.keyword_search("chunks", query, 5)]
+        want = full_bm25(path, "chunks", query, 5)
+        assert [i for i, _ in got] == [i for i, _ in want] or _ties_only(got, want), query
+    assert set(store._cache.postings["chunks"]._terms) == {"w150x", "w230x"}  # read by the second query only
 
 
 def _ties_only(got: list[tuple[str, float]], want: list[tuple[str, float]]) -> bool:

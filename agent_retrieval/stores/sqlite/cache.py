@@ -3,6 +3,7 @@ that file: the vectors as one matrix per level, the words' row counts, and the m
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -29,6 +30,52 @@ class Matrix:
     vectors: np.ndarray
 
 
+@dataclass(frozen=True)
+class Postings:
+    """One word's rows of a level (rowid ascending) and its part of each row's BM25 score, idf included."""
+
+    rowids: np.ndarray
+    scores: np.ndarray
+
+    @functools.cached_property
+    def bound(self) -> float:
+        """The most the word adds to any row's score."""
+        return float(self.scores.max(initial=0.0))
+
+    @property
+    def nbytes(self) -> int:
+        return self.rowids.nbytes + self.scores.nbytes
+
+
+POSTINGS_CACHE_BYTES = 256 * 2**20  # a level's postings kept per file: the words of many queries at 1M rows
+
+
+class PostingsCache:
+    """Words' postings read at one generation, the least recently used dropped past POSTINGS_CACHE_BYTES."""
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.nbytes = 0
+        self._lock = threading.Lock()
+        self._terms: OrderedDict[str, Postings] = OrderedDict()
+
+    def get(self, term: str) -> Postings | None:
+        with self._lock:
+            found = self._terms.get(term)
+            if found is not None:
+                self._terms.move_to_end(term)
+            return found
+
+    def put(self, term: str, postings: Postings) -> None:
+        with self._lock:
+            if term in self._terms or postings.nbytes > POSTINGS_CACHE_BYTES:
+                return
+            self._terms[term] = postings
+            self.nbytes += postings.nbytes
+            while self.nbytes > POSTINGS_CACHE_BYTES:
+                self.nbytes -= self._terms.popitem(last=False)[1].nbytes
+
+
 @dataclass
 class FileCache:
     """What searches keep of one store file until its next write, each entry with the generation it was
@@ -42,12 +89,14 @@ class FileCache:
     behind: dict[Level, tuple[int, int]] = field(default_factory=dict)
     # generation, rows, each word's row count
     frequencies: dict[Level, tuple[int, int, dict[str, int]]] = field(default_factory=dict)
+    postings: dict[Level, PostingsCache] = field(default_factory=dict)  # each word's rows and scores
     metadata: tuple[int, int, list[MetadataCount]] | None = None  # generation, max_values, counts
 
     @property
     def nbytes(self) -> int:
         matrices = sum(m.vectors.nbytes + m.rowids.nbytes for m in tuple(self.matrices.values()))
-        return matrices + sum(index.graph.memory_usage for index in tuple(self.indexes.values()))
+        indexes = sum(index.graph.memory_usage for index in tuple(self.indexes.values()))
+        return matrices + indexes + sum(p.nbytes for p in tuple(self.postings.values()))
 
 
 class FileCaches:

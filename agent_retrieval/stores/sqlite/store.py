@@ -44,7 +44,7 @@ from agent_retrieval.stores.base import (
 )
 from agent_retrieval.stores.sqlite.cache import FileCache, Matrix, file_caches
 from agent_retrieval.stores.sqlite.connection import Connections
-from agent_retrieval.stores.sqlite.keywords import best_rows, coverage, idf
+from agent_retrieval.stores.sqlite.keywords import best_rows, coverage
 from agent_retrieval.stores.sqlite.schema import NOW, TABLE
 from agent_retrieval.stores.sqlite.vector_index import VectorIndex, refreshed, sidecar
 from agent_retrieval.text import keyword_terms
@@ -385,8 +385,8 @@ class SQLiteStore(Store):
         where, params = _where(level, filters, document_ids)
         with self._db.read() as conn:
             generation = int(self._info(conn)["generation"])
-            weights = idf(conn, self._cache, generation, level, terms)
-            rows = best_rows(conn, level, terms, weights, k, where, params)
+            rows, weights = best_rows(conn, self._cache, generation, level, terms, k, where, params)
+            file_caches(self.process).trim(self._cache_bytes)  # the postings it read count in the budget
             hits = self._hits(conn, level, dict(rows), "keyword_score")
             if hits:
                 best = coverage(conn, level, rows[0][0], weights)
