@@ -47,7 +47,7 @@ class Postings:
         return self.rowids.nbytes + self.scores.nbytes
 
 
-POSTINGS_CACHE_BYTES = 256 * 2**20  # a level's postings kept per file: the words of many queries at 1M rows
+POSTINGS_CACHE_BYTES = 256 * 2**20  # a level's postings kept per file (500 queries on 100K chunks: 88 MB)
 
 
 class PostingsCache:
