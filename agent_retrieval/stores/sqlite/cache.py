@@ -1,5 +1,6 @@
 """What searches keep of a store file until its next write, shared by every store of the process open on
-that file: the vectors as one matrix per level, the words' row counts, and the metadata counts."""
+that file: the vectors as one matrix per level, the words' row counts and postings, and the metadata
+counts."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ class PostingsCache:
 class FileCache:
     """What searches keep of one store file until its next write, each entry with the generation it was
     read at: the vectors (and their approximate index, past the size where it pays), the words' row counts
-    (keyword idf) and the metadata counts."""
+    (keyword idf) and postings (keyword scores), and the metadata counts."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)  # one thread reloads; the rest reuse it
     matrices: dict[Level, Matrix] = field(default_factory=dict)
