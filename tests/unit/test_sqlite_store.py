@@ -75,14 +75,11 @@ def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatc
         )
         for level in ("chunks", "documents"):
             for k in (1, 5, 20):
-                want = full_bm25(path, level, query, k)
                 for scope in (None, everyone):
                     scored.clear()
                     found = store.keyword_search(level, query, k, document_ids=scope)
                     pruned |= bool(scored) and all(rows < holding for rows, holding in scored)
-                    got = [(h.id, h.keyword_score) for h in found]
-                    assert [i for i, _ in got] == [i for i, _ in want] or _ties_only(got, want), query
-                    assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
+                    assert_ranked_as_every_row(found, path, level, query, k)
     # pruning really happened on both paths: some searches scored only rows holding a rarer term
     assert any(" AND (" in match for match in passes)
     assert pruned
@@ -126,9 +123,7 @@ def test_the_postings_kept_stay_within_their_bound(tmp_path, monkeypatch):
     rng = random.Random(2)
     for _ in range(30):
         query = " ".join(f"w{rng.randint(20, 399)}x" for _ in range(4))
-        got = [(h.id, h.keyword_score) for h in store.keyword_search("documents", query, 5)]
-        want = full_bm25(path, "documents", query, 5)
-        assert [i for i, _ in got] == [i for i, _ in want] or _ties_only(got, want), query
+        assert_ranked_as_every_row(store.keyword_search("documents", query, 5), path, "documents", query, 5)
         assert store._cache.postings["documents"].nbytes <= 3_000
     kept = store._cache.postings["documents"]
     before = set(kept._terms)
@@ -154,10 +149,16 @@ def test_a_query_holding_a_word_commoner_than_postings_are_kept_for_is_scored_by
     store = SQLiteStore(path)
     store.upsert(*zipf_corpus(300), "test/none")
     for query in ("w0x w150x w230x", "w150x w230x"):  # w0x is in most rows; the others in few
-        got = [(h.id, h.keyword_score) for h in store.keyword_search("chunks", query, 5)]
-        want = full_bm25(path, "chunks", query, 5)
-        assert [i for i, _ in got] == [i for i, _ in want] or _ties_only(got, want), query
+        assert_ranked_as_every_row(store.keyword_search("chunks", query, 5), path, "chunks", query, 5)
     assert set(store._cache.postings["chunks"]._terms) == {"w150x", "w230x"}  # read by the second query only
+
+
+def assert_ranked_as_every_row(hits, path: str, level: str, query: str, k: int) -> None:
+    """The hits are the rows, with the scores, that FTS5's bm25 over every row gives (ties in any order)."""
+    got = [(h.id, h.keyword_score) for h in hits]
+    want = full_bm25(path, level, query, k)
+    assert [i for i, _ in got] == [i for i, _ in want] or _ties_only(got, want), query
+    assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9), query
 
 
 def _ties_only(got: list[tuple[str, float]], want: list[tuple[str, float]]) -> bool:
