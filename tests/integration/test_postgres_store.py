@@ -470,6 +470,43 @@ def test_an_initial_load_drops_the_search_indexes_and_builds_them_at_the_end(pos
     assert search_indexes() == before
 
 
+def test_an_initial_load_writes_the_rows_an_upsert_writes(postgres, schema):
+    store = PostgresStore(postgres.dsn, schema=schema, tenant="acme")
+    store.init(4)
+    docs = [
+        Document("lease", "Lease", "deposit clause", {"kind": "contract"}, "a/lease.md", "h1", "t1",
+                 np.array([0.6, 0.8, 0, 0], np.float32), public=True),
+        Document("memo", "Memo", "unembedded memo", {}, None, "h2", "t2"),
+    ]  # fmt: skip
+    chunks = [
+        Chunk("lease#0", "lease", 0, "deposit clause", "Lease", {"page": 1}, "c1",
+              np.array([0, 0, 0.8, 0.6], np.float32)),
+        Chunk("lease#1", "lease", 1, "rent review", "Lease > Rent", {}, "c2", np.eye(4, dtype=np.float32)[3]),
+        Chunk("memo#0", "memo", 0, "unembedded memo", "Memo", {}, "c3"),
+    ]  # fmt: skip
+    columns = {
+        "documents": "tenant_id, id, title, content, metadata, source, is_public, content_hash, text_hash, "
+        "embedding::text, embedding_model",
+        "chunks": "tenant_id, document_id, id, ordinal, heading_path, content, metadata, is_public, "
+        "text_hash, embedding::text, embedding_model",
+    }
+
+    def stored() -> dict[str, list[tuple]]:
+        return {t: postgres.execute(f"select {c} from {schema}.{t} order by id") for t, c in columns.items()}
+
+    with store.initial_load():  # the rows copied
+        store.upsert(docs, chunks, "test/axes")
+    loaded = stored()
+    store.upsert(docs, chunks, "test/axes")  # the same rows by upsert_documents, replacing them
+    assert loaded == stored()
+    assert [row[:2] + row[6:7] for row in loaded["documents"]] == [
+        ("acme", "lease", True),
+        ("acme", "memo", False),
+    ]
+    assert [row[7] for row in loaded["chunks"]] == [True, True, False]  # as public as their document
+    store.close()
+
+
 def test_an_interrupted_initial_load_leaves_the_store_empty_with_its_indexes(postgres, schema):
     store = PostgresStore(postgres.dsn, schema=schema)
     store.init(4)
