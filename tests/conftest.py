@@ -27,7 +27,8 @@ from tests.stack import Postgres, SupabaseStack, start_postgres, start_stack
 
 # Schemas PostgREST serves: `agent_retrieval` (the default, for tests with real embedders), `ar_contract`
 # (the store contract suite), `ar_load` (tests/integration/test_load.py), `ar_process`
-# (tests/integration/test_process_state.py), `ar_server` (a `langgraph dev` and an MCP server
+# (tests/integration/test_process_state.py), `ar_ranking` (keyword rankings under row-level security:
+# tests/integration/test_supabase_store.py), `ar_server` (a `langgraph dev` and an MCP server
 # in front of the stack: tests/integration/test_langgraph_auth.py), `stack_test`
 # (tests/integration/test_stack.py), and `public`. They need not
 # exist when PostgREST starts: the store's SQL creates them and reloads its schema cache.
@@ -36,6 +37,7 @@ SUPABASE_SCHEMAS = [
     "ar_contract",
     "ar_load",
     "ar_process",
+    "ar_ranking",
     "ar_server",
     "ar_vectorstore",
     "public",

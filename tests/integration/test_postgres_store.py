@@ -18,6 +18,7 @@ from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.rpc import POSTINGS_BLOCK
+from tests.bm25 import every_row_top_k, idf_and_average, random_query, zipf_corpus
 from tests.conftest import WordHashEmbeddings
 
 
@@ -229,19 +230,11 @@ def test_ingest_public_is_the_operators_flag_and_metadata_publishes_nothing(
         assert press.document_states(["hours"])["hours"].public is True
 
 
-def _bm25_corpus(rng: np.random.Generator) -> list[str]:
-    """Texts over a Zipf-like vocabulary: a few words in most rows, many in a few, as in real text."""
-    vocabulary = [f"w{n}" for n in range(60)]
-    weights = 1 / np.arange(1, len(vocabulary) + 1) ** 1.1
-    weights /= weights.sum()
-    return [" ".join(rng.choice(vocabulary, size=int(rng.integers(3, 25)), p=weights)) for _ in range(400)]
-
-
 def test_pruned_keyword_search_ranks_exactly_as_scoring_every_row(postgres, schema):
     # The first pass scores only the rows of the rarest words, and the rows holding only common words are
     # never scored once k rows beat their bound: the result must still be the exact BM25 top k.
     rng = np.random.default_rng(11)
-    texts = _bm25_corpus(rng)
+    texts = zipf_corpus(rng)
     store = PostgresStore(postgres.dsn, schema=schema, tenant="acme")
     store.init(4)
     docs = [Document(f"d{n}", "", t, content_hash=str(n), text_hash=str(n)) for n, t in enumerate(texts)]
@@ -259,41 +252,24 @@ def test_pruned_keyword_search_ranks_exactly_as_scoring_every_row(postgres, sche
     assert postgres.execute(f"select count(distinct block) from {schema}.chunks_postings") == [(4,)]
     pruned_queries = left_out = 0
     for _ in range(60):
-        query = " ".join(
-            rng.choice([f"w{n}" for n in range(60)], size=int(rng.integers(3, 9)), replace=False)
-        )
+        query = random_query(rng)
         k = int(rng.integers(1, 12))
         found = store.keyword_search("chunks", query, k)
-        terms, idfs = zip(
-            *postgres.execute(
-                f"""select t.term, ln(1 + (s.n - sum(t.rows) + 0.5) / (sum(t.rows) + 0.5))
-                    from {schema}.chunks_term_stats t,
-                         (select sum(rows)::float8 as n from {schema}.corpus_stats where level = 'chunks') s
-                    where t.term = any (%s) group by t.term, s.n order by 2 desc, 1""",
-                (query.split(),),
-            ),
-            strict=True,
-        )
-        average = postgres.execute(
-            f"select total_length::float8 / rows from {schema}.corpus_stats where level = 'chunks'"
-        )[0][0]
-        bm25 = f"select b.row_id, b.score from {schema}.bm25_chunks(%s, %s, %s, %s, null, null, %s, %s) b"
-        exact = dict(postgres.execute(bm25, (list(terms), list(idfs), None, average, 0, 0)))
-        every_row = sorted(exact.items(), key=lambda row: (-row[1], row[0]))[:k]
-        ids = dict(postgres.execute(f"select rowid, id from {schema}.chunks"))
-        assert [h.id for h in found] == [ids[row] for row, _ in every_row], query
+        every_row = every_row_top_k(postgres, schema, query, k, "acme")
+        assert [h.id for h in found] == [chunk for chunk, _ in every_row], query
         assert [h.keyword_score for h in found] == pytest.approx([score for _, score in every_row], rel=1e-9)
+        terms, idfs, average = idf_and_average(postgres, schema, query.split(), "acme")
+        bm25 = f"select b.row_id, b.score from {schema}.bm25_chunks(%s, %s, %s, %s, null, null, %s, %s) b"
+        exact = dict(postgres.execute(bm25, (terms, idfs, None, average, 0, 0)))
         pruned_queries += len(terms) >= 3
         # The rows of the rarer terms, the other terms' postings probed in the rows' blocks (the other terms
         # have many postings) or read whole (few): each row scored exactly, and with a floor, every row that
         # reaches it kept.
         essential = list(terms[: int(rng.integers(1, len(terms)))])
-        holding = dict(postgres.execute(bm25, (list(terms), list(idfs), essential, average, 1e18, 0)))
+        holding = dict(postgres.execute(bm25, (terms, idfs, essential, average, 1e18, 0)))
         floor = float(np.median(list(holding.values())))
         for other_postings in (1e18, 0):
-            rows = dict(
-                postgres.execute(bm25, (list(terms), list(idfs), essential, average, other_postings, floor))
-            )
+            rows = dict(postgres.execute(bm25, (terms, idfs, essential, average, other_postings, floor)))
             assert {row for row, score in holding.items() if score >= floor} <= rows.keys() <= holding.keys()
             assert rows == pytest.approx({row: exact[row] for row in rows}, rel=1e-12), query
             left_out += len(rows) < len(holding)
@@ -365,7 +341,7 @@ def test_postings_and_counts_follow_every_write(postgres, schema):
     # its idf from and the corpus totals: after inserts, a replacement, a change of visibility and deletions
     # in two tenants they equal what one build from every row makes (rebuild_postings_*, as a first load).
     rng = np.random.default_rng(5)
-    texts = _bm25_corpus(rng)[:60]
+    texts = zipf_corpus(rng)[:60]
     stores = {t: PostgresStore(postgres.dsn, schema=schema, tenant=t) for t in ("acme", "globex")}
     stores["acme"].init(4)
 

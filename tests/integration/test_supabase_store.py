@@ -26,6 +26,7 @@ from agent_retrieval.stores import open_store
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
 from agent_retrieval.tools import make_retrieval_tools
+from tests.bm25 import every_row_top_k, random_query, zipf_corpus
 from tests.conftest import WordHashEmbeddings
 
 SCHEMA = "agent_retrieval"
@@ -341,3 +342,31 @@ def test_a_wrong_key_is_a_clear_error(stack):
     with pytest.raises(StoreError) as error:
         store.stats()
     assert "not-a-key" not in str(error.value)
+
+
+def test_a_users_pruned_keyword_search_ranks_as_scoring_every_row_they_may_read(supabase_stack):
+    # Under row-level security the pruned search reads only the postings and counts of the user's tenant
+    # and of public rows: its top k must be the exact BM25 top k of those rows, none of another tenant's.
+    schema, postgres = "ar_ranking", supabase_stack.postgres
+    postgres.execute(f"drop schema if exists {schema} cascade")
+    PostgresStore(postgres.dsn, schema=schema).init(4)
+    supabase_stack.postgrest.reload_schema()
+    rng = np.random.default_rng(5)
+    texts = zipf_corpus(rng, 450)
+    for tenant, first, public in (("acme", 0, False), ("globex", 150, False), ("press", 300, True)):
+        docs = [
+            Document(f"{tenant}{n}", "", texts[first + n], content_hash=str(n), public=public)
+            for n in range(150)
+        ]
+        chunks = [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs]
+        with SupabaseStore(supabase_stack.url, supabase_stack.service_key, schema=schema, tenant=tenant) as s:
+            s.upsert(docs, chunks, "test/none")
+    token = supabase_stack.user_token("u-acme", tenant="acme")
+    with SupabaseStore(supabase_stack.url, supabase_stack.anon_key, schema=schema, user_token=token) as user:
+        for _ in range(30):
+            query, k = random_query(rng), int(rng.integers(1, 12))
+            found = [(h.id, h.keyword_score) for h in user.keyword_search("chunks", query, k)]
+            every_row = every_row_top_k(postgres, schema, query, k, "acme")
+            assert [chunk for chunk, _ in found] == [chunk for chunk, _ in every_row], query
+            assert [s for _, s in found] == pytest.approx([s for _, s in every_row], rel=1e-9)
+            assert not any(chunk.startswith("globex") for chunk, _ in found)
