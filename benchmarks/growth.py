@@ -1,14 +1,14 @@
-"""How cost grows with the corpus: `chunk_retriever` latency (p50/p95) and memory at 10K, 100K and 300K
-chunks, on the embedded store and on Postgres by DSN, so a reader can see where to move from one to the
-other.
+"""How cost grows with the corpus: `chunk_retriever` latency (p50/p95) and memory at 10K, 100K, 300K and
+1M chunks, on the embedded store and on Postgres by DSN, so a reader can see where to move from one to
+the other.
 
 The embedded figures are `benchmarks/latency.py`'s (run it first: it builds the stores and measures them,
-with the process's peak memory). Here each of those stores is copied into Postgres (schema bench_<size>,
-kept between runs), and the same tool call is timed on it with the same queries; the Postgres memory figure
-is the size of the schema's tables and indexes, which the server must keep in its cache to answer at
-this speed.
+with the process's peak memory). Here each of those stores is copied into Postgres by `initial_load`
+(schema bench_<size>, kept between runs), and the same tool call is timed on it with the same queries;
+the Postgres memory figure is the size of the schema's tables and indexes, which the server must keep in
+its cache to answer at this speed.
 
-    python -m benchmarks.growth [--sizes 10000 100000 300000]   # JSON in results/growth.json
+    python -m benchmarks.growth [--sizes 10000 100000 300000 1000000]   # JSON in results/growth.json
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.tools import ChunkRetrieverTool
 from benchmarks.latency import RESULTS, queries
-from benchmarks.postgres import copy_store, timed
-from tests.stack import start_postgres
+from benchmarks.postgres import copy_store, start_postgres_for_loads, timed
 
 
 def main() -> dict:
@@ -38,7 +37,7 @@ def main() -> dict:
     texts = queries(300)
     embedder = make_embedder(Context())
     report: dict = {}
-    postgres = start_postgres(RESULTS / "postgres-stack")
+    postgres = start_postgres_for_loads(RESULTS / "postgres-stack")
     try:
         for size in sorted(args.sizes):
             schema = f"bench_{size // 1000}k"
@@ -47,8 +46,8 @@ def main() -> dict:
             if store.stats().chunks < size:
                 postgres.execute(f"drop schema {schema} cascade")
                 store.init(384)
-                copy_store(RESULTS / f"scifact-{size}.db", store)
-                postgres.execute(f"vacuum analyze {schema}.chunks, {schema}.chunks_postings")
+                with store.initial_load():
+                    copy_store(RESULTS / f"scifact-{size}.db", store)
             tool = ChunkRetrieverTool(retrieval=Retrieval(Context(), store=store, embedder=embedder))
             for text in queries(50, "train"):  # warm up as the embedded run does (its caches, the server's)
                 tool.invoke({"query": text, "top_k": 10})

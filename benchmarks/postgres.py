@@ -41,10 +41,24 @@ from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore
 from agent_retrieval.tools import ChunkRetrieverTool
+from benchmarks.embedded_peers import percentiles
 from benchmarks.latency import DATASET, RESULTS, queries
-from tests.stack import start_postgres, start_stack
+from tests.stack import Postgres, start_postgres, start_stack
 
 SCHEMA_100K, SCHEMA_SCIFACT = "bench_100k", "bench_scifact"
+# As an operator sets a server for a first load (PostgresStore.initial_load): room for an HNSW graph in
+# memory (about 1 KB a vector of 384 dimensions, so a million fit), which pgvector then builds with parallel
+# workers. At the default 64 MB, a graph past about 60K vectors is built on disk, several times slower.
+LOAD_SETTINGS = {"maintenance_work_mem": "2GB", "max_parallel_maintenance_workers": "2"}
+
+
+def start_postgres_for_loads(folder: Path) -> Postgres:
+    """The tests' Postgres in `folder`, set with LOAD_SETTINGS."""
+    postgres = start_postgres(folder)
+    for name, value in LOAD_SETTINGS.items():  # one statement each: alter system is refused in a block
+        postgres.execute(f"alter system set {name} = '{value}'")
+    postgres.execute("select pg_reload_conf()")
+    return postgres
 
 
 def copy_store(source: Path, target: PostgresStore, batch: int = 200) -> dict[str, float]:
@@ -100,14 +114,6 @@ def initial_load_ratio(dsn: str, source: Path) -> dict[str, object]:
         out[name] = {"rows": rows, "seconds": round(seconds, 1), "rows_per_second": round(rows / seconds)}
         store.close()
     return {**out, "speedup": round(out["upserts"]["seconds"] / out["initial_load"]["seconds"], 2)}
-
-
-def percentiles(times: list[float]) -> dict[str, float]:
-    times = sorted(times)
-    return {
-        "p50_ms": round(statistics.median(times), 2),
-        "p95_ms": round(times[int(0.95 * len(times)) - 1], 2),
-    }
 
 
 def timed(call, items) -> dict[str, float]:

@@ -36,14 +36,8 @@ from agent_retrieval.evaluation import load_beir
 from agent_retrieval.providers.embeddings import make_embedder
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.rpc import INDEXED_TEXT
-from benchmarks.embedded_peers import percentiles
 from benchmarks.latency import DATASET, RESULTS
-from benchmarks.postgres import copy_store, hnsw_recall
-from tests.stack import start_postgres
-
-# As an operator sets a server for a first load (initial_load's docstring): room for an HNSW graph in memory
-# (about 1 KB a vector of 384 dimensions, so a million fit), which pgvector then builds with parallel workers.
-LOAD_SETTINGS = {"maintenance_work_mem": "2GB", "max_parallel_maintenance_workers": "2"}
+from benchmarks.postgres import LOAD_SETTINGS, copy_store, hnsw_recall, start_postgres_for_loads, timed
 
 
 def load(postgres: Any, store: PostgresStore, source: Path) -> dict[str, float]:
@@ -144,17 +138,6 @@ def measure(postgres: Any, source: Path, texts: list[str], vectors: list[np.ndar
     return report
 
 
-def timed(call: Any, items: list[Any]) -> dict[str, float]:
-    for item in items[:20]:  # warm-up: connections, the server's caches
-        call(item)
-    times = []
-    for item in items:
-        started = time.perf_counter()
-        call(item)
-        times.append((time.perf_counter() - started) * 1000)
-    return percentiles(times)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -175,10 +158,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     vectors = [embedder.embed_query(text) for text in tqdm(texts, desc="embed queries")]
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
-        postgres = start_postgres(Path(folder))
-        for name, value in LOAD_SETTINGS.items():  # one statement each: alter system is refused in a block
-            postgres.execute(f"alter system set {name} = '{value}'")
-        postgres.execute("select pg_reload_conf()")
+        postgres = start_postgres_for_loads(Path(folder))
         report["server_settings"] = LOAD_SETTINGS
         try:
             for source in sources:
