@@ -4,9 +4,9 @@ the other.
 
 The embedded figures are `benchmarks/latency.py`'s (run it first: it builds the stores and measures them,
 with the process's peak memory). Here each of those stores is copied into Postgres by `initial_load`
-(schema bench_<size>, kept between runs), and the same tool call is timed on it with the same queries;
-the Postgres memory figure is the size of the schema's tables and indexes, which the server must keep in
-its cache to answer at this speed.
+(schema bench_<size>, kept between runs; `bench-scale --keep` leaves its loads there), and the same tool
+call is timed on it with the same queries; the Postgres memory figure is the size of the schema's tables
+and indexes, which the server must keep in its cache to answer at this speed.
 
     python -m benchmarks.growth [--sizes 10000 100000 300000 1000000]   # JSON in results/growth.json
 """
@@ -23,7 +23,7 @@ from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.tools import ChunkRetrieverTool
 from benchmarks.latency import RESULTS, queries
-from benchmarks.postgres import copy_store, start_postgres_for_loads, timed
+from benchmarks.postgres import GROWTH_STACK, copy_store, growth_schema, start_postgres_for_loads, timed
 
 
 def main() -> dict:
@@ -37,10 +37,10 @@ def main() -> dict:
     texts = queries(300)
     embedder = make_embedder(Context())
     report: dict = {}
-    postgres = start_postgres_for_loads(RESULTS / "postgres-stack")
+    postgres = start_postgres_for_loads(GROWTH_STACK)
     try:
         for size in sorted(args.sizes):
-            schema = f"bench_{size // 1000}k"
+            schema = growth_schema(size)
             store = PostgresStore(postgres.dsn, schema=schema)
             store.init(384)
             if store.stats().chunks < size:

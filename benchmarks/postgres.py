@@ -52,6 +52,15 @@ SCHEMA_100K, SCHEMA_SCIFACT = "bench_100k", "bench_scifact"
 LOAD_SETTINGS = {"maintenance_work_mem": "2GB", "max_parallel_maintenance_workers": "2"}
 
 
+# bench-growth's server, kept between runs; bench-scale --keep loads into it
+GROWTH_STACK = RESULTS / "postgres-stack"
+
+
+def growth_schema(size: int) -> str:
+    """The schema bench-growth times the tool on, for the store of `size` chunks."""
+    return f"bench_{size // 1000}k"
+
+
 def start_postgres_for_loads(folder: Path) -> Postgres:
     """The tests' Postgres in `folder`, set with LOAD_SETTINGS."""
     postgres = start_postgres(folder)

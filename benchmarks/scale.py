@@ -15,6 +15,7 @@ vectors jittered; `python benchmarks/latency.py --sizes N` builds it) into an em
 
     python -m benchmarks.scale [--sizes 10000 100000] [--queries 300]   # JSON in results/scale.json
     python -m benchmarks.scale --store some.db --dataset beir-folder     # any embedded store
+    python -m benchmarks.scale --sizes 10000 1000000 --keep   # loads kept for `make bench-growth`
 """
 
 from __future__ import annotations
@@ -37,7 +38,15 @@ from agent_retrieval.providers.embeddings import make_embedder
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.rpc import INDEXED_TEXT
 from benchmarks.latency import DATASET, RESULTS
-from benchmarks.postgres import LOAD_SETTINGS, copy_store, hnsw_recall, start_postgres_for_loads, timed
+from benchmarks.postgres import (
+    GROWTH_STACK,
+    LOAD_SETTINGS,
+    copy_store,
+    growth_schema,
+    hnsw_recall,
+    start_postgres_for_loads,
+    timed,
+)
 
 
 def load(postgres: Any, store: PostgresStore, source: Path) -> dict[str, float]:
@@ -110,9 +119,11 @@ def exact_keyword_rankings(postgres: Any, schema: str, texts: list[str], k: int 
     return {"queries": len(texts), "same_top_10_scores": same}
 
 
-def measure(postgres: Any, source: Path, texts: list[str], vectors: list[np.ndarray]) -> dict[str, Any]:
-    """Every figure for the embedded store `source` copied into a new schema."""
-    schema = f"scale_{source.stem.replace('-', '_')}"
+def measure(
+    postgres: Any, source: Path, schema: str, texts: list[str], vectors: list[np.ndarray]
+) -> dict[str, Any]:
+    """Every figure for the embedded store `source` copied into `schema`, made anew."""
+    postgres.execute(f"drop schema if exists {schema} cascade")
     store = PostgresStore(postgres.dsn, schema=schema)
     store.init(384)
     report: dict[str, Any] = {"load": load(postgres, store, source)}
@@ -149,6 +160,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--output", type=Path, default=RESULTS / "scale.json")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="load into bench-growth's server and schemas and keep them: bench-growth then times the tool "
+        "on these loads instead of loading again",
+    )
     args = parser.parse_args(argv)
     sources = [args.store] if args.store else [RESULTS / f"scifact-{size}.db" for size in args.sizes]
     if missing := [str(path) for path in sources if not path.exists()]:
@@ -158,11 +175,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     vectors = [embedder.embed_query(text) for text in tqdm(texts, desc="embed queries")]
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
-        postgres = start_postgres_for_loads(Path(folder))
+        postgres = start_postgres_for_loads(GROWTH_STACK if args.keep else Path(folder))
         report["server_settings"] = LOAD_SETTINGS
         try:
             for source in sources:
-                report[source.name] = measure(postgres, source, texts, vectors)
+                size = int(source.stem.rpartition("-")[2]) if args.keep else 0
+                schema = growth_schema(size) if args.keep else f"scale_{source.stem.replace('-', '_')}"
+                report[source.name] = measure(postgres, source, schema, texts, vectors)
                 print(source.name, json.dumps(report[source.name]), flush=True)
         finally:
             postgres.stop()
