@@ -26,10 +26,10 @@ from benchmarks.latency import RESULTS, queries
 from benchmarks.postgres import GROWTH_STACK, copy_store, growth_schema, start_postgres_for_loads, timed
 
 
-def main() -> dict:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 300_000])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     embedded = json.loads((RESULTS / "latency.json").read_text())
     missing = [size for size in args.sizes if str(size) not in embedded]
     if missing:
@@ -63,9 +63,9 @@ def main() -> dict:
                     "p50_ms": embedded[str(size)]["p50_ms"],
                     "p95_ms": embedded[str(size)]["p95_ms"],
                     "peak_rss_mb": embedded[str(size)].get("peak_rss_mb"),
-                    "file_mb": round((RESULTS / f"scifact-{size}.db").stat().st_size / 2**20),
+                    "file_mb": round((RESULTS / f"scifact-{size}.db").stat().st_size / 2**20, 1),
                 },
-                "postgres": {**row, "database_mb": round(int(size_bytes) / 2**20)},
+                "postgres": {**row, "database_mb": round(int(size_bytes) / 2**20, 1)},
             }
             print(size, json.dumps(report[size]), flush=True)
     finally:
