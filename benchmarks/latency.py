@@ -9,6 +9,7 @@ search, fusion, formatting; then each search alone.
 
     python benchmarks/latency.py                 # 10K, 100K and 300K
     python benchmarks/latency.py --sizes 10000   # one size
+    python benchmarks/latency.py --sizes 1000000 --keyword-floor   # and keyword search, every word kept
 """
 
 from __future__ import annotations
@@ -207,6 +208,31 @@ def keyword_side(retrieval: Retrieval, texts: list[str]) -> dict[str, float]:
     return {"p50_ms": p50, "p95_ms": p95, "postings_mb": round(sum(p.nbytes for p in kept) / 2**20, 1)}
 
 
+def keyword_floor(path: Path, texts: list[str]) -> dict[str, float]:
+    """What keyword search would cost with every query word's postings in memory, however common: each word
+    read once in full (sqlite/keywords.py's reading, through FTS5's bm25), then the kept-postings MaxScore
+    alone, p50/p95 over the queries, 100 candidates; and the time and memory of the reading."""
+    from agent_retrieval.stores.sqlite.cache import Postings
+    from agent_retrieval.stores.sqlite.keywords import _read_postings, best_of_postings
+    from agent_retrieval.text import keyword_terms
+
+    with SQLiteStore(path) as store, store._db.read() as conn:
+        kept: dict[str, Postings] = {}
+        started = time.perf_counter()
+        for term in {t for text in texts for t in keyword_terms(text)}:
+            kept[term] = _read_postings(conn, "chunks", term)
+        reading = time.perf_counter() - started
+    lists = [[kept[t] for t in keyword_terms(text)] for text in texts]
+    times = []
+    for words in lists:
+        started = time.perf_counter()
+        best_of_postings(words, 100)
+        times.append((time.perf_counter() - started) * 1000)
+    p50, p95 = p50_p95(times)
+    megabytes = sum(p.nbytes for p in kept.values()) / 2**20
+    return {"p50_ms": p50, "p95_ms": p95, "reading_s": round(reading, 1), "postings_mb": round(megabytes)}
+
+
 def per_run(path: Path, base: Retrieval, texts: list[str], *, store_cache_mb: int) -> float:
     """Median time of a tool call whose Retrieval, and so store, is made for it and closed after it.
     `store_cache_mb` 0 keeps nothing between stores: each call reads the file's vectors again."""
@@ -253,6 +279,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 300_000])
     parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument(
+        "--keyword-floor",
+        action="store_true",
+        help="also time keyword search with every query word's postings kept, however common",
+    )
     args = parser.parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
     base = base_store()
@@ -264,6 +295,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         with SQLiteStore(path) as store:
             chunks = store.stats().chunks
         row = measure(path, base, texts)
+        if args.keyword_floor:
+            row["keyword_floor"] = keyword_floor(path, texts)
         release_file_caches()  # the next size's peak memory holds no vectors of this one
         # peak memory of the process so far: sizes run smallest first, so each row is that size's peak
         row["chunks"], row["peak_rss_mb"] = (

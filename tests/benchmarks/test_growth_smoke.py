@@ -32,11 +32,12 @@ def test_the_curve_is_measured_on_both_stores(tmp_path, monkeypatch):
     monkeypatch.setattr(growth, "RESULTS", results)
     monkeypatch.setattr(growth, "GROWTH_STACK", tmp_path / "postgres")
 
-    embedded = latency.main(["--sizes", "3", "6"])
+    embedded = latency.main(["--sizes", "3", "6", "--keyword-floor"])
     assert [embedded[size]["chunks"] for size in ("3", "6")] == [3, 6]  # the base, then two copies of it
     for row in embedded.values():
         assert row["p95_ms"] >= row["p50_ms"] > 0 and row["peak_rss_mb"] > 0
         assert row["vector_search"]["graph_recall@10"] == 1.0  # below the threshold: the same exact scan
+        assert row["keyword_floor"]["p95_ms"] >= row["keyword_floor"]["p50_ms"] > 0
 
     report = growth.main(["--sizes", "3", "6"])
     for size, row in report.items():
