@@ -197,6 +197,16 @@ as $$
   from pg_catalog.unnest(pg_catalog.to_tsvector('{{schema}}.english_all'::regconfig, body)) t
 $$;
 
+-- One term's part of a row's BM25 score, as SQLite FTS5 computes it (k1 = 1.2, b = 0.75): its idf, its count
+-- in the row, the row's length and the corpus's average length. At most 2.2 x idf, the bound pruning uses.
+-- Inlined like words() above (no setting, every name qualified): it runs once per posting scored.
+create or replace function {{schema}}.bm25_part(idf float8, tf float8, length float8, average_length float8)
+returns float8
+language sql immutable parallel safe
+as $$
+  select idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / greatest(average_length, 1)))
+$$;
+
 -- Metadata filters, as the tools take them: {"key": value} equality or {"key": [v1, v2]} one-of.
 -- A number matches its text form and back ({"year": "2021"} finds 2021), as on the embedded store.
 create or replace function {{schema}}.metadata_matches(metadata jsonb, filter jsonb) returns boolean

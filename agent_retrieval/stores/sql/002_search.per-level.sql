@@ -262,9 +262,7 @@ as $$
     where p.term = any (coalesce(essential, terms)) and (tenant is null or p.tenant_id = tenant or p.is_public)
   ),
   scored as (
-    select f.row_id, w.term, w.idf,
-           w.idf * f.tf::float8 * 2.2
-           / (f.tf::float8 + 1.2 * (0.25 + 0.75 * f.length::float8 / greatest(average_length, 1))) as score
+    select f.row_id, w.term, w.idf, {{schema}}.bm25_part(w.idf, f.tf, f.length, average_length) as score
     from found f join weights w on w.term = f.term
   ),
   candidates as materialized (  -- the rows that can still reach `floor`
@@ -307,8 +305,7 @@ as $$
   ),
   others as (
     select o.row_id,
-           sum(w.idf * o.tf::float8 * 2.2
-               / (o.tf::float8 + 1.2 * (0.25 + 0.75 * o.length::float8 / greatest(average_length, 1)))) as score,
+           sum({{schema}}.bm25_part(w.idf, o.tf, o.length, average_length)) as score,
            sum(w.idf) as held
     from (select * from probed union all select * from matched) o join weights w on w.term = o.term
     group by o.row_id
