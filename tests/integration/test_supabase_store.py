@@ -368,5 +368,5 @@ def test_a_users_pruned_keyword_search_ranks_as_scoring_every_row_they_may_read(
             found = [(h.id, h.keyword_score) for h in user.keyword_search("chunks", query, k)]
             every_row = every_row_top_k(postgres, schema, query, k, "acme")
             assert [chunk for chunk, _ in found] == [chunk for chunk, _ in every_row], query
-            assert [s for _, s in found] == pytest.approx([s for _, s in every_row], rel=1e-9)
+            assert [score for _, score in found] == pytest.approx([score for _, score in every_row], rel=1e-9)
             assert not any(chunk.startswith("globex") for chunk, _ in found)
