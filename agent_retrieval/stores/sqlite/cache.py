@@ -18,6 +18,7 @@ from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.stores.base import MetadataCount
 
 if TYPE_CHECKING:
+    from agent_retrieval.stores.sqlite.stored_postings import StoredLevel
     from agent_retrieval.stores.sqlite.vector_index import VectorIndex
 
 
@@ -81,7 +82,8 @@ class PostingsCache:
 class FileCache:
     """What searches keep of one store file until its next write, each entry with the generation it was
     read at: the vectors (and their approximate index, past the size where it pays), the words' row counts
-    (keyword idf) and postings (keyword scores), and the metadata counts."""
+    (keyword idf) and postings (keyword scores), what the file's stored postings need, and the metadata
+    counts."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)  # one thread reloads; the rest reuse it
     matrices: dict[Level, Matrix] = field(default_factory=dict)
@@ -91,13 +93,15 @@ class FileCache:
     # generation, rows, each word's row count
     frequencies: dict[Level, tuple[int, int, dict[str, int]]] = field(default_factory=dict)
     postings: dict[Level, PostingsCache] = field(default_factory=dict)  # each word's rows and scores
+    stored: dict[Level, tuple[int, StoredLevel | None]] = field(default_factory=dict)  # generation, lists
     metadata: tuple[int, int, list[MetadataCount]] | None = None  # generation, max_values, counts
 
     @property
     def nbytes(self) -> int:
         matrices = sum(m.vectors.nbytes + m.rowids.nbytes for m in tuple(self.matrices.values()))
         indexes = sum(index.graph.memory_usage for index in tuple(self.indexes.values()))
-        return matrices + indexes + sum(p.nbytes for p in tuple(self.postings.values()))
+        stored = sum(s.nbytes for _, s in tuple(self.stored.values()) if s is not None)
+        return matrices + indexes + stored + sum(p.nbytes for p in tuple(self.postings.values()))
 
 
 class FileCaches:

@@ -2,51 +2,66 @@
 rows that can reach the top k (MaxScore).
 
 A search of the whole level reads each word's part of the score in every row holding it (its postings)
-from FTS5 once, and keeps it until the next write: a common word is then summed in numpy instead of being
-scored again, row by row, by every query that holds it. A search inside a scope (filters, documents), or
-holding a word in more than POSTINGS_ROWS rows, asks FTS5 directly."""
+once, and keeps it until the next write: a common word is then summed in numpy instead of being scored
+again, row by row, by every query that holds it. A common word's postings come from the lists stored in the
+file (stored_postings.py), a rarer one's from FTS5. A search inside a scope (filters, documents), or holding
+a word in more than POSTINGS_ROWS rows that the file has no list of, asks FTS5 directly."""
 
 from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from agent_retrieval.models import Level
 from agent_retrieval.stores.sqlite.cache import FileCache, Postings, PostingsCache
-from agent_retrieval.stores.sqlite.schema import EVERY_ROW, TABLE
+from agent_retrieval.stores.sqlite.schema import EVERY_ROW, TABLE, bm25_score, fts_any
+from agent_retrieval.stores.sqlite.stored_postings import Tokenizer, stored_level
 
 _BM25_K1_PLUS_1 = 2.2  # FTS5's bm25 uses k1 = 1.2: one term adds less than 2.2 times its idf to a score
-TITLE_WEIGHT = (
-    3.0  # a word of the title (a chunk's heading path) counts 3 times one of the text: tuned on SciFact train
-)
 IDF_CACHE_TERMS = 50_000  # words whose document frequency is kept per level until the next write
-# A word's postings take about 1.2 us a row to read (60 ms at this size) and 16 bytes a row to keep until
-# the next write; a query holding a commoner word is scored by FTS5, which scores such a word only in the
-# rows holding a rarer one. (At 100K SciFact chunks the commonest query word is in 38K rows; at 1M, 385K.)
+# A word's postings take about 1.2 us a row to read from FTS5 (60 ms at this size) and 16 bytes a row to
+# keep until the next write; a query holding a commoner word with no stored list is scored by FTS5, which
+# scores such a word only in the rows holding a rarer one. (At 100K SciFact chunks the commonest query word
+# is in 38K rows; at 1M, 385K.)
 POSTINGS_ROWS = 50_000
 
 
-def _score(level: Level) -> str:
-    # the title (heading path) weighted, then the text; the every-row column (EVERY_ROW) weighs nothing
-    return f"-bm25({level}_fts, {TITLE_WEIGHT}, 1.0, 0.0)"
-
-
 def postings(
-    conn: sqlite3.Connection, cache: FileCache, generation: int, level: Level, terms: list[str]
-) -> list[Postings]:
-    """The postings of the terms, each read once and kept until the next write."""
+    conn: sqlite3.Connection,
+    cache: FileCache,
+    generation: int,
+    level: Level,
+    counts: dict[str, int],
+    weights: dict[str, float],
+    tokenizer: Tokenizer,
+) -> list[Postings] | None:
+    """The postings of the terms (those some row holds), each read once and kept until the next write: from
+    the lists stored in the file, or from FTS5 for a word in at most POSTINGS_ROWS rows; None if a word is
+    in neither."""
     held = cache.postings.get(level)
     if held is None or held.generation != generation:
         held = cache.postings[level] = PostingsCache(generation)
+    stored = stored_level(conn, cache, generation, level)
+    tokens = {}
+    for term, count in counts.items():
+        token = tokenizer.tokens(term)
+        if stored is not None and len(token) == 1 and token[0] in stored.terms:
+            tokens[term] = token[0]
+        elif count > POSTINGS_ROWS and held.get(term) is None:
+            return None
     found = []
-    for term in terms:
+    for term, count in counts.items():
         kept = held.get(term)
         if kept is None:
-            kept = _read_postings(conn, level, term)
+            if term in tokens and stored is not None:
+                kept = stored.read(conn, level, term, tokens[term], count, weights[term])
+            if kept is None:
+                if count > POSTINGS_ROWS:
+                    return None
+                kept = _read_postings(conn, level, term)
             held.put(term, kept)
         found.append(kept)
     return found
@@ -56,7 +71,7 @@ def _read_postings(conn: sqlite3.Connection, level: Level, term: str) -> Posting
     """The term's rows and its part of their score, from FTS5's own bm25 (a one-word query scores exactly
     that word's part: the same idf, frequency and row length)."""
     fts = f"{level}_fts"
-    sql = f"SELECT rowid, {_score(level)} FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid"
+    sql = f"SELECT rowid, {bm25_score(level)} FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid"
     rows = conn.execute(sql, (fts_any([term]),)).fetchall()
     pairs = np.array(rows, dtype=np.float64).reshape(len(rows), 2)  # rowids below 2**53 stay exact
     return Postings(pairs[:, 0].astype(np.int64), np.ascontiguousarray(pairs[:, 1]))
@@ -71,13 +86,17 @@ def best_rows(
     k: int,
     where: str,
     params: list[Any],
+    tokenizer: Tokenizer,
 ) -> tuple[list[tuple[int, float]], dict[str, float]]:
     """The k best rows (rowid, BM25 score) for the terms within `where` (SQL on alias d; empty for the
     whole level), best first, and each term's idf."""
     level_rows, counts = row_counts(conn, cache, generation, level, terms)
     weights = idf(level_rows, counts)
-    if not where and max(counts.values()) <= POSTINGS_ROWS:
-        found = postings(conn, cache, generation, level, [t for t in terms if counts[t]])
+    held = {t: n for t, n in counts.items() if n}
+    if (
+        not where
+        and (found := postings(conn, cache, generation, level, held, weights, tokenizer)) is not None
+    ):
         return best_of_postings(found, k), weights
     return best_by_fts(conn, level, terms, weights, k, where, params), weights
 
@@ -135,7 +154,7 @@ def best_by_fts(
     Long queries use MaxScore: a row holding none of the rarer terms scores at most the sum of the common
     terms' upper bounds, so once k rows beat that sum, rows with only common terms are never scored. On
     100K chunks this halves the time of a SciFact query."""
-    fts, score = f"{level}_fts", _score(level)
+    fts, score = f"{level}_fts", bm25_score(level)
     # Unscoped, the FTS index answers alone: joining the table for every match would double the time.
     sql = (
         f"SELECT rowid, {score} AS score FROM {fts} WHERE {fts} MATCH ? ORDER BY score DESC LIMIT ?"
@@ -202,10 +221,3 @@ def coverage(conn: sqlite3.Connection, level: Level, rowid: int, idf: dict[str, 
     sql = f"SELECT 1 FROM {level}_fts WHERE {level}_fts MATCH ? AND rowid = ?"
     held = sum(w for t, w in idf.items() if w and conn.execute(sql, (fts_any([t]), rowid)).fetchone())
     return held / total if total else 0.0
-
-
-def fts_any(terms: Sequence[str]) -> str:
-    """An FTS5 expression matching any of the terms, each quoted so nothing in them is syntax, in the text
-    columns only: the every-row column holds EVERY_ROW, which a query naming it (or a word stemming to it)
-    would otherwise match in every row."""
-    return "- {every_row} : (" + " OR ".join('"' + term.replace('"', '""') + '"' for term in terms) + ")"

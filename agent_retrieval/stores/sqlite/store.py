@@ -42,10 +42,12 @@ from agent_retrieval.stores.base import (
     filter_values,
     pending_rows,
 )
+from agent_retrieval.stores.sqlite import stored_postings
 from agent_retrieval.stores.sqlite.cache import FileCache, Matrix, file_caches
 from agent_retrieval.stores.sqlite.connection import Connections
 from agent_retrieval.stores.sqlite.keywords import best_rows, coverage
 from agent_retrieval.stores.sqlite.schema import NOW, TABLE
+from agent_retrieval.stores.sqlite.stored_postings import tokenizer
 from agent_retrieval.stores.sqlite.vector_index import VectorIndex, refreshed, sidecar
 from agent_retrieval.text import keyword_terms
 
@@ -327,13 +329,20 @@ class SQLiteStore(Store):
 
     def refresh_indexes(self, *, progress: bool = False) -> None:
         """Bring each level's approximate vector index up to date with what was written (and save it beside
-        the file): the end of an ingest does, so searches after it need not."""
+        the file), and write its common words' postings again when they are missing or far behind: the end
+        of an ingest does, so searches after it need not."""
         with self._db.read() as conn:
             for level in typing.get_args(Level):
                 # Rows never outnumber the largest rowid: a level below the threshold by it is never read.
                 largest = conn.execute(f"SELECT max(rowid) FROM {TABLE[level]}").fetchone()[0] or 0
                 if 0 < self._index_rows <= largest and (matrix := self._matrix(conn, level)) is not None:
                     self._vector_index(level, matrix, searching=False, progress=progress)
+        for level in typing.get_args(Level):
+            with self._db.read() as conn:
+                stale = stored_postings.needs_writing(conn, level)
+            if stale:
+                with self._db.write() as conn:
+                    stored_postings.write(conn, level, progress=progress)
 
     def _vector_search(self, search: VectorSearch) -> list[Hit]:
         level, query, k, filters, document_ids, min_similarity = search
@@ -385,7 +394,9 @@ class SQLiteStore(Store):
         where, params = _where(level, filters, document_ids)
         with self._db.read() as conn:
             generation = int(self._info(conn)["generation"])
-            rows, weights = best_rows(conn, self._cache, generation, level, terms, k, where, params)
+            rows, weights = best_rows(
+                conn, self._cache, generation, level, terms, k, where, params, tokenizer(self.process)
+            )
             file_caches(self.process).trim(self._cache_bytes)  # the postings it read count in the budget
             hits = self._hits(conn, level, dict(rows), "keyword_score")
             if hits:
