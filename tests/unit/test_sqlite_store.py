@@ -47,9 +47,12 @@ def full_bm25(path: str, level: str, query: str, k: int) -> list[tuple[str, floa
         ).fetchall()
 
 
-def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatch):
-    """Both paths: the whole level from the words' cached postings, and a scope (every document named, so
-    the same rows) through FTS5; each prunes, and each ranks as scoring every row does."""
+@pytest.mark.parametrize("dense_rowids", [2**25, 1], ids=["summed by rowid", "sorted"])
+def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatch, dense_rowids):
+    """Both paths: the whole level from the words' cached postings (their parts summed in an array by
+    rowid, or, past DENSE_ROWIDS, by sorting the rows), and a scope (every document named, so the same
+    rows) through FTS5; each prunes, and each ranks as scoring every row does."""
+    monkeypatch.setattr(keywords, "DENSE_ROWIDS", dense_rowids)
     path = str(tmp_path / "zipf.db")
     store = SQLiteStore(path)
     docs, chunks = zipf_corpus(600)
@@ -61,13 +64,14 @@ def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatc
     monkeypatch.setattr(store._db, "connection", lambda: _Recorder(original(), passes))
     scored: list[tuple[int, int]] = []  # per call from postings: rows scored, rows holding any of the words
     pruned = False  # some search scored fewer rows than hold its words
-    summed = keywords._summed
+    rows_scored = keywords._scored
 
-    def counting(rows, lists):
+    def counting(essential, lists):
+        rows, scores = rows_scored(essential, lists)
         scored.append((len(rows), len(np.unique(np.concatenate([p.rowids for p in lists])))))
-        return summed(rows, lists)
+        return rows, scores
 
-    monkeypatch.setattr(keywords, "_summed", counting)
+    monkeypatch.setattr(keywords, "_scored", counting)
     for _ in range(40):
         query = " ".join(
             f"w{rng.choice([0, 1, 2, 3, rng.randint(4, 399), rng.randint(50, 399)])}x"
