@@ -9,7 +9,6 @@ a word in more than POSTINGS_ROWS rows that the file has no list of, asks FTS5 d
 
 from __future__ import annotations
 
-import math
 import sqlite3
 from typing import Any
 
@@ -18,7 +17,7 @@ import numpy as np
 from agent_retrieval.models import Level
 from agent_retrieval.stores.sqlite.cache import FileCache, Postings, PostingsCache
 from agent_retrieval.stores.sqlite.schema import EVERY_ROW, TABLE, bm25_score, fts_any
-from agent_retrieval.stores.sqlite.stored_postings import Tokenizer, stored_level
+from agent_retrieval.stores.sqlite.stored_postings import Tokenizer, fts5_idf, stored_level
 
 _BM25_K1_PLUS_1 = 2.2  # FTS5's bm25 uses k1 = 1.2: one term adds less than 2.2 times its idf to a score
 IDF_CACHE_TERMS = 50_000  # words whose document frequency is kept per level until the next write
@@ -31,40 +30,57 @@ POSTINGS_ROWS = 50_000
 
 def postings(
     conn: sqlite3.Connection,
+    held: PostingsCache,
+    level: Level,
+    counts: dict[str, int],
+    from_file: dict[str, Postings],
+) -> list[Postings] | None:
+    """The postings of the words some row holds: from the file's lists (`from_file`), as kept, or read
+    from FTS5 (and kept) for a word in at most POSTINGS_ROWS rows; None if a word is in none of these."""
+    missing = [t for t, n in counts.items() if n and t not in from_file and held.get(t) is None]
+    if any(counts[t] > POSTINGS_ROWS for t in missing):
+        return None
+    found = []
+    for term, count in counts.items():
+        kept = from_file.get(term) or held.get(term)
+        if kept is None and count:
+            kept = _read_postings(conn, level, term)
+            held.put(term, kept)
+        if kept is not None:
+            found.append(kept)
+    return found
+
+
+def stored_postings(
+    conn: sqlite3.Connection,
     cache: FileCache,
     generation: int,
     level: Level,
-    counts: dict[str, int],
-    weights: dict[str, float],
+    terms: list[str],
+    held: PostingsCache,
     tokenizer: Tokenizer,
-) -> list[Postings] | None:
-    """The postings of the terms (those some row holds), each read once and kept until the next write: from
-    the lists stored in the file, or from FTS5 for a word in at most POSTINGS_ROWS rows; None if a word is
-    in neither."""
+) -> dict[str, Postings]:
+    """The postings of the terms the file keeps lists of (as kept, or read from the lists and kept)."""
+    stored = stored_level(conn, cache, generation, level)
+    found: dict[str, Postings] = {}
+    if stored is None:
+        return found
+    for term in terms:
+        token = tokenizer.tokens(term)
+        if len(token) == 1 and token[0] in stored.terms:
+            kept = held.get(term)
+            if kept is None:
+                kept = stored.read(conn, level, term, token[0])
+                held.put(term, kept)
+            found[term] = kept
+    return found
+
+
+def _held(cache: FileCache, generation: int, level: Level) -> PostingsCache:
     held = cache.postings.get(level)
     if held is None or held.generation != generation:
         held = cache.postings[level] = PostingsCache(generation)
-    stored = stored_level(conn, cache, generation, level)
-    tokens = {}
-    for term, count in counts.items():
-        token = tokenizer.tokens(term)
-        if stored is not None and len(token) == 1 and token[0] in stored.terms:
-            tokens[term] = token[0]
-        elif count > POSTINGS_ROWS and held.get(term) is None:
-            return None
-    found = []
-    for term, count in counts.items():
-        kept = held.get(term)
-        if kept is None:
-            if term in tokens and stored is not None:
-                kept = stored.read(conn, level, term, tokens[term], count, weights[term])
-            if kept is None:
-                if count > POSTINGS_ROWS:
-                    return None
-                kept = _read_postings(conn, level, term)
-            held.put(term, kept)
-        found.append(kept)
-    return found
+    return held
 
 
 def _read_postings(conn: sqlite3.Connection, level: Level, term: str) -> Postings:
@@ -90,13 +106,12 @@ def best_rows(
 ) -> tuple[list[tuple[int, float]], dict[str, float]]:
     """The k best rows (rowid, BM25 score) for the terms within `where` (SQL on alias d; empty for the
     whole level), best first, and each term's idf."""
-    level_rows, counts = row_counts(conn, cache, generation, level, terms)
+    held = _held(cache, generation, level)
+    from_file = stored_postings(conn, cache, generation, level, terms, held, tokenizer)
+    level_rows, counted = row_counts(conn, cache, generation, level, [t for t in terms if t not in from_file])
+    counts = {t: len(from_file[t].rowids) if t in from_file else counted[t] for t in terms}
     weights = idf(level_rows, counts)
-    held = {t: n for t, n in counts.items() if n}
-    if (
-        not where
-        and (found := postings(conn, cache, generation, level, held, weights, tokenizer)) is not None
-    ):
+    if not where and (found := postings(conn, held, level, counts, from_file)) is not None:
         return best_of_postings(found, k), weights
     return best_by_fts(conn, level, terms, weights, k, where, params), weights
 
@@ -238,8 +253,7 @@ def row_counts(
 
 def idf(rows: int, counts: dict[str, int]) -> dict[str, float]:
     """FTS5's bm25 idf of each term held by counts[term] of `rows` rows (0 for a term in no row)."""
-    # As FTS5: idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6.
-    return {t: max(1e-6, math.log((rows - n + 0.5) / (n + 0.5))) if n else 0.0 for t, n in counts.items()}
+    return {t: fts5_idf(rows, n) if n else 0.0 for t, n in counts.items()}
 
 
 def coverage(conn: sqlite3.Connection, level: Level, rowid: int, idf: dict[str, float]) -> float:

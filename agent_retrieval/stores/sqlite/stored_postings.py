@@ -10,6 +10,7 @@ many or too scattered, the next refresh (the end of an ingest) writes the lists 
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -45,17 +46,16 @@ class StoredLevel:
     lengths: np.ndarray  # by rowid; 0 for a rowid no stored row has
     changed: np.ndarray  # rowids written since, ascending
     runs: list[tuple[int, int]]
+    rows: int
     average_length: float
 
     @property
     def nbytes(self) -> int:
         return self.lengths.nbytes + self.changed.nbytes
 
-    def read(
-        self, conn: sqlite3.Connection, level: Level, word: str, token: str, count: int, idf: float
-    ) -> Postings | None:
-        """The word's postings (`token`, its one token, stored; held by `count` rows, of weight `idf`), or
-        None if what is stored disagrees with FTS5's count (then FTS5 is asked instead)."""
+    def read(self, conn: sqlite3.Connection, level: Level, word: str, token: str) -> Postings:
+        """The word's postings (`token`, its one token, stored): the stored rows not written since, scored
+        here, and the rows written since that hold it, scored by FTS5."""
         rowids_blob, counts_blob = conn.execute(
             "SELECT rowids, counts FROM keyword_postings WHERE level = ? AND term = ?", (level, token)
         ).fetchone()
@@ -69,8 +69,7 @@ class StoredLevel:
         written = [
             row for first, last in self.runs for row in conn.execute(sql, (fts_any([word]), first, last))
         ]
-        if len(rowids) + len(written) != count:
-            return None
+        idf = fts5_idf(self.rows, len(rowids) + len(written))
         # FTS5's bm25 (fts5_aux.c), operation for operation, so the float64 results are the same
         scaled = self.lengths[rowids] * _B / self.average_length
         scores = idf * ((counts * (_K1 + 1.0)) / (counts + _K1 * (1 - _B + scaled)))
@@ -81,6 +80,11 @@ class StoredLevel:
             order = np.argsort(rowids, kind="stable")
             rowids, scores = rowids[order], scores[order]
         return Postings(rowids, np.ascontiguousarray(scores))
+
+
+def fts5_idf(rows: int, holding: int) -> float:
+    """FTS5's bm25 idf of a word held by `holding` of `rows` rows: ln((N - n + 0.5) / (n + 0.5)), >= 1e-6."""
+    return max(1e-6, math.log((rows - holding + 0.5) / (holding + 0.5)))
 
 
 def stored_level(
@@ -112,7 +116,7 @@ def _read_stored_level(conn: sqlite3.Connection, level: Level) -> StoredLevel | 
         r[0] for r in conn.execute("SELECT term FROM keyword_postings WHERE level = ?", (level,))
     )
     rows, tokens = _totals(conn, level)
-    return StoredLevel(terms, lengths, changed, runs, tokens / rows if rows else 1.0)
+    return StoredLevel(terms, lengths, changed, runs, rows, tokens / rows if rows else 1.0)
 
 
 def _changed(conn: sqlite3.Connection, level: Level) -> tuple[np.ndarray, list[tuple[int, int]]]:
