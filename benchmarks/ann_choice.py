@@ -9,6 +9,12 @@ top 100 (a matrix product). The exact search's own time is the floor beside them
 
     python -m benchmarks.ann_choice                    # 100K -> results/ann-choice.json
     python -m benchmarks.ann_choice --size 10000
+    python -m benchmarks.ann_choice --mixed 1000000    # the store's own graph over 1M mixed vectors
+
+Jittered copies put each real vector's copies so close together that at 1M the exact top 10 is mostly
+copies of one or two chunks ranked by their noise. `--mixed N` measures instead the embedded store's own
+graph (vector_index.py: its links, build depth and half-precision vectors) over N synthetic vectors, each a
+random convex mix of three real chunk vectors: distinct points where real vectors lie.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -103,11 +110,70 @@ def recall(found: list[np.ndarray], exact: list[np.ndarray], k: int) -> float:
 
 
 def run(store: Path, queries: int | None) -> dict[str, Any]:
+    # Embedding loads onnxruntime, which must come before faiss: the other way round, the process crashes.
+    asked = asked_vectors(queries)
+    return measure(read_rows(store).vectors, asked)
+
+
+def asked_vectors(queries: int | None) -> np.ndarray:
+    """SciFact's test queries, embedded by the local embedder."""
     texts = list(load_beir(DATASET, "test", limit=queries).queries.values())
     embedder = make_embedder(Context())
-    # Embedding loads onnxruntime, which must come before faiss: the other way round, the process crashes.
-    asked = np.stack([embedder.embed_query(text) for text in texts]).astype(np.float32)
-    return measure(read_rows(store).vectors, asked)
+    return np.stack([embedder.embed_query(text) for text in texts]).astype(np.float32)
+
+
+def mixed(base: np.ndarray, size: int, seed: int = 7) -> np.ndarray:
+    """`size` unit vectors, each a random convex mix (Dirichlet weights) of three of `base`'s."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((size, base.shape[1]), dtype=np.float32)
+    for start in range(0, size, 100_000):
+        count = min(100_000, size - start)
+        weights = rng.dirichlet(np.ones(3), size=count).astype(np.float32)
+        mix = np.einsum("nk,nkd->nd", weights, base[rng.integers(0, len(base), size=(count, 3))])
+        out[start : start + count] = mix / np.linalg.norm(mix, axis=1, keepdims=True)
+    return out
+
+
+def store_graph(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
+    """The embedded store's own graph over `vectors`: its build time and memory, and at each search depth
+    (the store's SEARCH_DEPTH among them) the p50/p95 of a 100-candidate search and its recall@10 and
+    @100 against the exact top 100."""
+    from agent_retrieval.stores.sqlite import vector_index
+    from agent_retrieval.stores.sqlite.cache import Matrix
+
+    def exact_search(query: np.ndarray, k: int) -> np.ndarray:
+        scores = vectors @ query
+        top = np.argpartition(-scores, k - 1)[:k]
+        return top[np.argsort(-scores[top], kind="stable")]
+
+    exact, floor = timed(exact_search, asked)
+    matrix = Matrix(0, "mixed", np.arange(len(vectors), dtype=np.int64), vectors)
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        index = vector_index.refreshed(None, matrix, Path(folder) / "graph", searching=False, progress=True)
+        built = time.perf_counter() - started
+    assert index is not None  # a build, not a search, never gives up
+    report: dict[str, Any] = {"size": len(vectors), "queries": len(asked), "exact": floor}
+    depths, default = {}, vector_index.SEARCH_DEPTH
+    try:
+        for ef in sorted({*DEPTHS, default, 800, 1600}):
+            vector_index.SEARCH_DEPTH = ef  # read by VectorIndex.search at each call
+            found, latency = timed(index.search, asked)
+            depths[ef] = {
+                **latency,
+                "recall@10": recall(found, exact, 10),
+                "recall@100": recall(found, exact, 100),
+            }
+            print(ef, json.dumps(depths[ef]), flush=True)
+    finally:
+        vector_index.SEARCH_DEPTH = default
+    report["store graph"] = {
+        "build_s": round(built, 1),
+        "memory_mb": round(index.graph.memory_usage / 2**20, 1),
+        "search depth in use": default,
+        "by ef": depths,
+    }
+    return report
 
 
 def measure(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
@@ -143,8 +209,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--store", type=Path, help="another store instead")
     parser.add_argument("--queries", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--mixed", type=int, help="the store's graph over this many mixed vectors instead")
     args = parser.parse_args(argv)
     store = args.store or RESULTS / f"scifact-{args.size}.db"
+    if args.mixed:
+        report = store_graph(mixed(read_rows(store).vectors, args.mixed), asked_vectors(args.queries))
+        out = args.out or RESULTS / f"ann-mixed-{args.mixed}.json"
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        return report
     report = run(store, args.queries)
     out = args.out or RESULTS / f"ann-choice-{report['size']}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")

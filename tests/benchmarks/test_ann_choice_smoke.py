@@ -46,3 +46,18 @@ def test_every_library_is_measured_against_exact_search(tmp_path):
         deepest = report[name]["by ef"][str(max(ann_choice.DEPTHS))]
         assert deepest["recall@10"] >= 0.9, (name, deepest)  # 300 vectors: a deep search is all but exact
         assert report[name]["memory_mb"] > 0
+
+
+def test_the_stores_own_graph_is_measured_over_mixed_vectors():
+    """--mixed: distinct unit vectors mixed from real ones, and the store's graph scored against exact
+    search at every depth, its own among them."""
+    rng = np.random.default_rng(5)
+    base = rng.normal(size=(50, 16)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    vectors = ann_choice.mixed(base, 2_000)
+    assert vectors.shape == (2_000, 16) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    assert len(np.unique(vectors.round(4), axis=0)) == 2_000  # no copies
+    report = ann_choice.store_graph(vectors, vectors[:5])
+    graph = report["store graph"]
+    assert str(graph["search depth in use"]) in {str(ef) for ef in graph["by ef"]}
+    assert graph["by ef"][max(graph["by ef"])]["recall@10"] >= 0.9  # 2,000 vectors: all but exact
