@@ -146,6 +146,18 @@ def test_scattered_writes_make_the_next_refresh_write_the_lists_again(tmp_path, 
         assert conn.execute("SELECT count(*) FROM keyword_changed WHERE level = 'chunks'").fetchone()[0] > 0
 
 
+def test_a_level_with_many_rows_written_since_is_asked_of_fts5(tmp_path, monkeypatch, reads):
+    store = SQLiteStore(tmp_path / "many.db")
+    store.upsert(*corpus(400, 1), "test/none")
+    store.refresh_indexes()
+    monkeypatch.setattr(stored_postings, "MAX_CHANGED_ROWS", 30)
+    docs, chunks = corpus(440, 9)
+    store.upsert(docs[400:], chunks[400:], "test/none")  # one run of 40 new rows at each level
+    for query in queries(10):
+        assert_ranked_as_every_row(store, "chunks", query, 10)
+    assert not reads
+
+
 def test_a_version_3_store_gains_the_lists_and_the_log(tmp_path):
     path = tmp_path / "v3.db"
     conn = sqlite3.connect(path)

@@ -34,6 +34,9 @@ STORED_ROWS = 2_000  # rarer words are read from FTS5 at first sight: at most a 
 # The next refresh writes the lists again once this share of a level's rows was written since, or once
 # they lie in more runs of consecutive rowids than this: a word's written rows are asked of FTS5 by run.
 REWRITE_SHARE, MAX_CHANGED_RUNS = 0.1, 64
+# Past this many rows written since (writes with no ingest after them), a level is asked of FTS5 without
+# reading the log at each write.
+MAX_CHANGED_ROWS = 100_000
 _K1, _B = 1.2, 0.75  # FTS5's bm25 constants
 
 
@@ -91,7 +94,7 @@ def stored_level(
     conn: sqlite3.Connection, cache: FileCache, generation: int, level: Level
 ) -> StoredLevel | None:
     """The level's stored postings at this generation (read once per generation), or None when there are
-    none, or the rows written since are too scattered to ask FTS5 for by run."""
+    none, or the rows written since are too many or too scattered to ask FTS5 for by run."""
     held = cache.stored.get(level)
     if held is not None and held[0] == generation:
         return held[1]
@@ -105,6 +108,9 @@ def _read_stored_level(conn: sqlite3.Connection, level: Level) -> StoredLevel | 
         "SELECT title_weight, rowids, lengths FROM keyword_lengths WHERE level = ?", (level,)
     ).fetchone()
     if row is None or row[0] != TITLE_WEIGHT:
+        return None
+    past = "SELECT 1 FROM keyword_changed WHERE level = ? LIMIT 1 OFFSET ?"
+    if conn.execute(past, (level, MAX_CHANGED_ROWS)).fetchone():
         return None
     changed, runs = _changed(conn, level)
     if len(runs) > MAX_CHANGED_RUNS:
