@@ -13,6 +13,7 @@ WAL mode lets several readers work beside one writer; each thread has its own co
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import typing
 from collections.abc import Sequence
@@ -50,6 +51,8 @@ from agent_retrieval.stores.sqlite.schema import NOW, TABLE
 from agent_retrieval.stores.sqlite.stored_postings import tokenizer
 from agent_retrieval.stores.sqlite.vector_index import VectorIndex, refreshed, sidecar
 from agent_retrieval.text import keyword_terms
+
+log = logging.getLogger(__name__)
 
 _COLUMNS = {
     "documents": f"d.rowid, d.id, d.id, d.title, substr(d.content, 1, {DOCUMENT_PREVIEW_CHARS}), d.metadata, "
@@ -340,9 +343,12 @@ class SQLiteStore(Store):
         for level in typing.get_args(Level):
             with self._db.read() as conn:
                 stale = stored_postings.needs_writing(conn, level)
-            if stale:
-                with self._db.write() as conn:
-                    stored_postings.write(conn, level, progress=progress)
+            try:
+                if stale:
+                    with self._db.write() as conn:
+                        stored_postings.write(conn, level, progress=progress)
+            except StoreError as error:  # read-only, locked or full: searches ask FTS5 until the next refresh
+                log.warning("the %s level's keyword lists were not written: %s", level, error)
 
     def _vector_search(self, search: VectorSearch) -> list[Hit]:
         level, query, k, filters, document_ids, min_similarity = search
