@@ -16,10 +16,9 @@ import numpy as np
 
 from agent_retrieval.models import Level
 from agent_retrieval.stores.sqlite.cache import FileCache, Postings, PostingsCache
-from agent_retrieval.stores.sqlite.schema import EVERY_ROW, TABLE, bm25_score, fts_any
+from agent_retrieval.stores.sqlite.schema import BM25_K1, EVERY_ROW, TABLE, bm25_score, fts_any
 from agent_retrieval.stores.sqlite.stored_postings import Tokenizer, fts5_idf, stored_level
 
-_BM25_K1_PLUS_1 = 2.2  # FTS5's bm25 uses k1 = 1.2: one term adds less than 2.2 times its idf to a score
 IDF_CACHE_TERMS = 50_000  # words whose document frequency is kept per level until the next write
 # A word's postings take about 1.2 us a row to read from FTS5 (60 ms at this size) and 16 bytes a row to
 # keep until the next write; a query holding a commoner word with no stored list is scored by FTS5, which
@@ -221,8 +220,9 @@ def best_by_fts(
     rows = ranked(first)
     threshold = rows[-1][1] if len(rows) == k else 0.0
     bound, essential = 0.0, list(by_rarity)
-    while essential and bound + _BM25_K1_PLUS_1 * weights[essential[-1]] < threshold:
-        bound += _BM25_K1_PLUS_1 * weights[essential.pop()]
+    # a term adds less than (k1 + 1) times its idf to any row's score
+    while essential and bound + (BM25_K1 + 1) * weights[essential[-1]] < threshold:
+        bound += (BM25_K1 + 1) * weights[essential.pop()]
     if not set(essential) <= set(first):
         rows = ranked(essential)
     return rows

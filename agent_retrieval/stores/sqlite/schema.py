@@ -8,6 +8,8 @@ from collections.abc import Sequence
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 # Each level's table: SQL names a table only through this map, never a value as given.
 TABLE = {"documents": "documents", "chunks": "chunks"}
+# Each level's title column, first in its FTS index and weighted TITLE_WEIGHT.
+TITLE_COLUMN = {"documents": "title", "chunks": "heading_path"}
 NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
 # Every row's FTS entry also holds this token, in a column of its own: "(rare) AND (common OR EVERY_ROW)"
@@ -16,6 +18,7 @@ EVERY_ROW = "zzagentretrievaleveryrow"
 
 # A word of the title (a chunk's heading path) counts 3 times one of the text: tuned on SciFact train.
 TITLE_WEIGHT = 3.0
+BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25 constants (fts5_aux.c)
 
 
 def bm25_score(level: str) -> str:
@@ -57,7 +60,7 @@ def _every_row_column(level: str, heading: str) -> list[str]:
     ]
 
 
-def _changed_log(level: str, heading: str) -> list[str]:
+def _changed_log(level: str) -> list[str]:
     """Migration 4 for one level: triggers that log each row whose words a write changes."""
     # Not INSERT OR IGNORE: an upsert's own conflict clause overrides a trigger's, and the logged row then
     # fails the upsert.
@@ -68,7 +71,7 @@ def _changed_log(level: str, heading: str) -> list[str]:
     return [
         f"CREATE TRIGGER {level}_changed_ai AFTER INSERT ON {level} BEGIN {log.format('new')} END",
         f"CREATE TRIGGER {level}_changed_ad AFTER DELETE ON {level} BEGIN {log.format('old')} END",
-        f"CREATE TRIGGER {level}_changed_au AFTER UPDATE OF {heading}, content ON {level} "
+        f"CREATE TRIGGER {level}_changed_au AFTER UPDATE OF {TITLE_COLUMN[level]}, content ON {level} "
         f"BEGIN {log.format('old')} END",
     ]
 
@@ -145,8 +148,8 @@ MIGRATIONS: list[list[str]] = [
             rowids BLOB NOT NULL, lengths BLOB NOT NULL)""",
         """CREATE TABLE keyword_changed (level TEXT NOT NULL, rowid INTEGER NOT NULL,
             PRIMARY KEY (level, rowid)) WITHOUT ROWID""",
-        *_changed_log("documents", "title"),
-        *_changed_log("chunks", "heading_path"),
+        *_changed_log("documents"),
+        *_changed_log("chunks"),
     ],
 ]
 

@@ -48,7 +48,6 @@ from agent_retrieval.stores.sqlite.cache import FileCache, Matrix, file_caches
 from agent_retrieval.stores.sqlite.connection import Connections
 from agent_retrieval.stores.sqlite.keywords import best_rows, coverage
 from agent_retrieval.stores.sqlite.schema import NOW, TABLE
-from agent_retrieval.stores.sqlite.stored_postings import tokenizer
 from agent_retrieval.stores.sqlite.vector_index import VectorIndex, refreshed, sidecar
 from agent_retrieval.text import keyword_terms
 
@@ -401,7 +400,15 @@ class SQLiteStore(Store):
         with self._db.read() as conn:
             generation = int(self._info(conn)["generation"])
             rows, weights = best_rows(
-                conn, self._cache, generation, level, terms, k, where, params, tokenizer(self.process)
+                conn,
+                self._cache,
+                generation,
+                level,
+                terms,
+                k,
+                where,
+                params,
+                stored_postings.tokenizer(self.process),
             )
             file_caches(self.process).trim(self._cache_bytes)  # the postings it read count in the budget
             hits = self._hits(conn, level, dict(rows), "keyword_score")

@@ -22,8 +22,11 @@ from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.progress import bar
 from agent_retrieval.stores.sqlite.cache import FileCache, Postings
 from agent_retrieval.stores.sqlite.schema import (
+    BM25_B,
+    BM25_K1,
     EVERY_ROW,
     TABLE,
+    TITLE_COLUMN,
     TITLE_WEIGHT,
     TOKENIZER,
     bm25_score,
@@ -37,7 +40,6 @@ REWRITE_SHARE, MAX_CHANGED_RUNS = 0.1, 64
 # Past this many rows written since (writes with no ingest after them), a level is asked of FTS5 without
 # reading the log at each write.
 MAX_CHANGED_ROWS = 100_000
-_K1, _B = 1.2, 0.75  # FTS5's bm25 constants
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,8 @@ class StoredLevel:
         ]
         idf = fts5_idf(self.rows, len(rowids) + len(written))
         # FTS5's bm25 (fts5_aux.c), operation for operation, so the float64 results are the same
-        scaled = self.lengths[rowids] * _B / self.average_length
-        scores = idf * ((counts * (_K1 + 1.0)) / (counts + _K1 * (1 - _B + scaled)))
+        scaled = self.lengths[rowids] * BM25_B / self.average_length
+        scores = idf * ((counts * (BM25_K1 + 1.0)) / (counts + BM25_K1 * (1 - BM25_B + scaled)))
         if written:
             extra = np.array(written, dtype=np.float64).reshape(len(written), 2)
             rowids = np.concatenate([rowids, extra[:, 0].astype(np.int64)])
@@ -183,7 +185,7 @@ def needs_writing(conn: sqlite3.Connection, level: Level) -> bool:
 
 def write(conn: sqlite3.Connection, level: Level, *, progress: bool = False) -> None:
     """Write the level's stored postings from its FTS5 index, inside the caller's write transaction."""
-    fts, title = f"{level}_fts", "title" if level == "documents" else "heading_path"
+    fts = f"{level}_fts"
     conn.execute("DELETE FROM keyword_postings WHERE level = ?", (level,))
     conn.execute("DELETE FROM keyword_lengths WHERE level = ?", (level,))
     conn.execute("DELETE FROM keyword_changed WHERE level = ?", (level,))
@@ -198,7 +200,7 @@ def write(conn: sqlite3.Connection, level: Level, *, progress: bool = False) -> 
             f"SELECT term FROM temp.{fts}_terms WHERE doc >= ? AND term != ?", (STORED_ROWS, EVERY_ROW)
         )
     ]
-    sql = f"""SELECT doc, sum(CASE col WHEN '{title}' THEN {int(TITLE_WEIGHT)} ELSE 1 END)
+    sql = f"""SELECT doc, sum(CASE col WHEN '{TITLE_COLUMN[level]}' THEN {int(TITLE_WEIGHT)} ELSE 1 END)
               FROM temp.{fts}_hits WHERE term = ? AND col != 'every_row' GROUP BY doc ORDER BY doc"""
     with bar(len(common), unit="word", desc=f"{level} keyword postings", enabled=progress) as shown:
         for term in common:
