@@ -12,8 +12,8 @@ import pytest
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores.sqlite import stored_postings
-from agent_retrieval.stores.sqlite.schema import MIGRATIONS, bm25_score
-from agent_retrieval.text import keyword_terms
+from agent_retrieval.stores.sqlite.schema import MIGRATIONS
+from tests.unit.test_sqlite_store import assert_ranked_as_every_row
 
 # Words FTS5's tokenizer changes (stems, folds), and one it splits in two
 SPECIAL = ["running", "runs", "Café", "CAFES", "naïve", "snake_case", "snake"]
@@ -31,26 +31,6 @@ def corpus(rows: int, seed: int, version: str = "") -> tuple[list[Document], lis
         docs.append(Document(f"d{n}", title, text, content_hash=f"{n}{version}"))
         chunks.append(Chunk(f"d{n}#0", f"d{n}", 0, text, title, text_hash=f"{n}{version}"))
     return docs, chunks
-
-
-def every_row(path, level: str, query: str, k: int) -> list[tuple[str, float]]:
-    """The reference: FTS5's bm25, title weighted as the store weighs it, over every row holding a word."""
-    match = " OR ".join(f'"{t}"' for t in keyword_terms(query))
-    with sqlite3.connect(path) as conn:
-        return conn.execute(
-            f"""SELECT d.id, {bm25_score(level)} AS s FROM {level}_fts JOIN {level} d
-            ON d.rowid = {level}_fts.rowid WHERE {level}_fts MATCH ? ORDER BY s DESC, d.id LIMIT ?""",
-            (match, k),
-        ).fetchall()
-
-
-def assert_ranked_as_every_row(store: SQLiteStore, level: str, query: str, k: int) -> None:
-    got = [(h.id, h.keyword_score) for h in store.keyword_search(level, query, k)]
-    want = every_row(store.path, level, query, k)
-    assert sorted(s for _, s in got) == pytest.approx(sorted(s for _, s in want), rel=1e-9), query
-    # the same rows, but for those tied with the last one kept (either may be cut)
-    cut = want[-1][1] * (1 + 1e-9) if len(want) == k else 0.0
-    assert {i for i, s in got if s > cut} == {i for i, s in want if s > cut}, query
 
 
 @pytest.fixture
@@ -83,7 +63,7 @@ def search_all(store: SQLiteStore, seed: int) -> None:
     for query in queries(seed):
         for level in ("chunks", "documents"):
             for k in (1, 10):
-                assert_ranked_as_every_row(store, level, query, k)
+                assert_ranked_as_every_row(store.keyword_search(level, query, k), store.path, level, query, k)
 
 
 def test_searches_read_the_stored_lists_and_rank_as_every_row(tmp_path, reads):
@@ -136,7 +116,9 @@ def test_scattered_writes_make_the_next_refresh_write_the_lists_again(tmp_path, 
         store.upsert([docs[n]], [chunks[n]], "test/none")
     reads.clear()
     for query in queries(8):
-        assert_ranked_as_every_row(store, "documents", query, 10)
+        assert_ranked_as_every_row(
+            store.keyword_search("documents", query, 10), store.path, "documents", query, 10
+        )
     assert not reads
     store.refresh_indexes()
     with store._db.read() as conn:
@@ -154,7 +136,7 @@ def test_a_level_with_many_rows_written_since_is_asked_of_fts5(tmp_path, monkeyp
     docs, chunks = corpus(440, 9)
     store.upsert(docs[400:], chunks[400:], "test/none")  # one run of 40 new rows at each level
     for query in queries(10):
-        assert_ranked_as_every_row(store, "chunks", query, 10)
+        assert_ranked_as_every_row(store.keyword_search("chunks", query, 10), store.path, "chunks", query, 10)
     assert not reads
 
 
