@@ -94,6 +94,17 @@ def faiss_index(vectors: np.ndarray) -> tuple[Callable[[int], Search], int]:
 LIBRARIES = {"usearch": usearch_index, "hnswlib": hnswlib_index, "faiss": faiss_index}
 
 
+def exact_search(vectors: np.ndarray) -> Search:
+    """Search by reading every vector: the reference and the floor."""
+
+    def search(query: np.ndarray, k: int) -> np.ndarray:
+        scores = vectors @ query
+        top = np.argpartition(-scores, k - 1)[:k]
+        return top[np.argsort(-scores[top], kind="stable")]
+
+    return search
+
+
 def timed(search: Search, queries: np.ndarray) -> tuple[list[np.ndarray], dict[str, float]]:
     found, times = [], []
     for query in queries:
@@ -141,12 +152,7 @@ def store_graph(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
     from agent_retrieval.stores.sqlite import vector_index
     from agent_retrieval.stores.sqlite.cache import Matrix
 
-    def exact_search(query: np.ndarray, k: int) -> np.ndarray:
-        scores = vectors @ query
-        top = np.argpartition(-scores, k - 1)[:k]
-        return top[np.argsort(-scores[top], kind="stable")]
-
-    exact, floor = timed(exact_search, asked)
+    exact, floor = timed(exact_search(vectors), asked)
     matrix = Matrix(0, "mixed", np.arange(len(vectors), dtype=np.int64), vectors)
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
@@ -178,13 +184,7 @@ def store_graph(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
 
 def measure(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
     """Exact search, then each library at each depth, over `vectors` for the query vectors `asked`."""
-
-    def exact_search(query: np.ndarray, k: int) -> np.ndarray:
-        scores = vectors @ query
-        top = np.argpartition(-scores, k - 1)[:k]
-        return top[np.argsort(-scores[top], kind="stable")]
-
-    exact, floor = timed(exact_search, asked)
+    exact, floor = timed(exact_search(vectors), asked)
     report: dict[str, Any] = {"size": len(vectors), "queries": len(asked), "exact": floor}
     for name, make in LIBRARIES.items():
         started = time.perf_counter()
