@@ -60,7 +60,7 @@ DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
-SCHEMA_VERSION = 10  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+SCHEMA_VERSION = 11  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
 # asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
@@ -121,7 +121,11 @@ def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384) -> str:
         else:
             parts.append(text)
     values = {"schema": schema, "dimension": str(dimension), "schema_version": str(SCHEMA_VERSION)}
-    values |= _fusion_defaults() | {"first_pass_rows": str(FIRST_PASS_ROWS), "block": str(POSTINGS_BLOCK)}
+    values |= _fusion_defaults() | {
+        "first_pass_rows": str(FIRST_PASS_ROWS),
+        "first_pass_scored": str(FIRST_PASS_SCORED),
+        "block": str(POSTINGS_BLOCK),
+    }
     return "\n\n".join(_fill(part, values) for part in parts)
 
 
@@ -154,6 +158,10 @@ def _fill(text: str, values: dict[str, str]) -> str:
 # search, 40 rows, p50 / p95): 10 gave 69 / 195 ms, 40 71 / 193, 150 56 / 180, 500 81 / 242: a higher
 # k-th score from the first pass leaves the second fewer rows.
 FIRST_PASS_ROWS = 150
+# Of those rows, it scores this many per result asked for over every term (the second pass scores the rest
+# that can still reach its k-th score): probing the other terms for a few thousand rows was most of the
+# first pass at 1M chunks.
+FIRST_PASS_SCORED = 2
 
 # Rows per block of the keyword postings (`*_postings`): 512 places of 8 bytes fit a page uncompressed, and
 # at 10K chunks the postings took 26 MB against 32 MB in blocks of 256 and 114 MB as one row per posting.

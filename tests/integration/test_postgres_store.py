@@ -260,16 +260,17 @@ def test_pruned_keyword_search_ranks_exactly_as_scoring_every_row(postgres, sche
         assert [h.keyword_score for h in found] == pytest.approx([score for _, score in every_row], rel=1e-9)
         terms, idfs, average = idf_and_average(postgres, schema, query.split(), "acme")
         bm25 = f"select b.row_id, b.score from {schema}.bm25_chunks(%s, %s, %s, %s, null, null, %s, %s) b"
-        exact = dict(postgres.execute(bm25, (terms, idfs, None, average, 0, 0)))
+        exact = dict(postgres.execute(bm25, (terms, idfs, None, average, None, 0)))
         pruned_queries += len(terms) >= 3
         # The rows of the rarer terms, the other terms' postings probed in the rows' blocks (the other terms
         # have many postings) or read whole (few): each row scored exactly, and with a floor, every row that
         # reaches it kept.
         essential = list(terms[: int(rng.integers(1, len(terms)))])
-        holding = dict(postgres.execute(bm25, (terms, idfs, essential, average, 1e18, 0)))
+        holding = dict(postgres.execute(bm25, (terms, idfs, essential, average, None, 0)))
         floor = float(np.median(list(holding.values())))
-        for other_postings in (1e18, 0):
-            rows = dict(postgres.execute(bm25, (terms, idfs, essential, average, other_postings, floor)))
+        for postings in (1e18, 0):
+            counts = [postings] * len(terms)
+            rows = dict(postgres.execute(bm25, (terms, idfs, essential, average, counts, floor)))
             assert {row for row, score in holding.items() if score >= floor} <= rows.keys() <= holding.keys()
             assert rows == pytest.approx({row: exact[row] for row in rows}, rel=1e-12), query
             left_out += len(rows) < len(holding)

@@ -102,6 +102,13 @@ begin
       {{schema}}.bm25_documents(text[], float8[], text[], float8, text, text[]),
       {{schema}}.bm25_chunks(text[], float8[], text[], float8, text, text[]);
   end if;
+  -- Version 11: bm25_* takes each term's row count (`counts`, for its stages) and `top` (the rows a first
+  -- pass scores over every term).
+  if (select value::int from {{schema}}.store_info where key = 'schema_version') < 11 then
+    drop function if exists
+      {{schema}}.bm25_documents(text[], float8[], text[], float8, text, text[], float8, float8),
+      {{schema}}.bm25_chunks(text[], float8[], text[], float8, text, text[], float8, float8);
+  end if;
 end $$;
 
 -- The caller's tenant, from the JWT PostgREST puts in request.jwt.claims (Supabase's auth.uid() reads the

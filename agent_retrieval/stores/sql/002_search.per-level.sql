@@ -238,22 +238,70 @@ begin
   order by b.distance, d.id, d.tenant_id;
 end $$;
 
+-- The postings of the terms `wanted` in the rows `ids`, each with its row's length: probed block by block
+-- when the rows are few against the terms' `postings` (one index descent per block and term, a few
+-- microseconds, where reading a posting costs a fraction of one), else read whole and matched.
+create or replace function {{schema}}.postings_in_{{level}}(
+  ids bigint[], wanted text[], postings float8, tenant text
+) returns table (row_id bigint, term text, tf int, length int)
+language sql stable security invoker
+set search_path = ''
+as $$
+  with probe as (
+    select pg_catalog.cardinality(ids) * pg_catalog.cardinality(wanted) * 10 < postings as yes
+  ),
+  probed as (  -- each block of the rows, probed for the terms; each row found by its place
+    select b.block::bigint * {{block}} + r.place as row_id, x.term, x.tfs[i]::int as tf, x.lengths[i] as length
+    from (select (r.id / {{block}})::int as block, pg_catalog.array_agg((r.id % {{block}})::smallint) as places
+          from pg_catalog.unnest(ids) r(id) where (select yes from probe) group by 1) b
+    cross join lateral (
+      select p.term, p.places, p.tfs, p.lengths
+      from {{schema}}.{{level}}_postings p
+      where p.term = any (wanted) and p.block = b.block and (tenant is null or p.tenant_id = tenant or p.is_public)
+      offset 0  -- a probe per block: flattened, the planner would read every block of every term
+    ) x
+    cross join pg_catalog.unnest(b.places) r(place)
+    cross join pg_catalog.array_position(x.places, r.place) i
+    where i is not null
+  )
+  select * from probed
+  union all
+  select o.row_id, o.term, o.tf, o.length
+  from (select p.block::bigint * {{block}} + pg_catalog.unnest(p.places) as row_id, p.term,
+               pg_catalog.unnest(p.tfs)::int as tf, pg_catalog.unnest(p.lengths) as length
+        from {{schema}}.{{level}}_postings p
+        where not (select yes from probe)
+          and p.term = any (wanted) and (tenant is null or p.tenant_id = tenant or p.is_public)) o
+  where o.row_id in (select pg_catalog.unnest(ids))
+$$;
+
 -- BM25 scores (k1 = 1.2, b = 0.75, as SQLite FTS5) of the rows holding any of the `essential` terms, each
--- over all `terms` (with their idf), and each row's coverage: the share of the query's idf it holds. Null
--- `essential`: every row holding a term. A row whose score from the essential terms, plus the most the
--- other terms could add (2.2 x idf each), stays under `floor` cannot reach it and is left out; the other
--- terms' postings of the rest are probed in the rows' blocks when they are few against `other_postings`
--- (the other terms' postings in all), else read whole and matched.
+-- over all `terms` (with their idf and the rows holding each, `counts`), and each row's coverage: the share
+-- of the query's idf it holds. Null `essential`: every row holding a term. Rows that cannot reach `floor`
+-- are left out as soon as that shows (MaxScore, in stages): a row's score from the essential terms plus the
+-- most the other terms could add (2.2 x idf each); then, with the rarer of the other terms added, plus the
+-- most the commonest could (those whose bounds sum to at most half the floor). With `top`, only the `top`
+-- rows the essential terms rank first are scored over the others (a first pass wants a k-th score).
 create or replace function {{schema}}.bm25_{{level}}(
   terms text[], idfs float8[], essential text[], average_length float8, tenant text, document_ids text[],
-  other_postings float8 default 0, floor float8 default 0
+  counts float8[] default null, floor float8 default 0, top int default null
 ) returns table (row_id bigint, score float8, coverage float8)
 language sql stable security invoker
 set search_path = {{schema}}, public, extensions
 as $$
-  with weights as (  -- unnest of two arrays is FROM syntax, so it takes no schema
-    select w.term, w.idf, not w.term = any (coalesce(essential, terms)) as other
-    from unnest(terms, idfs) w(term, idf)
+  with weights as (  -- unnest of several arrays is FROM syntax, so it takes no schema
+    select w.term, w.idf, coalesce(w.rows, 0) as rows,
+           case when w.term = any (coalesce(essential, terms)) then 0
+                when sum(2.2 * w.idf) over (partition by w.term = any (coalesce(essential, terms))
+                                            order by w.idf, w.term) <= floor / 2 then 2
+                else 1 end as stage
+    from unnest(terms, idfs, counts) w(term, idf, rows)
+  ),
+  stages as (  -- the terms of each later stage, their postings and the most they can add
+    select s.stage, pg_catalog.array_agg(w.term) filter (where w.term is not null) as terms,
+           coalesce(sum(w.rows), 0) as postings, coalesce(sum(2.2 * w.idf), 0) as bound
+    from (values (1), (2)) s(stage) left join weights w on w.stage = s.stage
+    group by s.stage
   ),
   found as (  -- every posting of the essential terms
     select p.block::bigint * {{block}} + unnest(p.places) as row_id, p.term, unnest(p.tfs) as tf,
@@ -271,48 +319,41 @@ as $$
     where document_ids is null
        or s.row_id in (select d.rowid from {{schema}}.{{level}} d where {{document_id}} = any (document_ids))
     group by s.row_id
-    having sum(s.score) + (select coalesce(sum(2.2 * w.idf), 0) from weights w where w.other) >= floor
+    having sum(s.score) + (select sum(t.bound) from stages t) >= floor
   ),
-  probe as (  -- probing costs a few microseconds a row and term, reading a fraction of one a posting
-    select o.others > 0 and (select count(*) from candidates) * o.others * 10 < other_postings as yes,
-           o.others > 0 as any_other
-    from (select count(*) as others from weights w where w.other) o
+  chosen as (  -- those scored over the other terms: all, or the `top`
+    select * from candidates where top is null
+    union all
+    (select * from candidates where top is not null order by score desc, row_id limit top)
   ),
-  probed as (  -- each block of those rows, probed for the other terms; each row found by its place
-    select b.block::bigint * {{block}} + r.place as row_id, x.term, x.tfs[i] as tf, x.lengths[i] as length
-    from (select (c.row_id / {{block}})::int as block, array_agg((c.row_id % {{block}})::smallint) as places
-          from candidates c where (select yes from probe) group by 1) b
-    cross join lateral (
-      select p.term, p.places, p.tfs, p.lengths
-      from {{schema}}.{{level}}_postings p
-      where p.term = any (terms) and not p.term = any (coalesce(essential, terms)) and p.block = b.block
-        and (tenant is null or p.tenant_id = tenant or p.is_public)
-      offset 0  -- a probe per block: flattened, the planner would read every block of every term
-    ) x
-    cross join unnest(b.places) r(place)
-    cross join pg_catalog.array_position(x.places, r.place) i
-    where i is not null
-  ),
-  matched as (  -- every posting of the other terms, kept for those rows
-    select o.row_id, o.term, o.tf, o.length
-    from (select p.block::bigint * {{block}} + unnest(p.places) as row_id, p.term, unnest(p.tfs) as tf,
-                 unnest(p.lengths) as length
-          from {{schema}}.{{level}}_postings p
-          where (select any_other and not yes from probe)
-            and p.term = any (terms) and not p.term = any (coalesce(essential, terms))
-            and (tenant is null or p.tenant_id = tenant or p.is_public)) o
-    where o.row_id in (select c.row_id from candidates c)
-  ),
-  others as (
-    select o.row_id,
-           sum({{schema}}.bm25_part(w.idf, o.tf, o.length, average_length)) as score,
+  first_parts as (  -- the rarer other terms' parts of those rows
+    select o.row_id, sum({{schema}}.bm25_part(w.idf, o.tf, o.length, average_length)) as score,
            sum(w.idf) as held
-    from (select * from probed union all select * from matched) o join weights w on w.term = o.term
+    from stages t
+    cross join {{schema}}.postings_in_{{level}}(
+      (select pg_catalog.array_agg(c.row_id) from chosen c), t.terms, t.postings, tenant) o
+    join weights w on w.term = o.term
+    where t.stage = 1 and t.terms is not null
+    group by o.row_id
+  ),
+  first_stage as materialized (  -- with them, the rows that can still reach `floor`
+    select c.row_id, c.score + coalesce(o.score, 0) as score, c.held + coalesce(o.held, 0) as held
+    from chosen c left join first_parts o on o.row_id = c.row_id
+    where c.score + coalesce(o.score, 0) + (select t.bound from stages t where t.stage = 2) >= floor
+  ),
+  second_stage as (  -- the commonest terms, for those rows
+    select o.row_id, sum({{schema}}.bm25_part(w.idf, o.tf, o.length, average_length)) as score,
+           sum(w.idf) as held
+    from stages t
+    cross join {{schema}}.postings_in_{{level}}(
+      (select pg_catalog.array_agg(f.row_id) from first_stage f), t.terms, t.postings, tenant) o
+    join weights w on w.term = o.term
+    where t.stage = 2 and t.terms is not null
     group by o.row_id
   )
-  select c.row_id, c.score + coalesce(o.score, 0),
-         (c.held + coalesce(o.held, 0)) / (select sum(w.idf) from weights w)
-  from candidates c left join others o on o.row_id = c.row_id
+  select f.row_id, f.score + coalesce(o.score, 0),
+         (f.held + coalesce(o.held, 0)) / (select sum(w.idf) from weights w)
+  from first_stage f left join second_stage o on o.row_id = f.row_id
 $$;
 
 -- Keyword search: Okapi BM25 over the query's own words, stemmed in english, stopwords dropped unless
@@ -348,7 +389,6 @@ declare
   asked int;             -- how many words the query has
   held float8 := 0;
   essential text[];      -- the terms whose rows are scored; null: all of them
-  scored int;            -- how many terms that is
   kth float8;
   bound float8 := 0;
   last int;
@@ -404,9 +444,10 @@ begin
 
   last := pg_catalog.array_length(terms, 1);
   if last >= 3 then
-    -- The first pass scores the rows of the rarest terms, as many as FIRST_PASS_ROWS x match_count postings
-    -- allow, and k at least (fewer leave no k-th score to prune by): few rows to score, and among them,
-    -- most often, the best k.
+    -- The first pass reads the rows of the rarest terms, as many as FIRST_PASS_ROWS x match_count postings
+    -- allow, and k at least (fewer leave no k-th score to prune by), and scores over every term the
+    -- FIRST_PASS_SCORED x match_count of them that the rarest terms rank first: k rows reach its k-th
+    -- score, which is most often near the true k-th.
     first := 1;
     held := counts[1];
     while first < last
@@ -416,23 +457,25 @@ begin
     end loop;
     essential := terms[1:first];
   end if;
-  loop  -- two passes at most; a null essential scores every row holding a term, which is exact
-    scored := coalesce(pg_catalog.array_length(essential, 1), 0);
+  loop  -- two passes at most; the last scores every row that can reach the first's k-th score: exact
     select pg_catalog.array_agg(b.row_id order by b.score desc, b.row_id),
            pg_catalog.array_agg(b.score order by b.score desc, b.row_id),
            pg_catalog.array_agg(b.coverage order by b.score desc, b.row_id)
       into ids, scores, coverages
     from (select * from {{schema}}.bm25_{{level}}(terms, idfs, essential, average_length, tenant, document_ids,
-                                                   (select coalesce(sum(c), 0) from unnest(counts[scored + 1:]) c),
-                                                   coalesce(kth, 0))
+                                                   counts, coalesce(kth, 0),
+                                                   case when kth is null then {{first_pass_scored}} * match_count end)
           order by score desc, row_id limit match_count) b;
-    exit when essential is null;
-    kth := case when pg_catalog.array_length(ids, 1) = match_count then scores[match_count] else 0 end;
+    exit when essential is null or kth is not null;
+    -- a hair under the k-th score: the second pass sums a row's parts in another order, which can move the
+    -- last bit of its score below the first pass's
+    kth := case when pg_catalog.array_length(ids, 1) = match_count then scores[match_count] * (1 - 1e-9)
+                else 0 end;
     while last > 0 and bound + 2.2 * idfs[last] < kth loop  -- the commonest terms, while under the bound
       bound := bound + 2.2 * idfs[last];
       last := last - 1;
     end loop;
-    exit when terms[1:last] <@ essential;  -- every row that can reach the top k has been scored
+    -- every row that can reach the k-th score holds one of terms[1:last]
     essential := case when last < pg_catalog.array_length(terms, 1) then terms[1:last] end;
   end loop;
   return query
