@@ -10,11 +10,15 @@ top 100 (a matrix product). The exact search's own time is the floor beside them
     python -m benchmarks.ann_choice                    # 100K -> results/ann-choice.json
     python -m benchmarks.ann_choice --size 10000
     python -m benchmarks.ann_choice --mixed 1000000    # the store's own graph over 1M mixed vectors
+    python -m benchmarks.ann_choice --mixed 1000000 --postgres   # pgvector's HNSW index over the same
 
 Jittered copies put each real vector's copies so close together that at 1M the exact top 10 is mostly
 copies of one or two chunks ranked by their noise. `--mixed N` measures instead the embedded store's own
 graph (vector_index.py: its links, build depth and half-precision vectors) over N synthetic vectors, each a
-random convex mix of three real chunk vectors: distinct points where real vectors lie.
+random convex mix of three real chunk vectors: distinct points where real vectors lie. With `--postgres`,
+the Postgres store's index instead: pgvector's HNSW (the store's definition, vector_cosine_ops at pgvector's
+default links and build depth) over the same vectors in the tests' Postgres, set for a first load as
+bench-scale sets it, searched at several hnsw.ef_search values (match_* uses 400).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from agent_retrieval.context import Context
 from agent_retrieval.evaluation import load_beir
@@ -182,6 +187,58 @@ def store_graph(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
     return report
 
 
+def postgres_graph(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
+    """pgvector's HNSW index over `vectors`, as the Postgres store defines it: its build time and size, and
+    at each hnsw.ef_search the p50/p95 of a 100-candidate search and its recall@10 and @100 against the
+    exact top 100."""
+    from pgvector.psycopg import register_vector
+
+    from benchmarks.postgres import start_postgres_for_loads
+
+    exact, floor = timed(exact_search(vectors), asked)
+    report: dict[str, Any] = {"size": len(vectors), "queries": len(asked), "exact": floor}
+    with tempfile.TemporaryDirectory(prefix="bench-ann-") as folder:
+        postgres = start_postgres_for_loads(Path(folder))
+        try:
+            with postgres.connect() as conn:
+                conn.autocommit = True
+                register_vector(conn)
+                conn.execute(f"create table mixed (id int primary key, embedding vector({vectors.shape[1]}))")
+                with conn.cursor().copy("copy mixed (id, embedding) from stdin (format binary)") as copy:
+                    copy.set_types(["int4", "vector"])
+                    for row, vector in enumerate(tqdm(vectors, desc="copy vectors", mininterval=5)):
+                        copy.write_row((row, vector))
+                started = time.perf_counter()
+                conn.execute("create index mixed_embedding on mixed using hnsw (embedding vector_cosine_ops)")
+                built = time.perf_counter() - started
+                conn.execute("vacuum analyze mixed")
+                size = conn.execute("select pg_relation_size('mixed_embedding')").fetchone()[0]
+                depths = {}
+                for ef in (100, 200, 400, 800):
+                    conn.execute(f"set hnsw.ef_search = {ef}")
+
+                    def search(query: np.ndarray, k: int) -> np.ndarray:
+                        statement = "select id from mixed order by embedding <=> %s limit %s"
+                        return np.array([row for (row,) in conn.execute(statement, (query, k))])
+
+                    found, latency = timed(search, asked)
+                    depths[ef] = {
+                        **latency,
+                        "recall@10": recall(found, exact, 10),
+                        "recall@100": recall(found, exact, 100),
+                    }
+                    print(ef, json.dumps(depths[ef]), flush=True)
+        finally:
+            postgres.stop()
+    report["pgvector hnsw"] = {
+        "build_s": round(built, 1),
+        "index_mb": round(size / 2**20, 1),
+        "search depth in use": 400,
+        "by ef": depths,
+    }
+    return report
+
+
 def measure(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
     """Exact search, then each library at each depth, over `vectors` for the query vectors `asked`."""
     exact, floor = timed(exact_search(vectors), asked)
@@ -210,11 +267,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--queries", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--mixed", type=int, help="the store's graph over this many mixed vectors instead")
+    parser.add_argument("--postgres", action="store_true", help="with --mixed: pgvector's HNSW index instead")
     args = parser.parse_args(argv)
+    if args.postgres and not args.mixed:
+        parser.error("--postgres measures pgvector over --mixed N vectors: pass both")
     store = args.store or RESULTS / f"scifact-{args.size}.db"
     if args.mixed:
-        report = store_graph(mixed(read_rows(store).vectors, args.mixed), asked_vectors(args.queries))
-        out = args.out or RESULTS / f"ann-mixed-{args.mixed}.json"
+        graph = postgres_graph if args.postgres else store_graph
+        report = graph(mixed(read_rows(store).vectors, args.mixed), asked_vectors(args.queries))
+        name = f"ann-mixed-{args.mixed}" + ("-postgres" if args.postgres else "")
+        out = args.out or RESULTS / f"{name}.json"
         out.write_text(json.dumps(report, indent=2) + "\n")
         return report
     report = run(store, args.queries)

@@ -16,6 +16,7 @@ vectors jittered; `python benchmarks/latency.py --sizes N` builds it) into an em
     python -m benchmarks.scale [--sizes 10000 100000] [--queries 300]   # JSON in results/scale.json
     python -m benchmarks.scale --store some.db --dataset beir-folder     # any embedded store
     python -m benchmarks.scale --sizes 10000 1000000 --keep   # loads kept for `make bench-growth`
+    python -m benchmarks.scale --sizes 1000000 --keep --searches-only   # the kept load, searched again
 """
 
 from __future__ import annotations
@@ -120,13 +121,15 @@ def exact_keyword_rankings(postgres: Any, schema: str, texts: list[str], k: int 
 
 
 def measure(
-    postgres: Any, source: Path, schema: str, texts: list[str], vectors: list[np.ndarray]
+    postgres: Any, source: Path, schema: str, texts: list[str], vectors: list[np.ndarray], reload: bool = True
 ) -> dict[str, Any]:
-    """Every figure for the embedded store `source` copied into `schema`, made anew."""
-    postgres.execute(f"drop schema if exists {schema} cascade")
+    """Every figure for the embedded store `source` copied into `schema`, made anew unless `reload` is
+    false (then the schema's functions are brought up to date and its rows searched as they are)."""
+    if reload:
+        postgres.execute(f"drop schema if exists {schema} cascade")
     store = PostgresStore(postgres.dsn, schema=schema)
     store.init(384)
-    report: dict[str, Any] = {"load": load(postgres, store, source)}
+    report: dict[str, Any] = {"load": load(postgres, store, source)} if reload else {}
     report["size_mb"] = sizes_mb(postgres, schema)
     report["embedded_file_mb"] = round(source.stat().st_size / 2**20, 1)
     report["size_ratio"] = round(report["size_mb"]["total"] / report["embedded_file_mb"], 2)
@@ -159,14 +162,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--dataset", type=Path, default=DATASET, help="a BEIR folder: its judged test queries"
     )
     parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--output", type=Path, default=RESULTS / "scale.json")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="JSON report (default results/scale.json; with --searches-only, scale-searches.json)",
+    )
     parser.add_argument(
         "--keep",
         action="store_true",
         help="load into bench-growth's server and schemas and keep them: bench-growth then times the tool "
         "on these loads instead of loading again",
     )
+    parser.add_argument(
+        "--searches-only",
+        action="store_true",
+        help="with --keep: search the kept loads again (after a change to the search SQL) without loading",
+    )
     args = parser.parse_args(argv)
+    if args.searches_only and not args.keep:
+        parser.error("--searches-only searches the loads --keep kept: pass both")
     sources = [args.store] if args.store else [RESULTS / f"scifact-{size}.db" for size in args.sizes]
     if missing := [str(path) for path in sources if not path.exists()]:
         sys.exit(f"{', '.join(missing)} not found: python benchmarks/latency.py --sizes N builds them")
@@ -181,11 +195,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for source in sources:
                 size = int(source.stem.rpartition("-")[2]) if args.keep else 0
                 schema = growth_schema(size) if args.keep else f"scale_{source.stem.replace('-', '_')}"
-                report[source.name] = measure(postgres, source, schema, texts, vectors)
+                report[source.name] = measure(
+                    postgres, source, schema, texts, vectors, reload=not args.searches_only
+                )
                 print(source.name, json.dumps(report[source.name]), flush=True)
         finally:
             postgres.stop()
-    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    output = args.output or RESULTS / ("scale-searches.json" if args.searches_only else "scale.json")
+    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
 
 

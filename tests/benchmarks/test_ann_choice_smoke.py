@@ -61,3 +61,17 @@ def test_the_stores_own_graph_is_measured_over_mixed_vectors():
     graph = report["store graph"]
     assert str(graph["search depth in use"]) in {str(ef) for ef in graph["by ef"]}
     assert graph["by ef"][max(graph["by ef"])]["recall@10"] >= 0.9  # 2,000 vectors: all but exact
+
+
+def test_pgvectors_index_is_measured_over_the_same_mixed_vectors():
+    """--mixed N --postgres: pgvector's HNSW index, as the Postgres store defines it, in a real Postgres,
+    scored against exact search at each hnsw.ef_search, the store's 400 among them."""
+    rng = np.random.default_rng(5)
+    base = rng.normal(size=(50, 16)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    vectors = ann_choice.mixed(base, 2_000)
+    report = ann_choice.postgres_graph(vectors, vectors[:5])
+    index = report["pgvector hnsw"]
+    assert index["build_s"] > 0 and index["index_mb"] > 0
+    assert str(index["search depth in use"]) in {str(ef) for ef in index["by ef"]}
+    assert index["by ef"][max(index["by ef"])]["recall@10"] >= 0.9  # 2,000 vectors: all but exact
