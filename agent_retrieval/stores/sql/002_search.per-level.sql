@@ -238,12 +238,13 @@ begin
   order by b.distance, d.id, d.tenant_id;
 end $$;
 
--- The postings of the terms `wanted` in the rows `ids`, each with its row's length: probed block by block
--- when the rows are few against the terms' `postings` (one index descent per block and term, a few
--- microseconds, where reading a posting costs a fraction of one), else read whole and matched.
-create or replace function {{schema}}.postings_in_{{level}}(
-  ids bigint[], wanted text[], postings float8, tenant text
-) returns table (row_id bigint, term text, tf int, length int)
+-- The BM25 parts of the terms `wanted` (with their `idfs`) in the rows `ids`, summed per row with the idf
+-- the row holds: each row's postings probed block by block when the rows are few against the terms'
+-- `postings` (one index descent per block and term, a few microseconds, where reading a posting costs a
+-- fraction of one), else read whole and matched.
+create or replace function {{schema}}.parts_in_{{level}}(
+  ids bigint[], wanted text[], idfs float8[], postings float8, average_length float8, tenant text
+) returns table (row_id bigint, score float8, held float8)
 language sql stable security invoker
 set search_path = ''
 as $$
@@ -263,16 +264,20 @@ as $$
     cross join pg_catalog.unnest(b.places) r(place)
     cross join pg_catalog.array_position(x.places, r.place) i
     where i is not null
+  ),
+  matched as (  -- every posting of the terms, kept for those rows
+    select o.row_id, o.term, o.tf, o.length
+    from (select p.block::bigint * {{block}} + pg_catalog.unnest(p.places) as row_id, p.term,
+                 pg_catalog.unnest(p.tfs)::int as tf, pg_catalog.unnest(p.lengths) as length
+          from {{schema}}.{{level}}_postings p
+          where not (select yes from probe)
+            and p.term = any (wanted) and (tenant is null or p.tenant_id = tenant or p.is_public)) o
+    where o.row_id in (select pg_catalog.unnest(ids))
   )
-  select * from probed
-  union all
-  select o.row_id, o.term, o.tf, o.length
-  from (select p.block::bigint * {{block}} + pg_catalog.unnest(p.places) as row_id, p.term,
-               pg_catalog.unnest(p.tfs)::int as tf, pg_catalog.unnest(p.lengths) as length
-        from {{schema}}.{{level}}_postings p
-        where not (select yes from probe)
-          and p.term = any (wanted) and (tenant is null or p.tenant_id = tenant or p.is_public)) o
-  where o.row_id in (select pg_catalog.unnest(ids))
+  select f.row_id, sum({{schema}}.bm25_part(w.idf, f.tf, f.length, average_length)), sum(w.idf)
+  from (select * from probed union all select * from matched) f
+  join unnest(wanted, idfs) w(term, idf) on w.term = f.term  -- FROM syntax: no schema
+  group by f.row_id
 $$;
 
 -- BM25 scores (k1 = 1.2, b = 0.75, as SQLite FTS5) of the rows holding any of the `essential` terms, each
@@ -297,8 +302,9 @@ as $$
                 else 1 end as stage
     from unnest(terms, idfs, counts) w(term, idf, rows)
   ),
-  stages as (  -- the terms of each later stage, their postings and the most they can add
-    select s.stage, pg_catalog.array_agg(w.term) filter (where w.term is not null) as terms,
+  stages as (  -- the terms of each later stage (with their idfs), their postings and the most they can add
+    select s.stage, pg_catalog.array_agg(w.term order by w.term) filter (where w.term is not null) as terms,
+           pg_catalog.array_agg(w.idf order by w.term) filter (where w.term is not null) as idfs,
            coalesce(sum(w.rows), 0) as postings, coalesce(sum(2.2 * w.idf), 0) as bound
     from (values (1), (2)) s(stage) left join weights w on w.stage = s.stage
     group by s.stage
@@ -327,33 +333,25 @@ as $$
     (select * from candidates where top is not null order by score desc, row_id limit top)
   ),
   first_parts as (  -- the rarer other terms' parts of those rows
-    select o.row_id, sum({{schema}}.bm25_part(w.idf, o.tf, o.length, average_length)) as score,
-           sum(w.idf) as held
-    from stages t
-    cross join {{schema}}.postings_in_{{level}}(
-      (select pg_catalog.array_agg(c.row_id) from chosen c), t.terms, t.postings, tenant) o
-    join weights w on w.term = o.term
+    select o.* from stages t
+    cross join {{schema}}.parts_in_{{level}}((select pg_catalog.array_agg(c.row_id) from chosen c),
+                                            t.terms, t.idfs, t.postings, average_length, tenant) o
     where t.stage = 1 and t.terms is not null
-    group by o.row_id
   ),
   first_stage as materialized (  -- with them, the rows that can still reach `floor`
     select c.row_id, c.score + coalesce(o.score, 0) as score, c.held + coalesce(o.held, 0) as held
     from chosen c left join first_parts o on o.row_id = c.row_id
     where c.score + coalesce(o.score, 0) + (select t.bound from stages t where t.stage = 2) >= floor
   ),
-  second_stage as (  -- the commonest terms, for those rows
-    select o.row_id, sum({{schema}}.bm25_part(w.idf, o.tf, o.length, average_length)) as score,
-           sum(w.idf) as held
-    from stages t
-    cross join {{schema}}.postings_in_{{level}}(
-      (select pg_catalog.array_agg(f.row_id) from first_stage f), t.terms, t.postings, tenant) o
-    join weights w on w.term = o.term
+  second_parts as (  -- the commonest terms' parts of those rows
+    select o.* from stages t
+    cross join {{schema}}.parts_in_{{level}}((select pg_catalog.array_agg(f.row_id) from first_stage f),
+                                            t.terms, t.idfs, t.postings, average_length, tenant) o
     where t.stage = 2 and t.terms is not null
-    group by o.row_id
   )
   select f.row_id, f.score + coalesce(o.score, 0),
          (f.held + coalesce(o.held, 0)) / (select sum(w.idf) from weights w)
-  from first_stage f left join second_stage o on o.row_id = f.row_id
+  from first_stage f left join second_parts o on o.row_id = f.row_id
 $$;
 
 -- Keyword search: Okapi BM25 over the query's own words, stemmed in english, stopwords dropped unless
