@@ -85,19 +85,26 @@ def compare(
         conn.autocommit = True
         register_vector(conn)
         conn.execute(before_sql)
-        for round_ in range(2):
-            pairs = list(zip(texts, vectors, strict=True))
-            for text, vector in tqdm(pairs, desc=f"{schema}, round {round_ + 1}"):
-                scores: dict[str, list[float]] = {}
-                for search, statement in statements.items():
-                    for side in list(SIDES) if round_ == 0 else list(SIDES)[::-1]:
-                        arguments = (text,) if search == "keyword" else (text, vector)
-                        started = time.perf_counter()
-                        rows = conn.execute(statement.format(SIDES[side]), arguments).fetchall()
-                        times[f"{search} {side}"].append((time.perf_counter() - started) * 1000)
-                        if search == "keyword":
-                            scores[side] = [round(score, 9) for (score,) in rows]
-                same += scores["before"] == scores["after"]
+        try:
+            for round_ in range(2):
+                pairs = list(zip(texts, vectors, strict=True))
+                for text, vector in tqdm(pairs, desc=f"{schema}, round {round_ + 1}"):
+                    scores: dict[str, list[float]] = {}
+                    for search, statement in statements.items():
+                        for side in list(SIDES) if round_ == 0 else list(SIDES)[::-1]:
+                            arguments = (text,) if search == "keyword" else (text, vector)
+                            started = time.perf_counter()
+                            rows = conn.execute(statement.format(SIDES[side]), arguments).fetchall()
+                            times[f"{search} {side}"].append((time.perf_counter() - started) * 1000)
+                            if search == "keyword":
+                                scores[side] = [round(score, 9) for (score,) in rows]
+                    same += scores["before"] == scores["after"]
+        finally:  # the kept load keeps only this checkout's functions
+            installed = "select oid::regprocedure::text from pg_proc where pronamespace = %s::regnamespace"
+            for (function,) in conn.execute(
+                installed + " and proname like %s", (schema, r"%\_\_before")
+            ).fetchall():
+                conn.execute(f"drop function {function}")
     report: dict[str, Any] = {name: percentiles(values) for name, values in times.items()}
     report["same_keyword_scores"] = f"{same} of {2 * len(texts)}"
     return report

@@ -13,6 +13,7 @@ from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.rpc import render_sql
 from benchmarks import scale, sql_ab
 from tests.beir import write_beir
+from tests.stack import start_postgres
 
 CORPUS = {
     "d1": ("Tenancy deposits", "A landlord must protect a tenancy deposit within 30 days of receiving it."),
@@ -58,6 +59,8 @@ def test_a_store_is_loaded_sized_searched_and_checked(tmp_path, monkeypatch):
     ab = sql_ab.main([*ab_arguments, "--output", str(tmp_path / "ab.json")])
     assert ab["bench_0k"]["same_keyword_scores"] == "4 of 4"  # two queries, twice
     assert ab["bench_0k"]["hybrid before"]["p50_ms"] > 0 and ab["bench_0k"]["keyword after"]["p50_ms"] > 0
+    before = "select count(*) from pg_proc where proname like '%\\_\\_before'"
+    assert start_postgres(tmp_path / "kept-stack").execute(before) == [(0,)]  # the load keeps only ours
 
 
 def test_a_revisions_search_functions_are_renamed_to_run_beside_these():
