@@ -187,10 +187,10 @@ def store_graph(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
     return report
 
 
-def postgres_graph(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
-    """pgvector's HNSW index over `vectors`, as the Postgres store defines it: its build time and size, and
-    at each hnsw.ef_search the p50/p95 of a 100-candidate search and its recall@10 and @100 against the
-    exact top 100."""
+def postgres_graph(vectors: np.ndarray, asked: np.ndarray, build_depth: int | None = None) -> dict[str, Any]:
+    """pgvector's HNSW index over `vectors`, as the Postgres store defines it (or built `build_depth` deep,
+    its ef_construction): its build time and size, and at each hnsw.ef_search the p50/p95 of a
+    100-candidate search and its recall@10 and @100 against the exact top 100."""
     from pgvector.psycopg import register_vector
 
     from benchmarks.postgres import start_postgres_for_loads
@@ -209,7 +209,10 @@ def postgres_graph(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
                     for row, vector in enumerate(tqdm(vectors, desc="copy vectors", mininterval=5)):
                         copy.write_row((row, vector))
                 started = time.perf_counter()
-                conn.execute("create index mixed_embedding on mixed using hnsw (embedding vector_cosine_ops)")
+                options = f" with (ef_construction = {int(build_depth)})" if build_depth else ""
+                conn.execute(
+                    f"create index mixed_embedding on mixed using hnsw (embedding vector_cosine_ops){options}"
+                )
                 built = time.perf_counter() - started
                 conn.execute("vacuum analyze mixed")
                 size = conn.execute("select pg_relation_size('mixed_embedding')").fetchone()[0]
@@ -233,6 +236,7 @@ def postgres_graph(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
     report["pgvector hnsw"] = {
         "build_s": round(built, 1),
         "index_mb": round(size / 2**20, 1),
+        "build depth": build_depth or "pgvector's default (64)",
         "search depth in use": 400,
         "by ef": depths,
     }
@@ -268,14 +272,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--mixed", type=int, help="the store's graph over this many mixed vectors instead")
     parser.add_argument("--postgres", action="store_true", help="with --mixed: pgvector's HNSW index instead")
+    parser.add_argument("--build-depth", type=int, help="with --postgres: the index's ef_construction")
     args = parser.parse_args(argv)
     if args.postgres and not args.mixed:
         parser.error("--postgres measures pgvector over --mixed N vectors: pass both")
     store = args.store or RESULTS / f"scifact-{args.size}.db"
     if args.mixed:
-        graph = postgres_graph if args.postgres else store_graph
-        report = graph(mixed(read_rows(store).vectors, args.mixed), asked_vectors(args.queries))
+        vectors, asked = mixed(read_rows(store).vectors, args.mixed), asked_vectors(args.queries)
+        if args.postgres:
+            report = postgres_graph(vectors, asked, args.build_depth)
+        else:
+            report = store_graph(vectors, asked)
         name = f"ann-mixed-{args.mixed}" + ("-postgres" if args.postgres else "")
+        name += f"-depth-{args.build_depth}" if args.build_depth else ""
         out = args.out or RESULTS / f"{name}.json"
         out.write_text(json.dumps(report, indent=2) + "\n")
         return report

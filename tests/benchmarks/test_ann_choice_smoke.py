@@ -70,8 +70,9 @@ def test_pgvectors_index_is_measured_over_the_same_mixed_vectors():
     base = rng.normal(size=(50, 16)).astype(np.float32)
     base /= np.linalg.norm(base, axis=1, keepdims=True)
     vectors = ann_choice.mixed(base, 2_000)
-    report = ann_choice.postgres_graph(vectors, vectors[:5])
+    report = ann_choice.postgres_graph(vectors, vectors[:5], build_depth=100)  # --build-depth
     index = report["pgvector hnsw"]
+    assert index["build depth"] == 100
     assert index["build_s"] > 0 and index["index_mb"] > 0
     assert str(index["search depth in use"]) in {str(ef) for ef in index["by ef"]}
     assert index["by ef"][max(index["by ef"])]["recall@10"] >= 0.9  # 2,000 vectors: all but exact
