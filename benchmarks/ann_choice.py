@@ -125,6 +125,12 @@ def recall(found: list[np.ndarray], exact: list[np.ndarray], k: int) -> float:
     )
 
 
+def at_depth(search: Search, asked: np.ndarray, exact: list[np.ndarray]) -> dict[str, float]:
+    """p50/p95 of a 100-candidate `search` over `asked`, and its recall@10 and @100 against `exact`."""
+    found, latency = timed(search, asked)
+    return {**latency, "recall@10": recall(found, exact, 10), "recall@100": recall(found, exact, 100)}
+
+
 def run(store: Path, queries: int | None) -> dict[str, Any]:
     # Embedding loads onnxruntime, which must come before faiss: the other way round, the process crashes.
     asked = asked_vectors(queries)
@@ -169,12 +175,7 @@ def store_graph(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
     try:
         for ef in sorted({*DEPTHS, default, 800, 1600}):
             vector_index.SEARCH_DEPTH = ef  # read by VectorIndex.search at each call
-            found, latency = timed(index.search, asked)
-            depths[ef] = {
-                **latency,
-                "recall@10": recall(found, exact, 10),
-                "recall@100": recall(found, exact, 100),
-            }
+            depths[ef] = at_depth(index.search, asked, exact)
             print(ef, json.dumps(depths[ef]), flush=True)
     finally:
         vector_index.SEARCH_DEPTH = default
@@ -224,12 +225,7 @@ def postgres_graph(vectors: np.ndarray, asked: np.ndarray, build_depth: int | No
                         statement = "select id from mixed order by embedding <=> %s limit %s"
                         return np.array([row for (row,) in conn.execute(statement, (query, k))])
 
-                    found, latency = timed(search, asked)
-                    depths[ef] = {
-                        **latency,
-                        "recall@10": recall(found, exact, 10),
-                        "recall@100": recall(found, exact, 100),
-                    }
+                    depths[ef] = at_depth(search, asked, exact)
                     print(ef, json.dumps(depths[ef]), flush=True)
         finally:
             postgres.stop()
@@ -253,12 +249,7 @@ def measure(vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
         built = time.perf_counter() - started
         depths = {}
         for ef in DEPTHS:
-            found, latency = timed(at(ef), asked)
-            depths[ef] = {
-                **latency,
-                "recall@10": recall(found, exact, 10),
-                "recall@100": recall(found, exact, 100),
-            }
+            depths[ef] = at_depth(at(ef), asked, exact)
         report[name] = {"build_s": round(built, 1), "memory_mb": round(memory / 2**20, 1), "by ef": depths}
         print(name, json.dumps(report[name]), flush=True)
     return report
