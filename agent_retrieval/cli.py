@@ -593,7 +593,7 @@ def _db_init(args: argparse.Namespace, context: Context) -> int:
         dimension = len(embedder.embed_query("dimension probe"))
         print(f"embedding dimension {dimension} (from {embedder.model_id})", file=sys.stderr)
     if args.print_sql:
-        print(render_sql(schema, dimension))
+        print(render_sql(schema, dimension, context.vector_index_build_depth))
         return 0
     if not context.postgres_dsn:
         where = (
@@ -608,7 +608,8 @@ def _db_init(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval.stores.postgres import PostgresStore
 
     with PostgresStore(context.postgres_dsn, schema=schema) as store:
-        store.init(dimension)
+        for change in store.init(dimension, build_depth=context.vector_index_build_depth):
+            print(change)
         print(f"schema {schema} is ready for {dimension}-dimensional vectors at {store.location}")
     return 0
 

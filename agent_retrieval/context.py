@@ -45,6 +45,9 @@ _CONFIGURED_TOGETHER = (
 
 STORE_CACHE_MB = 1024  # the embedded store's default budget for what it keeps between runs
 VECTOR_INDEX_ROWS = 50_000  # past this many rows a level's exact scan takes ~7 ms; the graph ~2 ms
+# pgvector's own default ef_construction: recall@10 0.99 at 100K chunks, 0.93 at a million (BENCHMARKS.md)
+VECTOR_INDEX_BUILD_DEPTH = 64
+VECTOR_INDEX_BUILD_DEPTHS = (32, 1000)  # pgvector's bounds: at most 1000, at least twice the links (m = 16)
 
 
 ENV_PREFIX = "AGENT_RETRIEVAL_"
@@ -309,6 +312,15 @@ class Context(RunSettings):
         "every vector; searches inside a filter's or a document list's rows stay exact. 0: never.",
         env="AGENT_RETRIEVAL_VECTOR_INDEX_ROWS",
         bounds=(0, 1_000_000_000),
+    )
+    vector_index_build_depth: int = setting(
+        VECTOR_INDEX_BUILD_DEPTH,
+        "How deep the Postgres and Supabase stores build their HNSW vector indexes (pgvector's "
+        "ef_construction), applied by `db init`, which builds an index of another depth again. Deeper finds "
+        "more of the true nearest rows in a large store (recall@10 over a million vectors: 0.93 at 64, 0.986 "
+        "at 200) and makes the build and every insert slower.",
+        env="AGENT_RETRIEVAL_VECTOR_INDEX_BUILD_DEPTH",
+        bounds=VECTOR_INDEX_BUILD_DEPTHS,
     )
     db_schema: str = setting(
         "agent_retrieval",

@@ -17,6 +17,7 @@ vectors jittered; `python benchmarks/latency.py --sizes N` builds it) into an em
     python -m benchmarks.scale --store some.db --dataset beir-folder     # any embedded store
     python -m benchmarks.scale --sizes 10000 1000000 --keep   # loads kept for `make bench-growth`
     python -m benchmarks.scale --sizes 1000000 --keep --searches-only   # the kept load, searched again
+    python -m benchmarks.scale --sizes 1000000 --build-depth 200   # HNSW indexes built 200 deep
 """
 
 from __future__ import annotations
@@ -121,14 +122,21 @@ def exact_keyword_rankings(postgres: Any, schema: str, texts: list[str], k: int 
 
 
 def measure(
-    postgres: Any, source: Path, schema: str, texts: list[str], vectors: list[np.ndarray], reload: bool = True
+    postgres: Any,
+    source: Path,
+    schema: str,
+    texts: list[str],
+    vectors: list[np.ndarray],
+    reload: bool = True,
+    build_depth: int | None = None,
 ) -> dict[str, Any]:
     """Every figure for the embedded store `source` copied into `schema`, made anew unless `reload` is
-    false (then the schema's functions are brought up to date and its rows searched as they are)."""
+    false (then the schema's functions are brought up to date and its rows searched as they are), its HNSW
+    indexes `build_depth` deep (None: the store's default)."""
     if reload:
         postgres.execute(f"drop schema if exists {schema} cascade")
     store = PostgresStore(postgres.dsn, schema=schema)
-    store.init(384)
+    store.init(384, build_depth=build_depth)
     report: dict[str, Any] = {"load": load(postgres, store, source)} if reload else {}
     report["size_mb"] = sizes_mb(postgres, schema)
     report["embedded_file_mb"] = round(source.stat().st_size / 2**20, 1)
@@ -178,6 +186,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action="store_true",
         help="with --keep: search the kept loads again (after a change to the search SQL) without loading",
     )
+    parser.add_argument(
+        "--build-depth", type=int, help="the HNSW indexes' ef_construction (vector_index_build_depth)"
+    )
     args = parser.parse_args(argv)
     if args.searches_only and not args.keep:
         parser.error("--searches-only searches the loads --keep kept: pass both")
@@ -191,12 +202,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
         postgres = start_postgres_for_loads(GROWTH_STACK if args.keep else Path(folder))
         report["server_settings"] = LOAD_SETTINGS
+        report["build_depth"] = args.build_depth  # None: pgvector's 64 for a new load, a kept load's own
         try:
             for source in sources:
                 size = int(source.stem.rpartition("-")[2]) if args.keep else 0
                 schema = growth_schema(size) if args.keep else f"scale_{source.stem.replace('-', '_')}"
                 report[source.name] = measure(
-                    postgres, source, schema, texts, vectors, reload=not args.searches_only
+                    postgres,
+                    source,
+                    schema,
+                    texts,
+                    vectors,
+                    reload=not args.searches_only,
+                    build_depth=args.build_depth,
                 )
                 print(source.name, json.dumps(report[source.name]), flush=True)
         finally:

@@ -282,18 +282,27 @@ class PostgresStore(RPCStore):
         )
 
     # --- schema --------------------------------------------------------------------------------------
-    def init(self, dimension: int) -> None:
-        """Create (or bring up to date) the schema, tables, indexes and functions for this dimension."""
+    def init(self, dimension: int, *, build_depth: int | None = None) -> list[str]:
+        """Create (or bring up to date) the schema, tables, indexes and functions for this dimension, the
+        HNSW indexes `build_depth` deep (None keeps their depth); what it changed beyond that, in words."""
         psycopg = _psycopg()
-        script = render_sql(self.schema, dimension)
+        script = render_sql(self.schema, dimension, build_depth)
+        changes: list[str] = []
+
+        def note(notice: Any) -> None:
+            if notice.sqlstate == "AR003":  # the SQL's own notes, not Postgres's "already exists, skipping"
+                changes.append(notice.message_primary or "")
+
         try:
             # No statement timeout here: building an index over rows already stored may take minutes.
             with psycopg.connect(self.dsn, connect_timeout=10, options="-c statement_timeout=0") as conn:
+                conn.add_notice_handler(note)
                 conn.execute(script)
         except psycopg.Error as error:
             raise self._readable(_call_error(psycopg, error)) from None
         if (pool := self._shared.pool) is not None:  # its connections knew the types of before the schema
             self._discard_pool(pool)
+        return changes
 
     @contextlib.contextmanager
     def initial_load(self) -> Iterator[None]:

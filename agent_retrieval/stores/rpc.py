@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_retrieval.context import Context
+from agent_retrieval.context import VECTOR_INDEX_BUILD_DEPTHS, Context
 from agent_retrieval.errors import (
     DimensionMismatch,
     EmbeddingModelMismatch,
@@ -52,6 +52,7 @@ from agent_retrieval.stores.base import (
     filter_values,
     pending_rows,
 )
+from agent_retrieval.validation import Count
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,9 @@ _LEVEL_SQL = {
 }
 
 
+BUILD_DEPTH = Count(maximum=VECTOR_INDEX_BUILD_DEPTHS[1], minimum=VECTOR_INDEX_BUILD_DEPTHS[0])
+
+
 def check_schema_name(schema: str) -> str:
     """Schema names go into SQL text, so only plain lower-case identifiers are allowed."""
     if not SCHEMA_NAME.match(schema):
@@ -105,11 +109,14 @@ def check_schema_name(schema: str) -> str:
     return schema
 
 
-def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384) -> str:
+def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384, build_depth: int | None = None) -> str:
     """All of the store's SQL for one schema and embedding dimension: run it with psql, or paste it into
-    the Supabase SQL editor. Running it again changes nothing."""
+    the Supabase SQL editor. Running it again changes nothing. Its HNSW indexes are built `build_depth`
+    deep (ef_construction), an index of another depth again; None keeps an index's depth."""
     check_schema_name(schema)
     dimension = DIMENSION.check("dimension", dimension)
+    if build_depth is not None:
+        build_depth = BUILD_DEPTH.check("vector_index_build_depth", build_depth)
     parts = []
     for path in sorted(SQL_DIR.glob("*.sql")):
         text = path.read_text(encoding="utf-8")
@@ -120,7 +127,12 @@ def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384) -> str:
             ]
         else:
             parts.append(text)
-    values = {"schema": schema, "dimension": str(dimension), "schema_version": str(SCHEMA_VERSION)}
+    values = {
+        "schema": schema,
+        "dimension": str(dimension),
+        "schema_version": str(SCHEMA_VERSION),
+        "build_depth": "null" if build_depth is None else str(build_depth),
+    }
     values |= _fusion_defaults() | {
         "first_pass_rows": str(FIRST_PASS_ROWS),
         "first_pass_scored": str(FIRST_PASS_SCORED),

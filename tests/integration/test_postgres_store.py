@@ -85,6 +85,61 @@ def test_db_init_refuses_another_dimension_and_prints_sql_for_supabase(capsys, m
     assert code == 2 and "db init --print" in err
 
 
+def test_db_init_builds_the_vector_indexes_as_deep_as_the_operator_sets(
+    capsys, monkeypatch, postgres, schema
+):
+    monkeypatch.setenv("AGENT_RETRIEVAL_DSN", postgres.dsn)
+    monkeypatch.setenv("AGENT_RETRIEVAL_SCHEMA", schema)
+
+    def indexes() -> dict[str, tuple[int, list[str]]]:
+        rows = postgres.execute(
+            "select c.relname, c.oid::int, c.reloptions from pg_class c join pg_am a on a.oid = c.relam "
+            "where c.relnamespace = %s::regnamespace and a.amname = 'hnsw'",
+            (schema,),
+        )
+        return {name: (oid, options) for name, oid, options in rows}
+
+    monkeypatch.setenv("AGENT_RETRIEVAL_VECTOR_INDEX_BUILD_DEPTH", "40")
+    assert run(capsys, "db", "init", "--dimension", "4")[0] == 0
+    first = indexes()
+    assert {n: o for n, (_, o) in first.items()} == {
+        "documents_embedding": ["ef_construction=40"],
+        "chunks_embedding": ["ef_construction=40"],
+    }
+    store = PostgresStore(postgres.dsn, schema=schema)
+    docs = [Document(f"d{n}", "", f"clause {n}", content_hash=str(n)) for n in range(8)]
+    chunks = [
+        Chunk(f"d{n}#0", f"d{n}", 0, d.content, "", {}, embedding=np.eye(4, dtype=np.float32)[n % 4])
+        for n, d in enumerate(docs)
+    ]
+    store.upsert(docs, chunks, "test/axes")
+    code, out, _ = run(capsys, "db", "init", "--dimension", "4")
+    assert code == 0 and indexes() == first  # the same depth: left alone, and nothing to say
+    assert out.splitlines() == [f"schema {schema} is ready for 4-dimensional vectors at {store.location}"]
+
+    monkeypatch.setenv("AGENT_RETRIEVAL_VECTOR_INDEX_BUILD_DEPTH", "80")
+    code, out, _ = run(capsys, "db", "init", "--dimension", "4")
+    assert code == 0 and "the chunks vector index was built again 80 deep (it was 40 deep)" in out
+    again = indexes()
+    assert {n: o for n, (_, o) in again.items()} == {
+        "documents_embedding": ["ef_construction=80"],
+        "chunks_embedding": ["ef_construction=80"],
+    }
+    assert all(again[name][0] != first[name][0] for name in first)  # built anew, beside the old ones
+    assert [h.id for h in store.vector_search("chunks", np.eye(4, dtype=np.float32)[1], 2)] == [
+        "d1#0",
+        "d5#0",
+    ]
+    assert store.init(4) == [] and indexes() == again  # code that names no depth keeps the index's
+    assert "wanted int := 80;" in run(capsys, "db", "init", "--print", "--dimension", "4")[1]
+
+    monkeypatch.setenv("AGENT_RETRIEVAL_VECTOR_INDEX_BUILD_DEPTH", "8")
+    code, _, err = run(capsys, "db", "init", "--dimension", "4")
+    assert code == 2 and "vector_index_build_depth" in err and "32" in err and "Traceback" not in err
+    assert indexes() == again
+    store.close()
+
+
 def test_an_embedder_of_another_dimension_is_refused_pointing_to_db_init(stores):
     store = stores()
     doc = Document("a", "A", "text", content_hash="h", embedding=np.ones(8, dtype=np.float32) / np.sqrt(8))

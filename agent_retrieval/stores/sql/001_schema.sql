@@ -177,8 +177,35 @@ create index if not exists documents_id on {{schema}}.documents (id);  -- scopes
 create index if not exists chunks_document_id on {{schema}}.chunks (document_id);
 create index if not exists documents_text_hash on {{schema}}.documents (text_hash);
 create index if not exists chunks_text_hash on {{schema}}.chunks (text_hash);
-create index if not exists documents_embedding on {{schema}}.documents using hnsw (embedding vector_cosine_ops);
-create index if not exists chunks_embedding on {{schema}}.chunks using hnsw (embedding vector_cosine_ops);
+-- The HNSW indexes, built as deep as the operator's vector_index_build_depth asks (pgvector's ef_construction):
+-- deeper finds more of the true nearest rows of a large store and makes the build and every insert slower.
+-- An index of another depth (64, pgvector's default, when it names none) is built again beside the old one
+-- and swapped in, so that searches read the old one until then. Rendered without a depth, this keeps an
+-- index's depth and makes a missing one at 64.
+do $$
+declare
+  wanted int := {{build_depth}};
+  level text;
+  built int;
+begin
+  foreach level in array array['documents', 'chunks'] loop
+    select coalesce((select pg_catalog.split_part(o, '=', 2)::int from pg_catalog.unnest(c.reloptions) o
+                     where o like 'ef_construction=%'), 64)
+      into built
+    from pg_catalog.pg_class c where c.oid = pg_catalog.to_regclass('{{schema}}.' || level || '_embedding');
+    if built is null or built <> coalesce(wanted, built) then
+      execute format('create index %I on {{schema}}.%I using hnsw (embedding vector_cosine_ops) '
+                     'with (ef_construction = %s)', level || '_embedding_built', level, coalesce(wanted, 64));
+      if built is not null then
+        raise notice using errcode = 'AR003',  -- db init prints these notices
+          message = format('the %s vector index was built again %s deep (it was %s deep)', level, wanted, built);
+      end if;
+      execute format('drop index if exists {{schema}}.%I', level || '_embedding');
+      execute format('alter index {{schema}}.%I rename to %I', level || '_embedding_built', level || '_embedding');
+    end if;
+  end loop;
+end $$;
+
 create index if not exists documents_metadata on {{schema}}.documents using gin (metadata jsonb_path_ops);
 create index if not exists chunks_metadata on {{schema}}.chunks using gin (metadata jsonb_path_ops);
 
