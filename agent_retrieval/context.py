@@ -43,7 +43,7 @@ _CONFIGURED_TOGETHER = (
 )
 
 
-STORE_CACHE_MB = 1024  # the embedded store's default budget for what it keeps between runs
+STORE_CACHE_MB = 1024  # the default budget of what a store kind keeps between searches
 VECTOR_INDEX_ROWS = 50_000  # past this many rows a level's exact scan takes ~7 ms; the graph ~2 ms
 # pgvector's own default ef_construction: recall@10 0.99 at 100K chunks, 0.93 at a million (BENCHMARKS.md)
 VECTOR_INDEX_BUILD_DEPTH = 64
@@ -299,9 +299,11 @@ class Context(RunSettings):
     )
     store_cache_mb: int = setting(
         STORE_CACHE_MB,
-        "Memory (MB) the embedded store keeps between runs of one process for the files it searched: their "
-        "vectors (1.5 KB a chunk with the local embedder) and keyword statistics, read once per write "
-        "instead of once per run; the least recently opened file goes first. 0 keeps nothing between runs.",
+        "Memory (MB) a process keeps between searches, read once per write instead of once per search: the "
+        "embedded store's for the files it searched (their vectors, 1.5 KB a chunk with the local embedder, "
+        "and keyword statistics; the least recently opened file goes first), and as much again the Postgres "
+        "store's for the words' keyword postings it read (the least recently searched scope goes first). "
+        "0 keeps nothing.",
         env="AGENT_RETRIEVAL_STORE_CACHE_MB",
         bounds=(0, 1_000_000),
     )

@@ -214,8 +214,8 @@ def keyword_floor(path: Path, texts: list[str]) -> dict[str, float]:
     """What keyword search would cost with every query word's postings in memory, however common: each word
     read once in full (sqlite/keywords.py's reading, through FTS5's bm25), then the kept-postings MaxScore
     alone, p50/p95 over the queries, 100 candidates; and the time and memory of the reading."""
-    from agent_retrieval.stores.sqlite.cache import Postings
-    from agent_retrieval.stores.sqlite.keywords import _read_postings, best_of_postings
+    from agent_retrieval.stores.postings import Postings, best_of_postings
+    from agent_retrieval.stores.sqlite.keywords import _read_postings
     from agent_retrieval.text import keyword_terms
 
     with SQLiteStore(path) as store, store._db.read() as conn:

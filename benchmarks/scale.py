@@ -9,7 +9,9 @@ vectors jittered; `python benchmarks/latency.py --sizes N` builds it) into an em
   the keyword postings made from every row at once and the HNSW and GIN builds; beside them the floor of
   the postings, stemming every text once (`to_tsvector` over all rows);
 - size: the schema's tables and indexes against the embedded store file holding the same rows;
-- `hybrid_search_chunks` and `keyword_search_chunks` by DSN, p50/p95 over SciFact test queries;
+- hybrid and keyword search p50/p95 over SciFact test queries, in SQL (`hybrid_search_chunks`,
+  `keyword_search_chunks`) and as the tools run them by DSN (`keyword_search` scored by the store from
+  the postings it keeps; `Retrieval.search`, the query vectors given);
 - HNSW recall@10 of `match_chunks` against exact search over the same vectors;
 - the keyword top 10 of every query against the exact BM25 top 10 (`bm25_chunks` scoring every row).
 
@@ -32,11 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from langchain_core.embeddings import Embeddings
 from tqdm import tqdm
 
 from agent_retrieval.context import Context
 from agent_retrieval.evaluation import load_beir
-from agent_retrieval.providers.embeddings import make_embedder
+from agent_retrieval.models import ChunkSearchRequest, parse_request
+from agent_retrieval.providers.embeddings import Embedder, make_embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.rpc import INDEXED_TEXT
 from benchmarks.latency import DATASET, RESULTS
@@ -90,15 +95,20 @@ def sizes_mb(postgres: Any, schema: str) -> dict[str, float]:
     return {"total": round(sum(tables.values()), 1), **tables}
 
 
-def exact_keyword_rankings(postgres: Any, schema: str, texts: list[str], k: int = 10) -> dict[str, int]:
-    """How many queries' pruned keyword top k scores as the top k of scoring every row holding a query word.
-    Scores, not ids: the stores above 10K hold copies of each text, whose equal scores differ in the last
-    bits by the order they were summed in, so equal rows may trade places."""
-    same = 0
+def exact_keyword_rankings(
+    postgres: Any, store: PostgresStore, texts: list[str], k: int = 10
+) -> dict[str, int]:
+    """How many queries' pruned keyword top k scores as the top k of scoring every row holding a query word,
+    in SQL (keyword_search_chunks) and as the store scores it. Scores, not ids: the stores above 10K hold
+    copies of each text, whose equal scores differ in the last bits by the order they were summed in, so
+    equal rows may trade places."""
+    schema = store.schema
+    same = same_by_store = 0
     for text in tqdm(texts, desc="keyword rankings"):
         pruned = postgres.execute(
             f"select keyword_score from {schema}.keyword_search_chunks(%s, %s)", (text, k)
         )
+        by_store = [(hit.keyword_score,) for hit in store.keyword_search("chunks", text, k)]
         every_row = postgres.execute(
             f"""with stats as (
                   select sum(rows)::float8 as n, sum(total_length)::float8 / sum(rows) as average
@@ -115,10 +125,28 @@ def exact_keyword_rankings(postgres: Any, schema: str, texts: list[str], k: int 
                 order by b.score desc limit %s""",
             (text, k),
         )
-        same += len(pruned) == len(every_row) and all(
-            math.isclose(a, b, rel_tol=1e-9) for (a,), (b,) in zip(pruned, every_row, strict=True)
-        )
-    return {"queries": len(texts), "same_top_10_scores": same}
+        same += same_scores(pruned, every_row)
+        same_by_store += same_scores(by_store, every_row)
+    return {"queries": len(texts), "same_top_10_scores": same, "same_scored_by_the_store": same_by_store}
+
+
+def same_scores(ranked: list[tuple[float]], every_row: list[tuple[float]]) -> bool:
+    return len(ranked) == len(every_row) and all(
+        math.isclose(a, b, rel_tol=1e-9) for (a,), (b,) in zip(ranked, every_row, strict=True)
+    )
+
+
+class KnownVectors(Embeddings):
+    """The bench's query vectors, made once: a search timed with them leaves out the model's time."""
+
+    def __init__(self, vectors: dict[str, np.ndarray]):
+        self.vectors = vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.vectors[text].tolist()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(text) for text in texts]
 
 
 def measure(
@@ -127,6 +155,7 @@ def measure(
     schema: str,
     texts: list[str],
     vectors: list[np.ndarray],
+    model_id: str,
     reload: bool = True,
     build_depth: int | None = None,
 ) -> dict[str, Any]:
@@ -143,6 +172,10 @@ def measure(
     report["size_ratio"] = round(report["size_mb"]["total"] / report["embedded_file_mb"], 2)
     candidates = Context().candidates
     pairs = list(zip(texts, vectors, strict=True))
+    # Both searches each way, in one run: in SQL (hybrid_search_chunks, keyword_search_chunks: what a
+    # Supabase caller runs), and as the tools run them by DSN (keyword search scored by the store from the
+    # postings it keeps, vector search by match_chunks, fused in Python; the query vectors given, so no
+    # model's time is counted).
     report["hybrid_dsn"] = timed(
         lambda pair: store._call(
             "hybrid_search_chunks",
@@ -153,9 +186,19 @@ def measure(
         ),
         pairs,
     )
+    report["keyword_sql"] = timed(
+        lambda text: store._call("keyword_search_chunks", query_text=text, match_count=candidates), texts
+    )
     report["keyword_dsn"] = timed(lambda text: store.keyword_search("chunks", text, candidates), texts)
+    retrieval = Retrieval(Context(), store=store, embedder=Embedder(KnownVectors(dict(pairs)), model_id))
+    report["hybrid_tool_dsn"] = timed(
+        lambda text: retrieval.search(
+            parse_request(ChunkSearchRequest, {"query": text, "top_k": 10, "hyde": "off"}), "chunks"
+        ),
+        texts,
+    )
     report["hnsw_recall_at_10"] = hnsw_recall(store, source, vectors)
-    report["keyword_rankings"] = exact_keyword_rankings(postgres, schema, texts)
+    report["keyword_rankings"] = exact_keyword_rankings(postgres, store, texts)
     store.close()
     return report
 
@@ -213,6 +256,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     schema,
                     texts,
                     vectors,
+                    embedder.model_id,
                     reload=not args.searches_only,
                     build_depth=args.build_depth,
                 )

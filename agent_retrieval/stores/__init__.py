@@ -31,6 +31,7 @@ def open_store(context: Context, *, process: ProcessState = PROCESS) -> Store:
             tenant=tenant,
             max_retries=context.max_retries,
             timeout=context.request_timeout_seconds,
+            cache_mb=context.store_cache_mb,
             process=process,
         )
     if context.store_backend == "supabase":

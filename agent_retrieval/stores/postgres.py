@@ -10,22 +10,29 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from agent_retrieval.context import STORE_CACHE_MB
 from agent_retrieval.errors import ConfigError, InvalidRequest
 from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.redaction import check_secret, protect
-from agent_retrieval.stores.base import Failure
+from agent_retrieval.steps import Steps, arun, blocking, run
+from agent_retrieval.stores.base import Failure, KeywordSearch
+from agent_retrieval.stores.postings import KeptPostings, Postings, PostingsCache, best_of_postings
 from agent_retrieval.stores.rpc import (
     DEFAULT_SCHEMA,
+    POSTINGS_BLOCK,
     CallError,
     Json,
     RPCStore,
+    _hit,
     render_sql,
     returns_rows,
     sqlstate_failure,
 )
 
 if TYPE_CHECKING:
-    from agent_retrieval.models import Chunk, Document
+    from agent_retrieval.models import Chunk, Document, Hit
 
 
 def _psycopg() -> Any:
@@ -83,6 +90,7 @@ class PostgresStore(RPCStore):
         timeout: float = 30.0,
         pool_size: int = 8,
         max_retries: int = 3,
+        cache_mb: int = STORE_CACHE_MB,
         process: ProcessState = PROCESS,
     ):
         super().__init__(
@@ -107,6 +115,7 @@ class PostgresStore(RPCStore):
         protect(self._conninfo.get("password", ""))  # never in a log or an error, psycopg's included
         self.pool_size = pool_size
         self._pool_key = (dsn, self.timeout, pool_size)
+        self._cache_bytes = cache_mb * 2**20  # the keyword postings the process keeps, all stores together
         self._shared_in: _SharedPool | None = None  # the process's pool this store last used, see _shared
         self._using = False  # whether this store counts among its shared pool's users
         self._use_pool()
@@ -280,6 +289,56 @@ class PostgresStore(RPCStore):
             "the connection pool was still reconnecting after an outage",
             failure=Failure.UNREACHABLE,
         )
+
+    # --- keyword search, scored here ------------------------------------------------------------------
+    def _keyword_search(self, search: KeywordSearch) -> list[Hit]:
+        return run(self._scored_keyword_search(search))
+
+    async def _akeyword_search(self, search: KeywordSearch) -> list[Hit]:
+        return await arun(self._scored_keyword_search(search))
+
+    def _scored_keyword_search(self, search: KeywordSearch) -> Steps[list[Hit]]:
+        """BM25 over the whole level, scored here as the embedded store scores it (MaxScore over the words'
+        postings in numpy): the process keeps each word's postings until a write the store's tenant can
+        read (the corpus totals' stamp), where the SQL function reads a common word's postings again at
+        every search. The same rankings; searches inside filters or a document list, and those of an
+        initial load, run in SQL."""
+        level, tenant = search.level, self.tenant
+        in_sql = self._keyword_call(search)
+        if search.filters or search.document_ids is not None or self._loading is not None:
+            return [_hit(level, r) for r in (yield from self._calling(*in_sql))]
+        (words,) = yield from self._calling(
+            f"keyword_terms_{level}", {"query_text": search.query, "tenant": tenant}
+        )
+        terms: list[str] = words["terms"] or []
+        if not terms:
+            return []
+        stamp = words["stamp"]
+        # kept per store, level and tenant: another tenant's search would find another stamp and start over
+        kept = self._kept.of((self.dsn, self.schema, tenant, level), stamp)
+        lists = {term: found for term in terms if (found := kept.get(term)) is not None}
+        read = []
+        if missing := [term for term in terms if term not in lists]:
+            read = yield from self._calling(f"keyword_postings_{level}", {"terms": missing, "tenant": tenant})
+        if all(row["stamp"] == stamp for row in read):
+            # numpy's work, off the event loop when async
+            ids, scores, coverages = yield blocking(_ranked, words, kept, lists, read, search.k)
+            self._kept.trim(self._cache_bytes)
+            unknown = words["asked"] - len(terms)
+            rows = yield from self._calling(
+                f"keyword_rows_{level}",
+                {"ids": ids, "scores": scores, "coverages": coverages, "unknown": unknown}
+                | {"stamp": stamp, "tenant": tenant},  # no rows if a write changed the stamp since
+            )
+            if len(rows) == len(ids):
+                return [_hit(level, r) for r in rows]
+        # A write came between the calls, each of which reads its own snapshot: the SQL function reads one.
+        return [_hit(level, r) for r in (yield from self._calling(*in_sql))]
+
+    @property
+    def _kept(self) -> KeptPostings:
+        """The keyword postings the process keeps, for all its Postgres stores (store_cache_mb)."""
+        return self.process.part("postgres postings", KeptPostings)
 
     # --- schema --------------------------------------------------------------------------------------
     def init(self, dimension: int, *, build_depth: int | None = None) -> list[str]:
@@ -526,3 +585,43 @@ def _call_error(psycopg: Any, error: Any) -> CallError:
     failure = Failure.UNREACHABLE if code == "connection" else sqlstate_failure(code)
     message = (diag.message_primary or str(error).strip().splitlines()[0]) if diag else str(error)
     return CallError(code, message, diag.message_detail, diag.message_hint, failure)
+
+
+# The elements of an array's binary form (array_send): each value after its length in 4 bytes, big-endian.
+_SMALLINTS = np.dtype([("size", ">i4"), ("value", ">i2")])
+_INTEGERS = np.dtype([("size", ">i4"), ("value", ">i4")])
+
+
+def _ranked(
+    words: dict[str, Any], kept: PostingsCache, lists: dict[str, Postings], read: list[dict[str, Any]], k: int
+) -> tuple[list[int], list[float], list[float]]:
+    """The k best rows for the query's `words` (a keyword_terms_* row) from their postings (`lists`, as
+    kept, and those `read` by keyword_postings_*, kept now): their rowids, scores and coverage of the
+    query's idf, best first."""
+    idfs = dict(zip(words["terms"], words["idfs"], strict=True))
+    for row in read:
+        lists[row["term"]] = found = _postings(row, idfs[row["term"]], words["average_length"])
+        kept.put(row["term"], found)
+    best = best_of_postings(list(lists.values()), k)
+    ids = np.array([rowid for rowid, _ in best], dtype=np.int64)
+    held = np.zeros(len(ids))
+    for term, postings in lists.items():  # a binary search per row, in rowids kept sorted
+        if not len(postings.rowids):
+            continue
+        at = np.minimum(np.searchsorted(postings.rowids, ids), len(postings.rowids) - 1)
+        held += np.where(postings.rowids[at] == ids, idfs[term], 0.0)
+    return ids.tolist(), [score for _, score in best], (held / sum(idfs.values())).tolist()
+
+
+def _postings(row: dict[str, Any], idf: float, average_length: float) -> Postings:
+    """A word's postings from a keyword_postings_* row: its rowids, ascending, and its part of each row's
+    score by bm25_part's float64 operations, in the same order."""
+    places = np.frombuffer(row["places"], dtype=_SMALLINTS)["value"]
+    rowids = np.repeat(np.asarray(row["blocks"], dtype=np.int64) * POSTINGS_BLOCK, row["sizes"]) + places
+    tf = np.frombuffer(row["tfs"], dtype=_SMALLINTS)["value"].astype(np.float64)
+    length = np.frombuffer(row["lengths"], dtype=_INTEGERS)["value"].astype(np.float64)
+    scores = idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / max(average_length, 1.0)))
+    if len(rowids) > 1 and bool(np.any(rowids[1:] < rowids[:-1])):  # places in writing order, or scopes apart
+        order = np.argsort(rowids, kind="stable")
+        rowids, scores = rowids[order], scores[order]
+    return Postings(rowids, scores)

@@ -61,7 +61,7 @@ DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
-SCHEMA_VERSION = 11  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+SCHEMA_VERSION = 12  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
 # asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
@@ -179,7 +179,8 @@ FIRST_PASS_SCORED = 2
 # at 10K chunks the postings took 26 MB against 32 MB in blocks of 256 and 114 MB as one row per posting.
 POSTINGS_BLOCK = 512
 
-_SET_RETURNING = ("match_", "keyword_search_", "hybrid_search_")  # searches: at most 1000 rows (match_count)
+# searches and keyword search's parts: at most 1000 rows (match_count), or a row a query word (32)
+_SET_RETURNING = ("match_", "keyword_", "hybrid_search_")
 
 
 def returns_rows(function: str) -> bool:

@@ -14,10 +14,12 @@ import pytest
 from agent_retrieval import cli
 from agent_retrieval.errors import DimensionMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import Chunk, Document
+from agent_retrieval.process import ProcessState
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
-from agent_retrieval.stores.rpc import POSTINGS_BLOCK
+from agent_retrieval.stores.postings import KeptPostings
+from agent_retrieval.stores.rpc import POSTINGS_BLOCK, _hit
 from tests.bm25 import every_row_top_k, idf_and_average, random_query, zipf_corpus
 from tests.conftest import WordHashEmbeddings
 
@@ -309,10 +311,12 @@ def test_pruned_keyword_search_ranks_exactly_as_scoring_every_row(postgres, sche
     for _ in range(60):
         query = random_query(rng)
         k = int(rng.integers(1, 12))
-        found = store.keyword_search("chunks", query, k)
         every_row = every_row_top_k(postgres, schema, query, k, "acme")
-        assert [h.id for h in found] == [chunk for chunk, _ in every_row], query
-        assert [h.keyword_score for h in found] == pytest.approx([score for _, score in every_row], rel=1e-9)
+        # scored here from the postings (the DSN store), and by the SQL function (Supabase, and filters)
+        in_sql = store._call("keyword_search_chunks", query_text=query, match_count=k, tenant="acme")
+        for found in (store.keyword_search("chunks", query, k), [_hit("chunks", row) for row in in_sql]):
+            assert [h.id for h in found] == [chunk for chunk, _ in every_row], query
+            assert [h.keyword_score for h in found] == pytest.approx([s for _, s in every_row], rel=1e-9)
         terms, idfs, average = idf_and_average(postgres, schema, query.split(), "acme")
         bm25 = f"select b.row_id, b.score from {schema}.bm25_chunks(%s, %s, %s, %s, null, null, %s, %s) b"
         exact = dict(postgres.execute(bm25, (terms, idfs, None, average, None, 0)))
@@ -331,6 +335,153 @@ def test_pruned_keyword_search_ranks_exactly_as_scoring_every_row(postgres, sche
             left_out += len(rows) < len(holding)
     assert pruned_queries > 40  # most queries took the pruned path
     assert left_out > 5  # and the floor spared scoring rows that could not reach it
+    store.close()
+
+
+def calls_of(store: PostgresStore, called: list[str]) -> None:
+    """Note the name of every SQL function `store` calls in `called`."""
+    calling = store._calling
+
+    def noted(function, params):
+        called.append(function)
+        return (yield from calling(function, params))
+
+    store._calling = noted
+
+
+def test_keyword_search_scored_here_answers_as_the_sql_function_in_every_scope(postgres, schema):
+    # The DSN store scores a whole level from the words' postings it keeps: each tenant's own rows and the
+    # public ones, the same rows, scores, coverage and unknown words as the SQL function, after every write.
+    rng = np.random.default_rng(7)
+    texts = zipf_corpus(rng, rows=120)
+    process = ProcessState()
+    stores = {
+        t: PostgresStore(postgres.dsn, schema=schema, tenant=t, process=process) for t in ("acme", "globex")
+    }
+    operator = PostgresStore(postgres.dsn, schema=schema, process=process)  # no tenant: every row
+    operator.init(4)
+    for level in ("documents", "chunks"):  # the rows begin 30 before a block's end: words span blocks
+        postgres.execute(
+            f"select setval(pg_get_serial_sequence('{schema}.{level}', 'rowid'), {POSTINGS_BLOCK - 30})"
+        )
+
+    def write(tenant: str, first: int, last: int, public: bool = False, suffix: str = "") -> None:
+        docs = [
+            Document(f"d{n}", "", texts[n] + suffix, content_hash=f"{n}{suffix}{public}", public=public)
+            for n in range(first, last)
+        ]
+        stores[tenant].upsert(
+            docs, [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs], "test/none"
+        )
+
+    def fields(hits) -> list[tuple]:
+        return [(h.id, h.tenant, h.title, h.content, h.unknown_terms) for h in hits]
+
+    def same_as_sql(query: str, k: int = 8) -> None:
+        for store in (*stores.values(), operator):
+            found = store.keyword_search("chunks", query, k)
+            rows = store._call("keyword_search_chunks", query_text=query, match_count=k, tenant=store.tenant)
+            expected = [_hit("chunks", row) for row in rows]
+            assert fields(found) == fields(expected), (store.tenant, query)
+            assert [h.keyword_score for h in found] == pytest.approx([h.keyword_score for h in expected])
+            assert [h.keyword_coverage for h in found] == pytest.approx(
+                [h.keyword_coverage for h in expected]
+            )
+
+    write("acme", 0, 50)
+    write("globex", 40, 90, public=True)
+    queries = [random_query(rng) for _ in range(12)] + ["w0 nowhere", "w59 w58 w57 unheard"]
+    for query in queries:
+        same_as_sql(query)
+    kept = process.part("postgres postings", KeptPostings)
+    assert kept.nbytes > 0  # the words' postings stayed for the next search, for each tenant
+    read: list[str] = []
+    for store in (*stores.values(), operator):
+        calls_of(store, read)
+    for query in queries:  # again, each tenant in turn: every word's postings served as kept
+        same_as_sql(query)
+    assert read and not [function for function in read if function.startswith("keyword_postings_")]
+    for store in (*stores.values(), operator):
+        del store._calling
+    # every kind of write, each searched after: replaced text, a row made public or private, deletions
+    write("acme", 10, 30, suffix=" w3 w3 w3 w7")
+    same_as_sql("w3 w7 w11")
+    write("acme", 30, 35, public=True)
+    write("globex", 40, 60, public=False)
+    same_as_sql("w3 w7 w11")
+    stores["globex"].delete_documents([f"d{n}" for n in range(60, 70)])
+    for query in queries:
+        same_as_sql(query)
+    # a write from another process (the superuser's own connection) is seen too: every row ranked again
+    same_as_sql("w5", k=120)
+    postgres.execute(f"update {schema}.chunks set content = content || ' w5 w5 w5' where id = 'd1#0'")
+    same_as_sql("w5", k=120)
+    # a write that leaves the totals as they were (a word for another): its row version tells
+    postgres.execute(f"update {schema}.chunks set content = replace(content, 'w5', 'w6') where id = 'd1#0'")
+    same_as_sql("w5", k=120)
+    # within a filter or a document list the SQL function answers, as before
+    scoped = stores["acme"].keyword_search("chunks", "w0 w1", 50, document_ids=["d2", "d3"])
+    assert {h.document_id for h in scoped} == {"d2", "d3"}
+    for store in (*stores.values(), operator):
+        store.close()
+
+
+def test_the_postings_kept_stay_within_the_operators_budget(postgres, schema):
+    rng = np.random.default_rng(3)
+    texts = zipf_corpus(rng, rows=200)
+    process = ProcessState()
+    store = PostgresStore(postgres.dsn, schema=schema, process=process, cache_mb=0)
+    store.init(4)
+    docs = [Document(f"d{n}", "", t, content_hash=str(n)) for n, t in enumerate(texts)]
+    store.upsert(docs, [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs], "test/none")
+    first = store.keyword_search("chunks", "w0 w1 w2 w9", 5)
+    assert first and process.part("postgres postings", KeptPostings).nbytes == 0  # a budget of 0 keeps none
+    kept = PostgresStore(postgres.dsn, schema=schema, process=process, cache_mb=1)
+    assert kept.keyword_search("chunks", "w0 w1 w2 w9", 5) == first
+    held = process.part("postgres postings", KeptPostings).nbytes
+    assert 0 < held <= 2**20
+    kept._cache_bytes = held // 2  # a budget below what one search keeps (bytes: the setting's MB is coarse)
+    kept.keyword_search("chunks", "w3 w4", 5)
+    assert process.part("postgres postings", KeptPostings).nbytes <= held // 2  # the scope went whole
+    store.close()
+    kept.close()
+
+
+@pytest.mark.parametrize("before", ["keyword_postings_chunks", "keyword_rows_chunks"])
+def test_a_write_between_the_calls_of_a_search_is_answered_in_one_snapshot(postgres, schema, before):
+    # Keyword search by DSN is three calls (the words, their postings, the rows), each in its own snapshot:
+    # a write between them must neither mix two states in one answer nor leave the newer postings kept
+    # under the older stamp, where the next searches would score them with the older idf.
+    process = ProcessState()
+    store = PostgresStore(postgres.dsn, schema=schema, process=process)
+    store.init(4)
+    docs = [Document(f"d{n}", "", f"clause w{n % 3} clause", content_hash=str(n)) for n in range(9)]
+    store.upsert(docs, [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs], "test/none")
+    postgres.execute(f"update {schema}.chunks set content = 'clause clause clause' where id = 'd4#0'")
+    calling = store._calling
+
+    def write_between(function, params):
+        if function == before:  # d4 loses the word, d0 gains it
+            postgres.execute(
+                f"update {schema}.chunks set content = "
+                "case id when 'd4#0' then 'w1' else content || ' clause' end where id in ('d0#0', 'd4#0')"
+            )
+        return (yield from calling(function, params))
+
+    store._calling = write_between
+    found = store.keyword_search("chunks", "clause", 3)
+    store._calling = calling
+    in_sql = [
+        _hit("chunks", row)
+        for row in store._call("keyword_search_chunks", query_text="clause", match_count=3)
+    ]
+    assert [(h.id, h.keyword_score) for h in found] == [(h.id, h.keyword_score) for h in in_sql]
+    assert found[0].id == "d0#0" and "d4#0" not in {h.id for h in found}
+    if before == "keyword_postings_chunks":
+        assert process.part("postgres postings", KeptPostings).nbytes == 0  # nothing kept of the newer state
+    assert [(h.id, h.keyword_score) for h in store.keyword_search("chunks", "clause", 3)] == [
+        (h.id, h.keyword_score) for h in in_sql
+    ]
     store.close()
 
 

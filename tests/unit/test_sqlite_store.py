@@ -14,9 +14,9 @@ import pytest
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.process import ProcessState
-from agent_retrieval.stores import SQLiteStore
+from agent_retrieval.stores import SQLiteStore, postings
 from agent_retrieval.stores.base import DocumentState
-from agent_retrieval.stores.sqlite import cache, keywords
+from agent_retrieval.stores.sqlite import keywords
 from agent_retrieval.stores.sqlite.cache import file_caches
 from agent_retrieval.stores.sqlite.schema import MIGRATIONS, bm25_score
 from agent_retrieval.text import keyword_terms
@@ -54,7 +54,7 @@ def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatc
     """Both paths: the whole level from the words' cached postings (their parts summed in an array by
     rowid, or, past DENSE_ROWIDS, by sorting the rows), and a scope (every document named, so the same
     rows) through FTS5; each prunes, and each ranks as scoring every row does."""
-    monkeypatch.setattr(keywords, "DENSE_ROWIDS", dense_rowids)
+    monkeypatch.setattr(postings, "DENSE_ROWIDS", dense_rowids)
     path = str(tmp_path / "zipf.db")
     store = SQLiteStore(path)
     docs, chunks = zipf_corpus(600)
@@ -66,14 +66,14 @@ def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatc
     monkeypatch.setattr(store._db, "connection", lambda: _Recorder(original(), passes))
     scored: list[tuple[int, int]] = []  # per call from postings: rows scored, rows holding any of the words
     pruned = False  # some search scored fewer rows than hold its words
-    rows_scored = keywords._scored
+    rows_scored = postings._scored
 
     def counting(essential, lists):
         rows, scores = rows_scored(essential, lists)
         scored.append((len(rows), len(np.unique(np.concatenate([p.rowids for p in lists])))))
         return rows, scores
 
-    monkeypatch.setattr(keywords, "_scored", counting)
+    monkeypatch.setattr(postings, "_scored", counting)
     for _ in range(40):
         query = " ".join(
             f"w{rng.choice([0, 1, 2, 3, rng.randint(4, 399), rng.randint(50, 399)])}x"
@@ -122,7 +122,7 @@ def test_a_words_postings_are_read_once_until_the_next_write(tmp_path, monkeypat
 def test_the_postings_kept_stay_within_their_bound(tmp_path, monkeypatch):
     """Searches past the bound still rank as scoring every row does; a word larger than the bound is used
     but not kept, and does not push out the words that fit."""
-    monkeypatch.setattr(cache, "POSTINGS_CACHE_BYTES", 3_000)
+    monkeypatch.setattr(postings, "POSTINGS_CACHE_BYTES", 3_000)
     path = str(tmp_path / "bound.db")
     store = SQLiteStore(path)
     store.upsert(*zipf_corpus(300), "test/none")

@@ -354,10 +354,125 @@ as $$
   from first_stage f left join second_parts o on o.row_id = f.row_id
 $$;
 
--- Keyword search: Okapi BM25 over the query's own words, stemmed in english, stopwords dropped unless
--- nothing else is left. The words are never parsed as query syntax. Term statistics cover the rows the
--- caller may read, so they reveal nothing of other tenants. Each row's keyword_coverage is the share of the
--- query's idf its words hold (fusion weighs the keyword side by it); unknown_terms counts the query's words
+-- The corpus totals over the rows the caller may read: how many, their average length, and a stamp that every
+-- write to those rows changes (it updates its scope's totals, so their row versions, xmin): the DSN store
+-- keeps words' postings between searches under it.
+create or replace function {{schema}}.corpus_totals_{{level}}(tenant text)
+returns table (rows float8, average_length float8, stamp text)
+language sql stable security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+  select coalesce(sum(s.rows), 0)::float8, coalesce(sum(s.total_length), 0)::float8 / greatest(sum(s.rows), 1),
+         pg_catalog.md5(coalesce(pg_catalog.string_agg(
+           pg_catalog.concat_ws(':', s.xmin, s.rows, s.total_length, s.is_public, s.tenant_id), ','
+           order by s.tenant_id, s.is_public), ''))
+  from {{schema}}.corpus_stats s
+  where s.level = '{{level}}' and (tenant is null or s.tenant_id = tenant or s.is_public)
+$$;
+
+-- The query's words as keyword search weighs them: stemmed in english, stopwords dropped unless nothing else
+-- is left, 32 at most, never parsed as query syntax. Over the rows the caller may read (whatever the filters,
+-- so they reveal nothing of other tenants): the words some row holds, rarest first, with their idf and row
+-- count; how many words the query has; and the corpus totals' average length and stamp.
+create or replace function {{schema}}.keyword_terms_{{level}}(query_text text, tenant text default null)
+returns table (terms text[], idfs float8[], counts float8[], asked int, average_length float8, stamp text)
+language sql stable security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+  with totals as (
+    select * from {{schema}}.corpus_totals_{{level}}(tenant)
+  ),
+  stemmed as (
+    select pg_catalog.to_tsvector('english'::regconfig, q.text) as content_words,
+           pg_catalog.to_tsvector('{{schema}}.english_all'::regconfig, q.text) as all_words
+    from (select left(coalesce(query_text, ''), 4000) as text) q
+  ),
+  words as (  -- the content words, or the stopwords when there is nothing else; 32 at most
+    select t.lexeme as term
+    from stemmed s,
+         pg_catalog.unnest(case when pg_catalog.length(s.content_words) > 0 then s.content_words
+                                else s.all_words end) t
+    order by t.positions[1]
+    limit 32
+  ),
+  weights as (
+    select t.term, ln(1 + (o.rows - sum(t.rows)::float8 + 0.5) / (sum(t.rows)::float8 + 0.5)) as idf,
+           sum(t.rows)::float8 as count
+    from {{schema}}.{{level}}_term_stats t join words w on w.term = t.term cross join totals o
+    where tenant is null or t.tenant_id = tenant or t.is_public
+    group by t.term, o.rows
+    having sum(t.rows) > 0
+  )
+  select (select pg_catalog.array_agg(w.term order by w.idf desc, w.term) from weights w),
+         (select pg_catalog.array_agg(w.idf order by w.idf desc, w.term) from weights w),
+         (select pg_catalog.array_agg(w.count order by w.idf desc, w.term) from weights w),
+         (select count(*) from words)::int, o.average_length, o.stamp
+  from totals o
+$$;
+
+-- Each of `terms`' postings among the rows the caller may read, for a client that scores them itself (the
+-- DSN store): its blocks, how many places each holds, then the places, counts and row lengths of all those
+-- blocks in that order, each as the elements of the arrays' binary form (array_send past its 20-byte
+-- header: a 4-byte length before every value), so that a word of 400K rows crosses as three strings; and the
+-- corpus totals' stamp, read in the same snapshot as the postings.
+create or replace function {{schema}}.keyword_postings_{{level}}(terms text[], tenant text default null)
+returns table (term text, blocks int[], sizes int[], places bytea, tfs bytea, lengths bytea, stamp text)
+language plpgsql stable security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+#variable_conflict use_column
+begin
+  if coalesce(pg_catalog.cardinality(terms), 0) > 32 then
+    raise exception using errcode = '22023',
+      message = format('terms: at most 32 words, as a query has (got %s)', pg_catalog.cardinality(terms));
+  end if;
+  return query
+  select p.term, pg_catalog.array_agg(p.block order by p.block, p.tenant_id, p.is_public),
+         pg_catalog.array_agg(pg_catalog.cardinality(p.places) order by p.block, p.tenant_id, p.is_public),
+         pg_catalog.string_agg(substr(pg_catalog.array_send(p.places), 21), ''::bytea
+                               order by p.block, p.tenant_id, p.is_public),
+         pg_catalog.string_agg(substr(pg_catalog.array_send(p.tfs), 21), ''::bytea
+                               order by p.block, p.tenant_id, p.is_public),
+         pg_catalog.string_agg(substr(pg_catalog.array_send(p.lengths), 21), ''::bytea
+                               order by p.block, p.tenant_id, p.is_public),
+         (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t)
+  from {{schema}}.{{level}}_postings p
+  where p.term = any (terms) and (tenant is null or p.tenant_id = tenant or p.is_public)
+  group by p.term;
+end $$;
+
+-- The hit rows of a keyword search, in the order of `ids`, each with its score and coverage: the end of
+-- keyword_search_* and of the DSN store's own scoring. At most 1000, as a search's match_count. Given the
+-- corpus totals' stamp the rows were ranked at, none when a write has changed it since (the DSN store then
+-- asks keyword_search_*, which reads everything in one snapshot).
+create or replace function {{schema}}.keyword_rows_{{level}}(
+  ids bigint[], scores float8[], coverages float8[], unknown int, stamp text default null,
+  tenant text default null
+) returns table (
+  id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text,
+  tenant_id text, keyword_score float8, keyword_coverage float8, unknown_terms int
+)
+language plpgsql stable security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+#variable_conflict use_column
+begin
+  if coalesce(pg_catalog.cardinality(ids), 0) > 1000 then
+    raise exception using errcode = '22023',
+      message = format('ids: at most 1000 rows, as a search returns (got %s)', pg_catalog.cardinality(ids));
+  end if;
+  if stamp is not null and stamp is distinct from (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t) then
+    return;
+  end if;
+  return query
+  select {{columns}}, r.score, r.coverage, unknown
+  from unnest(ids, scores, coverages) with ordinality r(row_id, score, coverage, place)
+  join {{from}} on d.rowid = r.row_id
+  order by r.place;
+end $$;
+
+-- Keyword search: Okapi BM25 over the query's own words (keyword_terms_{{level}}). Each row's keyword_coverage
+-- is the share of the query's idf its words hold (fusion weighs the keyword side by it); unknown_terms counts the query's words
 -- no such row holds (confidence.py reads it: a question about something never stored asks for new words).
 -- Exact top k, pruned as the embedded store prunes (MaxScore): a row holding none of the rarer terms scores
 -- at most the sum of the common terms' bounds (2.2 x idf each), so once k rows beat that sum, the rows
@@ -379,7 +494,6 @@ set work_mem = '16MB'  -- scoring every row of common words groups ~100K rows at
 as $$
 #variable_conflict use_column
 declare
-  corpus_rows float8;
   average_length float8;
   terms text[];          -- the query's words found in the caller's rows, rarest first
   idfs float8[];
@@ -396,35 +510,8 @@ declare
   coverages float8[];
 begin
   perform {{schema}}.check_search(match_count, null);
-  select sum(s.rows)::float8, sum(s.total_length)::float8 / greatest(sum(s.rows), 1)
-    into corpus_rows, average_length
-  from {{schema}}.corpus_stats s
-  where s.level = '{{level}}' and (tenant is null or s.tenant_id = tenant or s.is_public);
-  with stemmed as (
-    select pg_catalog.to_tsvector('english'::regconfig, q.text) as content_words,
-           pg_catalog.to_tsvector('{{schema}}.english_all'::regconfig, q.text) as all_words
-    from (select left(coalesce(query_text, ''), 4000) as text) q
-  ),
-  words as (  -- the content words, or the stopwords when there is nothing else; 32 at most
-    select t.lexeme as term
-    from stemmed s,
-         pg_catalog.unnest(case when pg_catalog.length(s.content_words) > 0 then s.content_words
-                                else s.all_words end) t
-    order by t.positions[1]
-    limit 32
-  ),
-  weights as (  -- idf over every row the caller may read, whatever the filters
-    select t.term, ln(1 + (corpus_rows - sum(t.rows)::float8 + 0.5) / (sum(t.rows)::float8 + 0.5)) as idf,
-           sum(t.rows)::float8 as count
-    from {{schema}}.{{level}}_term_stats t join words w on w.term = t.term
-    where tenant is null or t.tenant_id = tenant or t.is_public
-    group by t.term
-    having sum(t.rows) > 0
-  )
-  select array_agg(w.term order by w.idf desc, w.term), array_agg(w.idf order by w.idf desc, w.term),
-         array_agg(w.count order by w.idf desc, w.term), (select count(*) from words)
-    into terms, idfs, counts, asked
-  from weights w;
+  select w.terms, w.idfs, w.counts, w.asked, w.average_length into terms, idfs, counts, asked, average_length
+  from {{schema}}.keyword_terms_{{level}}(query_text, tenant) w;
   if terms is null then
     return;
   end if;
@@ -477,10 +564,7 @@ begin
     essential := case when last < pg_catalog.array_length(terms, 1) then terms[1:last] end;
   end loop;
   return query
-  select {{columns}}, r.score, r.coverage, asked - pg_catalog.array_length(terms, 1)
-  from unnest(ids, scores, coverages) with ordinality r(row_id, score, coverage, place)
-  join {{from}} on d.rowid = r.row_id
-  order by r.place;
+  select * from {{schema}}.keyword_rows_{{level}}(ids, scores, coverages, asked - pg_catalog.array_length(terms, 1));
 end $$;
 
 -- Hybrid search: both searches with the same filters and scope, fused in SQL by weighted reciprocal

@@ -4,7 +4,6 @@ counts."""
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ import numpy as np
 from agent_retrieval.models import Level
 from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.stores.base import MetadataCount
+from agent_retrieval.stores.postings import PostingsCache
 
 if TYPE_CHECKING:
     from agent_retrieval.stores.sqlite.stored_postings import StoredLevel
@@ -30,52 +30,6 @@ class Matrix:
     model: str
     rowids: np.ndarray
     vectors: np.ndarray
-
-
-@dataclass(frozen=True)
-class Postings:
-    """One word's rows of a level (rowid ascending) and its part of each row's BM25 score, idf included."""
-
-    rowids: np.ndarray
-    scores: np.ndarray
-
-    @functools.cached_property
-    def bound(self) -> float:
-        """The most the word adds to any row's score."""
-        return float(self.scores.max(initial=0.0))
-
-    @property
-    def nbytes(self) -> int:
-        return self.rowids.nbytes + self.scores.nbytes
-
-
-POSTINGS_CACHE_BYTES = 256 * 2**20  # a level's postings kept per file (500 queries on 100K chunks: 88 MB)
-
-
-class PostingsCache:
-    """Words' postings read at one generation, the least recently used dropped past POSTINGS_CACHE_BYTES."""
-
-    def __init__(self, generation: int) -> None:
-        self.generation = generation
-        self.nbytes = 0
-        self._lock = threading.Lock()
-        self._terms: OrderedDict[str, Postings] = OrderedDict()
-
-    def get(self, term: str) -> Postings | None:
-        with self._lock:
-            found = self._terms.get(term)
-            if found is not None:
-                self._terms.move_to_end(term)
-            return found
-
-    def put(self, term: str, postings: Postings) -> None:
-        with self._lock:
-            if term in self._terms or postings.nbytes > POSTINGS_CACHE_BYTES:
-                return
-            self._terms[term] = postings
-            self.nbytes += postings.nbytes
-            while self.nbytes > POSTINGS_CACHE_BYTES:
-                self.nbytes -= self._terms.popitem(last=False)[1].nbytes
 
 
 @dataclass

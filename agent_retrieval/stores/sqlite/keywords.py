@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from agent_retrieval.models import Level
-from agent_retrieval.stores.sqlite.cache import FileCache, Postings, PostingsCache
+from agent_retrieval.stores.postings import Postings, PostingsCache, best_of_postings
+from agent_retrieval.stores.sqlite.cache import FileCache
 from agent_retrieval.stores.sqlite.schema import BM25_K1, EVERY_ROW, TABLE, bm25_score, fts_any
 from agent_retrieval.stores.sqlite.stored_postings import Tokenizer, fts5_idf, stored_level
 
@@ -113,72 +114,6 @@ def best_rows(
     if not where and (found := postings(conn, held, level, counts, from_file)) is not None:
         return best_of_postings(found, k), weights
     return best_by_fts(conn, level, terms, weights, k, where, params), weights
-
-
-def best_of_postings(lists: list[Postings], k: int) -> list[tuple[int, float]]:
-    """The k best rows (rowid, BM25 score) of a whole level from its words' postings, best first (ties to
-    the older row).
-
-    MaxScore: the rows of the rarer half of the words are scored first; their k-th score is a threshold.
-    Words whose largest parts together stay below it cannot lift a row holding none of the other words
-    into the top k, so only the rows of the other words are scored."""
-    lists = [p for p in lists if len(p.rowids)]
-    if not lists:
-        return []
-    first = sorted(lists, key=lambda p: len(p.rowids))[: (len(lists) + 1) // 2]
-    rows, scores = _scored(first, lists)
-    threshold = float(np.partition(scores, len(scores) - k)[len(scores) - k]) if len(scores) >= k else 0.0
-    essential = sorted(lists, key=lambda p: p.bound)
-    bound = 0.0
-    while essential and bound + essential[0].bound < threshold:
-        bound += essential.pop(0).bound
-    if any(all(p is not f for f in first) for p in essential):
-        rows, scores = _scored(essential, lists)
-    if len(rows) > k:
-        top = np.argpartition(-scores, k - 1)[:k]
-        rows, scores = rows[top], scores[top]
-    order = np.lexsort((rows, -scores))
-    return list(zip(rows[order].tolist(), scores[order].tolist(), strict=True))
-
-
-# The widest span of rowids scored in one array (8 bytes a rowid): a wider one (a file whose rows were
-# written again many times over) is scored by sorting the rows instead.
-DENSE_ROWIDS = 2**25
-
-
-def _scored(essential: list[Postings], lists: list[Postings]) -> tuple[np.ndarray, np.ndarray]:
-    """The rows holding a word of `essential`, ascending, and their scores (every word's part).
-
-    Summed in an array indexed by rowid: adding a word's parts costs a few nanoseconds a row, against a
-    sort of all the rows and a binary search per word. (MaxScore at 1M chunks: p95 126 ms -> 35 ms.)"""
-    low = min(int(p.rowids[0]) for p in essential)
-    high = max(int(p.rowids[-1]) for p in essential)
-    if high - low >= DENSE_ROWIDS:
-        rows = np.unique(np.concatenate([p.rowids for p in essential]))
-        return rows, _summed(rows, lists)
-    total = np.zeros(high - low + 1)
-    for p in essential:
-        total[p.rowids - low] += p.scores
-    at = np.flatnonzero(total)  # every part is above zero
-    for p in lists:
-        if any(p is e for e in essential):
-            continue
-        if len(p.rowids) < 8 * len(at):  # adding the whole word costs less than finding the rows in it
-            inside = slice(np.searchsorted(p.rowids, low), np.searchsorted(p.rowids, high, side="right"))
-            total[p.rowids[inside] - low] += p.scores[inside]
-        else:
-            total[at] += _summed(at + low, [p])
-    return at + low, total[at]
-
-
-def _summed(rows: np.ndarray, lists: list[Postings]) -> np.ndarray:
-    """Each row's score: the sum of the words' parts in it, found by binary search in each word's rows."""
-    total = np.zeros(len(rows))
-    for p in lists:
-        at = np.searchsorted(p.rowids, rows)
-        at[at == len(p.rowids)] = 0
-        total += np.where(p.rowids[at] == rows, p.scores[at], 0.0)
-    return total
 
 
 def best_by_fts(
