@@ -46,6 +46,9 @@ def _psycopg() -> Any:
     return psycopg
 
 
+# Functions whose answers are mostly bytes: sent in binary, half the size of their hex text and not decoded.
+_BINARY = ("keyword_postings_documents", "keyword_postings_chunks")
+
 # How libpq reports a login the server refused (it gives no SQLSTATE for a failed connection).
 _LOGIN_REFUSED = re.compile(r"FATAL:\s*(.*(?:authentication failed|no pg_hba\.conf entry).*)")
 
@@ -237,7 +240,7 @@ class PostgresStore(RPCStore):
             with pool.connection() as conn:
                 self._count_lent(1)
                 try:
-                    rows = conn.execute(query, values).fetchall()
+                    rows = conn.execute(query, values, binary=function in _BINARY).fetchall()
                 finally:
                     self._count_lent(-1)
         except PoolTimeout:
@@ -367,8 +370,8 @@ class PostgresStore(RPCStore):
     def initial_load(self) -> Iterator[None]:
         """Fill an empty store faster: every write in the block (`ingest`, `upsert`) joins one transaction
         and copies its rows in binary, the search indexes (HNSW, GIN) are dropped first and built once at
-        the end, and the keyword postings are made once at the end from every row (the triggers that keep
-        them row by row are off meanwhile). Building HNSW is quickest when the server's
+        the end, and the keyword postings are made once at the end from every row, word by word in the
+        table (the triggers that keep them row by row are off meanwhile). Building HNSW is quickest when the server's
         maintenance_work_mem holds the graph (about 1 KB a vector of 384 dimensions): pgvector then builds
         it in memory, with parallel workers.
 

@@ -653,6 +653,27 @@ def test_an_initial_load_drops_the_search_indexes_and_builds_them_at_the_end(pos
     assert search_indexes() == before
 
 
+def test_an_initial_load_leaves_each_words_postings_side_by_side(postgres, schema):
+    # The postings are made a slice of blocks at a time; a search reads one word's rows, which are then
+    # scattered over the table unless the load puts them in the order of the primary key.
+    store = PostgresStore(postgres.dsn, schema=schema)
+    store.init(4)
+    for level in ("documents", "chunks"):  # the rows begin 20 before a slice's end (8 blocks of 512 rows)
+        postgres.execute(
+            f"select setval(pg_get_serial_sequence('{schema}.{level}', 'rowid'), {8 * POSTINGS_BLOCK - 20})"
+        )
+    texts = zipf_corpus(np.random.default_rng(2), rows=60)
+    docs = [Document(f"d{n}", "", t, content_hash=str(n)) for n, t in enumerate(texts)]
+    with store.initial_load():
+        store.upsert(docs, [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs], "test/none")
+    for level in ("documents", "chunks"):
+        stored = f"select term, block, tenant_id, is_public from {schema}.{level}_postings order by "
+        in_place = postgres.execute(stored + "ctid")
+        assert len({row[1] for row in in_place}) == 2
+        assert in_place == postgres.execute(stored + "term, block, tenant_id, is_public")
+    store.close()
+
+
 def test_an_initial_load_writes_the_rows_an_upsert_writes(postgres, schema):
     store = PostgresStore(postgres.dsn, schema=schema, tenant="acme")
     store.init(4)

@@ -167,6 +167,9 @@ begin
     left join (select p.tenant_id, p.is_public, sum(t.tf) as length
                from {{schema}}.{{level}}_postings p cross join lateral unnest(p.tfs) t(tf)
                group by p.tenant_id, p.is_public) l on l.tenant_id = r.tenant_id and l.is_public = r.is_public;
+  -- Each word's rows side by side (they were written a slice of blocks at a time): a search reads a word's
+  -- postings from a few pages instead of a page a block (at 1M chunks: 26 s here, the reading ~2x faster).
+  cluster {{schema}}.{{level}}_postings using {{level}}_postings_pkey;
 end $$;
 
 do $$
@@ -362,7 +365,8 @@ returns table (rows float8, average_length float8, stamp text)
 language sql stable security invoker
 set search_path = {{schema}}, public, extensions
 as $$
-  select coalesce(sum(s.rows), 0)::float8, coalesce(sum(s.total_length), 0)::float8 / greatest(sum(s.rows), 1),
+  select coalesce(sum(s.rows), 0)::float8,
+         coalesce(sum(s.total_length), 0)::float8 / greatest(sum(s.rows), 1),
          pg_catalog.md5(coalesce(pg_catalog.string_agg(
            pg_catalog.concat_ws(':', s.xmin, s.rows, s.total_length, s.is_public, s.tenant_id), ','
            order by s.tenant_id, s.is_public), ''))
@@ -461,7 +465,8 @@ begin
     raise exception using errcode = '22023',
       message = format('ids: at most 1000 rows, as a search returns (got %s)', pg_catalog.cardinality(ids));
   end if;
-  if stamp is not null and stamp is distinct from (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t) then
+  if stamp is not null
+     and stamp is distinct from (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t) then
     return;
   end if;
   return query
@@ -471,9 +476,10 @@ begin
   order by r.place;
 end $$;
 
--- Keyword search: Okapi BM25 over the query's own words (keyword_terms_{{level}}). Each row's keyword_coverage
--- is the share of the query's idf its words hold (fusion weighs the keyword side by it); unknown_terms counts the query's words
--- no such row holds (confidence.py reads it: a question about something never stored asks for new words).
+-- Keyword search: Okapi BM25 over the query's own words (keyword_terms_{{level}}). Each row's
+-- keyword_coverage is the share of the query's idf its words hold (fusion weighs the keyword side by it);
+-- unknown_terms counts the query's words no such row holds (confidence.py reads it: a question about
+-- something never stored asks for new words).
 -- Exact top k, pruned as the embedded store prunes (MaxScore): a row holding none of the rarer terms scores
 -- at most the sum of the common terms' bounds (2.2 x idf each), so once k rows beat that sum, the rows
 -- holding only common terms are never scored. Those are most of the postings of a long query.
