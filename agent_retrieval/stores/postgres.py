@@ -371,9 +371,9 @@ class PostgresStore(RPCStore):
         """Fill an empty store faster: every write in the block (`ingest`, `upsert`) joins one transaction
         and copies its rows in binary, the search indexes (HNSW, GIN) are dropped first and built once at
         the end, and the keyword postings are made once at the end from every row, word by word in the
-        table (the triggers that keep them row by row are off meanwhile). Building HNSW is quickest when the server's
-        maintenance_work_mem holds the graph (about 1 KB a vector of 384 dimensions): pgvector then builds
-        it in memory, with parallel workers.
+        table (the triggers that keep them row by row are off meanwhile). Building HNSW is quickest when
+        the server's maintenance_work_mem holds the graph (about 1 KB a vector of 384 dimensions):
+        pgvector then builds it in memory, with parallel workers.
 
         For a first load only: refused unless the store holds no documents, and the tables are locked
         against other writers (readers wait) until the load commits. All or nothing: an error or Ctrl-C in
