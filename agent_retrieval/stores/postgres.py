@@ -306,10 +306,19 @@ class PostgresStore(RPCStore):
         read (the corpus totals' stamp), where the SQL function reads a common word's postings again at
         every search. The same rankings; searches inside filters or a document list, and those of an
         initial load, run in SQL."""
+        if not (search.filters or search.document_ids is not None or self._loading is not None):
+            hits = yield from self._scored_here(search)
+            if hits is not None:
+                return hits
+        # Also when a write came between the calls above, each of which reads its own snapshot: the SQL
+        # function reads one.
+        rows = yield from self._calling(*self._keyword_call(search))
+        return [_hit(search.level, r) for r in rows]
+
+    def _scored_here(self, search: KeywordSearch) -> Steps[list[Hit] | None]:
+        """The whole level's keyword search from the words' postings, or None if a write changed what the
+        store's tenant can read between its calls."""
         level, tenant = search.level, self.tenant
-        in_sql = self._keyword_call(search)
-        if search.filters or search.document_ids is not None or self._loading is not None:
-            return [_hit(level, r) for r in (yield from self._calling(*in_sql))]
         (words,) = yield from self._calling(
             f"keyword_terms_{level}", {"query_text": search.query, "tenant": tenant}
         )
@@ -323,20 +332,18 @@ class PostgresStore(RPCStore):
         read = []
         if missing := [term for term in terms if term not in lists]:
             read = yield from self._calling(f"keyword_postings_{level}", {"terms": missing, "tenant": tenant})
-        if all(row["stamp"] == stamp for row in read):
-            # numpy's work, off the event loop when async
-            ids, scores, coverages = yield blocking(_ranked, words, kept, lists, read, search.k)
-            self._kept.trim(self._cache_bytes)
-            unknown = words["asked"] - len(terms)
-            rows = yield from self._calling(
-                f"keyword_rows_{level}",
-                {"ids": ids, "scores": scores, "coverages": coverages, "unknown": unknown}
-                | {"stamp": stamp, "tenant": tenant},  # no rows if a write changed the stamp since
-            )
-            if len(rows) == len(ids):
-                return [_hit(level, r) for r in rows]
-        # A write came between the calls, each of which reads its own snapshot: the SQL function reads one.
-        return [_hit(level, r) for r in (yield from self._calling(*in_sql))]
+        if any(row["stamp"] != stamp for row in read):
+            return None
+        # numpy's work, off the event loop when async
+        ids, scores, coverages = yield blocking(_ranked, words, kept, lists, read, search.k)
+        self._kept.trim(self._cache_bytes)
+        unknown = words["asked"] - len(terms)
+        rows = yield from self._calling(
+            f"keyword_rows_{level}",
+            {"ids": ids, "scores": scores, "coverages": coverages, "unknown": unknown}
+            | {"stamp": stamp, "tenant": tenant},  # no rows if a write changed the stamp since
+        )
+        return [_hit(level, r) for r in rows] if len(rows) == len(ids) else None
 
     @property
     def _kept(self) -> KeptPostings:
@@ -608,11 +615,8 @@ def _ranked(
     best = best_of_postings(list(lists.values()), k)
     ids = np.array([rowid for rowid, _ in best], dtype=np.int64)
     held = np.zeros(len(ids))
-    for term, postings in lists.items():  # a binary search per row, in rowids kept sorted
-        if not len(postings.rowids):
-            continue
-        at = np.minimum(np.searchsorted(postings.rowids, ids), len(postings.rowids) - 1)
-        held += np.where(postings.rowids[at] == ids, idfs[term], 0.0)
+    for term, postings in lists.items():  # every part is above zero
+        held += np.where(postings.parts_of(ids) > 0, idfs[term], 0.0)
     return ids.tolist(), [score for _, score in best], (held / sum(idfs.values())).tolist()
 
 

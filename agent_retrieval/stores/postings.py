@@ -29,6 +29,13 @@ class Postings:
     def nbytes(self) -> int:
         return self.rowids.nbytes + self.scores.nbytes
 
+    def parts_of(self, rows: np.ndarray) -> np.ndarray:
+        """The word's part of each of `rows`' scores (0 in a row without it), by binary search."""
+        if not len(self.rowids):
+            return np.zeros(len(rows))
+        at = np.minimum(np.searchsorted(self.rowids, rows), len(self.rowids) - 1)
+        return np.where(self.rowids[at] == rows, self.scores[at], 0.0)
+
 
 POSTINGS_CACHE_BYTES = 256 * 2**20  # a level's postings kept per file (500 queries on 100K chunks: 88 MB)
 
@@ -148,7 +155,5 @@ def _summed(rows: np.ndarray, lists: list[Postings]) -> np.ndarray:
     """Each row's score: the sum of the words' parts in it, found by binary search in each word's rows."""
     total = np.zeros(len(rows))
     for p in lists:
-        at = np.searchsorted(p.rowids, rows)
-        at[at == len(p.rowids)] = 0
-        total += np.where(p.rowids[at] == rows, p.scores[at], 0.0)
+        total += p.parts_of(rows)
     return total
