@@ -15,10 +15,41 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 T = TypeVar("T")
+
+
+class _Sized(Protocol):
+    @property
+    def nbytes(self) -> int: ...
+
+
+S = TypeVar("S", bound=_Sized)
+
+
+class KeptInMemory(Generic[S]):
+    """What a process keeps by key (a store file's caches, a scope's postings), each of `nbytes`: the least
+    recently used dropped once all of them pass a budget."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[Hashable, S] = OrderedDict()
+
+    def trim(self, budget: int) -> None:
+        """Drop the least recently used until the rest fit in `budget` bytes (whoever holds one keeps using
+        it: only later users make it again)."""
+        with self._lock:
+            total = sum(kept.nbytes for kept in self._kept.values())
+            while self._kept and total > budget:
+                total -= self._kept.popitem(last=False)[1].nbytes
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(kept.nbytes for kept in self._kept.values())
 
 
 class ProcessState:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agent_retrieval.process import KeptInMemory
+
 
 @dataclass(frozen=True)
 class Postings:
@@ -66,33 +68,18 @@ class PostingsCache:
                 self.nbytes -= self._terms.popitem(last=False)[1].nbytes
 
 
-class KeptPostings:
+class KeptPostings(KeptInMemory[PostingsCache]):
     """Words' postings a process's stores read, per scope (a store, a level and a tenant), each at the stamp
     it was read at: a scope read at another stamp starts empty, and the least recently used scopes are
-    dropped past a budget in bytes."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._scopes: OrderedDict[Hashable, PostingsCache] = OrderedDict()
+    dropped past a budget in bytes (`trim`)."""
 
     def of(self, scope: Hashable, stamp: Hashable) -> PostingsCache:
         with self._lock:
-            kept = self._scopes.get(scope)
+            kept = self._kept.get(scope)
             if kept is None or kept.generation != stamp:
-                kept = self._scopes[scope] = PostingsCache(stamp)
-            self._scopes.move_to_end(scope)
+                kept = self._kept[scope] = PostingsCache(stamp)
+            self._kept.move_to_end(scope)
             return kept
-
-    def trim(self, budget: int) -> None:
-        with self._lock:
-            total = sum(kept.nbytes for kept in self._scopes.values())
-            while self._scopes and total > budget:
-                total -= self._scopes.popitem(last=False)[1].nbytes
-
-    @property
-    def nbytes(self) -> int:
-        with self._lock:
-            return sum(kept.nbytes for kept in self._scopes.values())
 
 
 def best_of_postings(lists: list[Postings], k: int) -> list[tuple[int, float]]:

@@ -93,7 +93,7 @@ def test_a_retrieval_keeps_what_it_shares_in_the_process_state_it_is_given(tmp_p
         assert make_embedder(context, process=own).embeddings.process is own  # where a local model loads
     (resources,) = own.parts(SearchResources)
     assert own.parts(FileCaches) and resources not in PROCESS.parts(SearchResources)
-    assert not any(c for c in PROCESS.parts(FileCaches) if str(tmp_path) in str(c._files))
+    assert not any(c for c in PROCESS.parts(FileCaches) if str(tmp_path) in str(c._kept))
     threads = resources.search_pool  # started by the sync search
     own.close()  # releases what it made: the search threads stop
     with pytest.raises(RuntimeError, match="shutdown"):

@@ -144,7 +144,7 @@ def test_the_postings_count_in_the_budget_of_what_the_process_keeps(tmp_path):
     kept = []
     for first in range(0, 400, 8):  # every word: about 1.2 MB of postings
         store.keyword_search("documents", " ".join(f"w{i}x" for i in range(first, first + 8)), 5)
-        kept.append(bool(file_caches(process)._files))
+        kept.append(bool(file_caches(process)._kept))
     # kept while within the 1 MB budget, then dropped: the next store on the file reads it again
     assert kept[0] and not kept[-1]
 

@@ -5,7 +5,6 @@ counts."""
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from agent_retrieval.models import Level
-from agent_retrieval.process import PROCESS, ProcessState
+from agent_retrieval.process import PROCESS, KeptInMemory, ProcessState
 from agent_retrieval.stores.base import MetadataCount
 from agent_retrieval.stores.postings import PostingsCache
 
@@ -58,15 +57,12 @@ class FileCache:
         return matrices + indexes + stored + sum(p.nbytes for p in tuple(self.postings.values()))
 
 
-class FileCaches:
+class FileCaches(KeptInMemory[FileCache]):
     """The caches of the store files this process has searched, shared by all its stores on a file (a
     server opens one per run: reading 100K vectors again would cost it half a second a run), the least
-    recently opened dropped beyond a budget in bytes. A file is known by its path and the random id in its
-    store_info, so a file made again at the same path, or a copy at another, never reads another's cache."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._files: OrderedDict[tuple[str, str], FileCache] = OrderedDict()
+    recently opened dropped beyond a budget in bytes (`trim`). A file is known by its path and the random
+    id in its store_info, so a file made again at the same path, or a copy at another, never reads
+    another's cache."""
 
     def of(self, path: Path, store_id: str | None, budget: int) -> FileCache:
         """The file's shared cache; a cache of its own for a store with no budget, or for a file no
@@ -75,17 +71,9 @@ class FileCaches:
             return FileCache()
         key = (str(path.resolve()), store_id)
         with self._lock:
-            cache = self._files.setdefault(key, FileCache())
-            self._files.move_to_end(key)
+            cache = self._kept.setdefault(key, FileCache())
+            self._kept.move_to_end(key)
             return cache
-
-    def trim(self, budget: int) -> None:
-        """Drop the least recently opened files' caches until the rest fit in `budget` bytes (a store
-        keeps using the cache it holds: only later stores on that file read it again)."""
-        with self._lock:
-            total = sum(cache.nbytes for cache in self._files.values())
-            while self._files and total > budget:
-                total -= self._files.popitem(last=False)[1].nbytes
 
 
 def file_caches(process: ProcessState = PROCESS) -> FileCaches:
