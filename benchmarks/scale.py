@@ -31,6 +31,7 @@ import math
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,16 @@ def same_scores(ranked: list[tuple[float]], every_row: list[tuple[float]]) -> bo
     )
 
 
+@contextlib.contextmanager
+def nothing_kept(dsn: str, schema: str) -> Iterator[PostgresStore]:
+    """A store on `schema` with process parts of its own: no postings kept, no pool shared."""
+    with (
+        contextlib.closing(ProcessState()) as process,
+        PostgresStore(dsn, schema=schema, process=process) as store,
+    ):
+        yield store
+
+
 class KnownVectors(Embeddings):
     """The bench's query vectors, made once: a search timed with them leaves out the model's time."""
 
@@ -194,19 +205,13 @@ def measure(
         lambda text: store._call("keyword_search_chunks", query_text=text, match_count=candidates), texts
     )
     warm_up = others or None
-    with (
-        contextlib.closing(ProcessState()) as process,
-        PostgresStore(dsn, schema=schema, process=process) as fresh,
-    ):
+    with nothing_kept(dsn, schema) as fresh:
         report["keyword_dsn"] = timed(
             lambda text: fresh.keyword_search("chunks", text, candidates), texts, warm_up
         )
-    with (
-        contextlib.closing(ProcessState()) as process,
-        PostgresStore(dsn, schema=schema, process=process) as fresh,
-    ):
+    with nothing_kept(dsn, schema) as fresh:
         embedder = Embedder(KnownVectors(vectors), model_id)
-        retrieval = Retrieval(Context(), store=fresh, embedder=embedder, process=process)
+        retrieval = Retrieval(Context(), store=fresh, embedder=embedder, process=fresh.process)
         request = {"top_k": 10, "hyde": "off"}
         report["hybrid_tool_dsn"] = timed(
             lambda text: retrieval.search(
