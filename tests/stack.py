@@ -120,12 +120,14 @@ class Postgres:
         )
 
     def restart(self, down_seconds: float = 0.0) -> None:
-        """Stop the server as a failover or crash would (`pg_ctl stop -m fast`: every session is cut, its
-        transaction rolled back), stay down `down_seconds`, and start it again on the same socket."""
+        """Stop the server as a crash or failover would (`pg_ctl stop -m immediate`: every session is cut at
+        once, mid-statement, its transaction rolled back by recovery), stay down `down_seconds`, and start it
+        again on the same socket. Not `-m fast`: a session waiting on a lock could be granted it by another
+        session's exit and finish its statement before its own exit."""
         from pgserver import pg_ctl
 
         self._let_pg_ctl_in()
-        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.server.pgdata, user=self.server.system_user)
+        pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=self.server.pgdata, user=self.server.system_user)
         time.sleep(down_seconds)
         self._let_pg_ctl_in()
         with self.server._lock:
