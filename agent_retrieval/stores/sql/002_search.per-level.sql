@@ -147,7 +147,6 @@ begin
   delete from {{schema}}.{{level}}_postings;
   delete from {{schema}}.{{level}}_term_stats;
   delete from {{schema}}.corpus_stats where level = '{{level}}';
-  drop table if exists pg_temp.{{level}}_postings_made;
   create temporary table {{level}}_postings_made (like {{schema}}.{{level}}_postings);
   for first in
     select b * {{block}} from generate_series(0, (select max(r.rowid) from {{schema}}.{{level}} r) / {{block}}, 8) b
