@@ -116,7 +116,7 @@ def readable(state: State) -> State:
 # --- validation (plain functions, run in a worker thread) ------------------------------------------
 
 _CREATE = re.compile(r"(?im)^[ \t]*CREATE\s+(?:TEMP(?:ORARY)?\s+)?(?:TABLE|VIEW)\b")
-_LEADING_COMMENTS = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
+_LEADING_COMMENTS = re.compile(r"(?:\s|--[^\n]*|/\*.*?\*/)*", re.DOTALL)
 _READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 _WRITES = {sqlite3.SQLITE_INSERT: "INSERT", sqlite3.SQLITE_UPDATE: "UPDATE", sqlite3.SQLITE_DELETE: "DELETE"}
 _SCHEMA_TABLES = {"sqlite_master", "sqlite_temp_master"}  # what CREATE writes: the schema itself
@@ -250,7 +250,7 @@ VALIDATORS: dict[str, Callable[[str, list[Passage]], tuple[list[str], list[str]]
 
 # --- prompt and answer -----------------------------------------------------------------------------
 
-_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n`]*\n(.*?)```", re.DOTALL)  # an info string holds no "`"
 
 
 def extract_code(text: str, language: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any
 
 from langchain_text_splitters import RecursiveCharacterTextSplitter
@@ -16,7 +15,6 @@ from agent_retrieval.ingest.formats import markdown_sections
 from agent_retrieval.models import Chunk, Document
 
 DOCUMENT_LEAD_CHARS = 1000  # a document is embedded by its title and opening; chunks carry the rest
-_ANCHOR = re.compile(r"\s*\{#[^}]*\}\s*$")  # "## Setup {#setup}": an anchor id, not part of the heading
 
 
 def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: int = 150) -> list[Chunk]:
@@ -24,7 +22,7 @@ def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: in
     splitter = RecursiveCharacterTextSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     chunks: list[Chunk] = []
     for found, text in markdown_sections(document.content):
-        headings = [_ANCHOR.sub("", heading) for heading in found]
+        headings = [_without_anchor(heading) for heading in found]
         if headings and headings[0] == document.title:
             headings = headings[1:]
         heading_path = " > ".join(part for part in [document.title, *headings] if part)
@@ -41,6 +39,15 @@ def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: in
                     )
                 )
     return chunks
+
+
+def _without_anchor(heading: str) -> str:
+    """A heading without the anchor id that ends it ("Setup {#setup}" -> "Setup"): not part of its words."""
+    kept = heading.rstrip()
+    start = kept.rfind("{#")
+    if kept.endswith("}") and start != -1 and "}" not in kept[start:-1]:
+        return kept[:start].rstrip()
+    return heading
 
 
 def document_text(document: Document) -> str:

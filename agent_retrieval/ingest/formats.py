@@ -9,10 +9,12 @@ extra, named with its pip command when missing.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import re
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,9 @@ TABLE_BLOCK_CHARS = 800  # a table is written in blocks of rows about this long,
 # --- markdown sections ---------------------------------------------------------------------------------
 
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")  # a code fence's opening run; it closes at a run as long
-_SECTION_HEADING = re.compile(r"^ {0,3}(#{1,3})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+# Only the opening marks are a pattern: the closing run ("## Title ##") is cut off in code, as a pattern
+# that also finds it backtracks over a long run of spaces (cubic time on one line).
+_ATX_OPENING = re.compile(r" {0,3}(#{1,6})[ \t]")
 
 
 def fenced(lines: Iterable[str]) -> Iterator[tuple[str, bool]]:
@@ -46,6 +50,18 @@ def fenced(lines: Iterable[str]) -> Iterator[tuple[str, bool]]:
             yield line, False
 
 
+def atx_heading(line: str) -> tuple[int, str] | None:
+    """A "#" heading line's level and words ("## Setup ##" -> (2, "Setup")), or None for another line."""
+    opening = _ATX_OPENING.match(line)
+    if opening is None:
+        return None
+    words = line[opening.end() :].strip(" \t")
+    unclosed = words.rstrip("#")
+    if not unclosed or unclosed[-1] in " \t":  # a closing run of "#" stands apart from the words
+        words = unclosed.rstrip(" \t")
+    return len(opening.group(1)), words
+
+
 def markdown_sections(text: str) -> list[tuple[list[str], str]]:
     """A markdown text's sections, each (the headings above it, h1 to h3; its text as written), split at
     "#", "##" and "###" headings outside code fences. LangChain's MarkdownHeaderTextSplitter strips every
@@ -62,10 +78,11 @@ def markdown_sections(text: str) -> list[tuple[list[str], str]]:
         lines.clear()
 
     for line, code in fenced(text.split("\n")):
-        if not code and (heading := _SECTION_HEADING.match(line)):
+        heading = None if code else atx_heading(line)
+        if heading and heading[0] <= 3:
             close()
-            level = len(heading.group(1))
-            headings = [*headings[: level - 1], *[""] * (level - 1 - len(headings)), heading.group(2).strip()]
+            level, words = heading
+            headings = [*headings[: level - 1], *[""] * (level - 1 - len(headings)), words]
             continue
         lines.append(line)
     close()
@@ -97,7 +114,6 @@ def html_to_markdown(path: Path, html: str) -> tuple[dict[str, Any], str]:
     in it stays code), tables stay tables, images become their alt text."""
     from lxml import etree
     from lxml import html as lxml_html
-    from markdownify import MarkdownConverter
 
     html = re.sub(r"^\s*<\?xml[^>]*>", "", html)  # lxml refuses text that declares its own encoding
     try:
@@ -114,8 +130,11 @@ def html_to_markdown(path: Path, html: str) -> tuple[dict[str, Any], str]:
     main = mains[0] if mains else articles[0] if len(articles) == 1 else tree.find("body")
     if main is None:
         return metadata, ""
-    converter = MarkdownConverter(
+    converter = _converter()(
         heading_style="ATX",
+        wrap=True,  # white space collapsed by markdownify's linear pattern (its other is quadratic) ...
+        wrap_width=None,  # ... and paragraphs left unwrapped
+        strip_pre=None,  # code blocks trimmed by _converter's convert_pre
         bullets="-",
         escape_underscores=False,
         escape_asterisks=False,
@@ -126,6 +145,22 @@ def html_to_markdown(path: Path, html: str) -> tuple[dict[str, Any], str]:
     markdown = converter.convert(etree.tostring(main, encoding="unicode", method="html"))
     markdown = markdown.replace("\xa0", " ")  # a no-break space is a space to search
     return metadata, re.sub(r"\n{3,}", "\n\n", markdown).strip()
+
+
+@functools.cache
+def _converter() -> Any:
+    from markdownify import MarkdownConverter
+
+    class Converter(MarkdownConverter):
+        """markdownify, trimming code blocks in linear time: its own pattern for that is quadratic in a run
+        of spaces inside the block."""
+
+        def convert_pre(self, el: Any, text: str, parent_tags: Any) -> str:
+            lead = len(text) - len(text.lstrip(" \n"))
+            text = text[text.rfind("\n", 0, lead) + 1 :].rstrip(" \n")  # blank lines around, not indents
+            return str(super().convert_pre(el, text, parent_tags))  # type: ignore[misc]  # untyped library
+
+    return Converter
 
 
 def _not_text(element: Any) -> bool:
@@ -162,6 +197,9 @@ def rst_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
     from docutils.core import publish_doctree
 
     settings = {
+        # No configuration file either (./docutils.conf, ~/.docutils, $DOCUTILSCONFIG): a cloned folder's own
+        # could turn file reading back on, or name a file for docutils to write (record_dependencies).
+        "_disable_config": True,
         "file_insertion_enabled": False,
         "raw_enabled": False,
         "doctitle_xform": False,  # the first title stays a heading, like the others
@@ -226,20 +264,38 @@ def _extra(path: Path, module: str, extra: str) -> Any:
 
 
 def _unzipped(path: Path, data: bytes) -> io.BytesIO:
-    """An office file's bytes, once its zip is known to unpack to a bounded size."""
+    """An office file as a zip whose every part was unpacked here within MAX_UNPACKED_BYTES in all, counted
+    as it is read: the sizes a zip's directory claims are the author's word, and a part claiming 100 bytes
+    can unpack to gigabytes. The reader gets the parts as unpacked (stored, not compressed again)."""
+    unpacked = io.BytesIO()
+    budget = MAX_UNPACKED_BYTES
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            unpacked = sum(member.file_size for member in archive.infolist())
-    except zipfile.BadZipFile:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive, zipfile.ZipFile(unpacked, "w") as copy:
+            for member in archive.infolist():
+                if member.is_dir():
+                    continue
+                with archive.open(member) as part:
+                    content = part.read(budget + 1)
+                budget -= len(content)
+                if budget < 0:
+                    raise InvalidRequest(
+                        f"{path}: unpacks to over the {MAX_UNPACKED_BYTES // 2**20} MB an office file may; "
+                        "split it into parts"
+                    )
+                copy.writestr(member.filename, content)
+    except (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, EOFError, OSError) as error:
+        # a damaged part, a compression zipfile lacks, an encrypted part, a truncated archive
         raise InvalidRequest(
-            f"{path}: not a readable {path.suffix.lower()} file (not a zip archive)"
+            f"{path}: not a readable {path.suffix.lower()} file ({_zip_problem(error)})"
         ) from None
-    if unpacked > MAX_UNPACKED_BYTES:
-        raise InvalidRequest(
-            f"{path}: unpacks to {unpacked / 2**20:,.0f} MB, over the {MAX_UNPACKED_BYTES // 2**20} MB "
-            "an office file may; split it into parts"
-        )
-    return io.BytesIO(data)
+    unpacked.seek(0)
+    return unpacked
+
+
+def _zip_problem(error: BaseException) -> str:
+    if isinstance(error, zipfile.BadZipFile) and "File is not a zip file" in str(error):
+        return "not a zip archive"
+    return f"a damaged or unsupported zip archive: {type(error).__name__}"
 
 
 def docx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
@@ -253,9 +309,9 @@ def docx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
     parts: list[str] = []
     for block in document.iter_inner_content():
         if isinstance(block, Table):
-            parts.append(_table([[cell.text for cell in row.cells] for row in block.rows]))
+            parts.append(_table([[_cell_text(cell._tc) for cell in row.cells] for row in block.rows]))
             continue
-        text = " ".join(block.text.split())
+        text = " ".join(_word_text(block._p).split())
         if not text:
             continue
         style = (block.style.name if block.style is not None else "") or ""
@@ -269,6 +325,25 @@ def docx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
         else:
             parts.append(text)
     return _titled(document.core_properties.title), _joined(parts)
+
+
+# What each part of a Word paragraph's runs reads as (None: its own text).
+_WORD_TEXT = {"t": None, "tab": "\t", "ptab": "\t", "br": "\n", "cr": "\n", "noBreakHyphen": "-"}
+
+
+def _word_text(paragraph: Any) -> str:
+    """A Word paragraph's text, read in one pass over its parts: python-docx asks XPath for a union of these
+    tags, which takes quadratic time in a paragraph of thousands of line breaks."""
+    from docx.oxml.ns import qn
+
+    reads = {qn(f"w:{tag}"): text for tag, text in _WORD_TEXT.items()}
+    return "".join(reads[part.tag] or part.text or "" for part in paragraph.iter(*reads))
+
+
+def _cell_text(cell: Any) -> str:
+    from docx.oxml.ns import qn
+
+    return "\n".join(_word_text(paragraph) for paragraph in cell.iter(qn("w:p")))
 
 
 def pptx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:

@@ -253,7 +253,7 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
         return list(_load_jsonl(path, root))
     try:
         with _open(path, root, binary=True) as file:
-            data = file.read(MAX_FILE_BYTES + 1)
+            data = _read_at_most(file, MAX_FILE_BYTES + 1)
     except OSError as error:
         raise InvalidRequest(_unreadable(path, error)) from None
     if len(data) > MAX_FILE_BYTES:
@@ -283,6 +283,16 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
     if not title:
         document.title, document.title_from_name = _name_as_title(path), True
     return [document]
+
+
+def _read_at_most(file: IO[bytes], limit: int) -> bytes:
+    """Up to `limit` bytes of a file, read in blocks: `read(limit)` would set aside `limit` bytes at once."""
+    blocks: list[bytes] = []
+    left = limit
+    while left > 0 and (block := file.read(min(left, 2**20))):
+        blocks.append(block)
+        left -= len(block)
+    return b"".join(blocks)
 
 
 # Byte order marks, longest first (UTF-32's little-endian mark begins with UTF-16's).
@@ -439,24 +449,27 @@ def _name_as_title(path: Path) -> str:
 def _first_heading(text: str) -> str | None:
     """The words of the first top-level heading: its badges, images and link targets left out."""
     # a comment line in code ("# setup") is not a heading
-    prose = "\n".join(line for line, code in formats.fenced(text.split("\n")) if not code)
-    for match in re.finditer(r"^#\s+(.+?)\s*#*\s*$", prose, re.MULTILINE):
-        words = " ".join(_LINK.sub(r"\1", _IMAGE.sub("", match.group(1))).split())
-        if has_words(words):
-            return words
+    for line, code in formats.fenced(text.split("\n")):
+        heading = None if code else formats.atx_heading(line)
+        if heading and heading[0] == 1:
+            words = " ".join(_LINK.sub(r"\1", _IMAGE.sub("", heading[1])).split())
+            if has_words(words):
+                return words
     return None
 
 
 # Markdown as a writer marks it up, made plain for search and for a model to read: setext headings become
 # "#" headings (so the chunker splits there), backslash escapes ("Z\_OK") lose their backslash, and a
 # permalink mark ending a heading ("¶") goes; code, fenced or inline, is left exactly as written.
+# Each bracket and parenthesis run stops at the next opening mark too, so a search that fails from one "!["
+# (a line of thousands of them) reads only up to the next, and a whole line is read a bounded number of times.
 _SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 _ESCAPE = re.compile(r"\\([!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])")
-_INLINE_CODE = re.compile(r"(`+)(.+?)\1")
-_PERMALINK = re.compile(r"\s*[¶§🔗]+\s*$")
-_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
-_BADGE = re.compile(r"\[!\[[^\]]*\]\([^)]*\)\]\([^)]*\)")  # an image that links somewhere: a status badge
-_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_BACKTICKS = re.compile(r"`+")
+_PERMALINK_MARKS = "¶§🔗"
+_IMAGE = re.compile(r"!\[([^\[\]]*)\]\([^()]*\)")
+_BADGE = re.compile(r"\[!\[[^\[\]]*\]\([^()]*\)\]\([^()]*\)")  # an image that links somewhere: a status badge
+_LINK = re.compile(r"\[([^\[\]]*)\]\([^()]*\)")
 _BLOCK_MARKS = ("#", "|", "-", "*", "+", ">", "=")  # a line starting with one is a block, not a paragraph
 
 
@@ -473,7 +486,7 @@ def tidy_markdown(text: str) -> str:
             out[-1] = f"{'#' if underline.group(1)[0] == '=' else '##'} {out[-1].strip()}"
             continue
         if line.lstrip().startswith("#"):  # a heading's images are badges and logos, not its words
-            line = _IMAGE.sub("", _PERMALINK.sub("", line))
+            line = _IMAGE.sub("", _without_permalink(line))
         out.append(_unescaped(line))
     return "\n".join(out)
 
@@ -485,10 +498,40 @@ def _unescaped(line: str) -> str:
     if line[indent : indent + 1] == "\\" and line[indent + 1 : indent + 2] in _BLOCK_MARKS:
         return line[: indent + 2] + _unescaped(line[indent + 2 :])
     parts, position = [], 0
-    for code in _INLINE_CODE.finditer(line):
-        parts += [_as_words(line[position : code.start()]), code.group(0)]
-        position = code.end()
+    for start, end in _code_spans(line):
+        parts += [_as_words(line[position:start]), line[start:end]]
+        position = end
     return "".join([*parts, _as_words(line[position:])])
+
+
+def _without_permalink(line: str) -> str:
+    """A heading line without the permalink mark ("¶") that ends it."""
+    kept = line.rstrip()
+    unmarked = kept.rstrip(_PERMALINK_MARKS)
+    return unmarked.rstrip() if unmarked != kept else line
+
+
+def _code_spans(line: str) -> Iterator[tuple[int, int]]:
+    """Where a line's `code` spans start and end: a run of backticks opens one, and the next run of the same
+    length closes it (a run with no match is literal). Found from the runs in one pass each way, not by a
+    pattern with a backreference, which is cubic on a line of backticks."""
+    runs = [(run.start(), run.end()) for run in _BACKTICKS.finditer(line)]
+    closer: dict[int, int] = {}  # a run's index -> the index of the next run as long
+    following: dict[
+        int, int
+    ] = {}  # a length -> the index of the nearest run of it seen so far, from the right
+    for index in range(len(runs) - 1, -1, -1):
+        length = runs[index][1] - runs[index][0]
+        if length in following:
+            closer[index] = following[length]
+        following[length] = index
+    index = 0
+    while index < len(runs):
+        if index in closer:
+            yield runs[index][0], runs[closer[index]][1]
+            index = closer[index] + 1
+        else:
+            index += 1
 
 
 def _as_words(text: str) -> str:

@@ -37,15 +37,16 @@ SENTENCE_CHARS = 600  # per sentence shown: text without full stops is one long 
 PASSAGE_CHARS = 4000  # per passage: enough for a chunk, bounded for a pasted giant
 # An id is at most 512 characters, and shown with character references (&#x...;) it may be longer.
 _CITATION = re.compile(r"\[([^\[\]\n]{1,6000})\]")
-_SEPARATOR = re.compile(r"\s*[,;]\s*")
+_SEPARATOR = re.compile(r"[,;]")
+_PAST_SEPARATOR = re.compile(r"\s*[,;]?\s*")  # anchored where an id ends: white space and one separator
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 # Markup an extracted sentence should not carry: heading marks, emphasis and code marks, list bullets and task
 # boxes, HTML tags, and wiki macros such as {tab} or {caution:title=Note}.
 _MARKUP = re.compile(
-    r"(?m)^#{1,6}\s+|\*\*|__|`|^\s*(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?|\[[ xX]\]\s+|</?[A-Za-z][^>]*>"
+    r"(?m)^#{1,6}\s+|\*\*|__|`|^[ \t]*(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?|\[[ xX]\]\s+|</?[A-Za-z][^<>]*>"
     r"|\{[a-z][\w-]*(?::[^{}]*)?\}"
 )
-_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")  # [text](url): the text
+_LINK = re.compile(r"\[([^\[\]]+)\]\([^()]*\)")  # [text](url): the text
 
 
 @dataclass
@@ -131,12 +132,12 @@ def cited_ids(text: str, hits: list[Hit]) -> tuple[list[str], list[str]]:
                 position = match.end()
             else:
                 separator = _SEPARATOR.search(group, position)
-                item = group[position : separator.start() if separator else len(group)].strip()
+                end = separator.start() if separator else len(group)
+                item = group[position:end].strip()
                 if "#" in item or "/" in item:  # shaped like a chunk id, but not one it was given
                     unknown.append(item)
-                position = separator.start() if separator else len(group)
-            if separator := _SEPARATOR.match(group, position):
-                position = separator.end()
+                position = end
+            position = _PAST_SEPARATOR.match(group, position).end()  # type: ignore[union-attr]  # matches ""
     return list(dict.fromkeys(cited)), list(dict.fromkeys(unknown))
 
 

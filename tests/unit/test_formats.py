@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import collections
+import io
 import re
 import sys
+import tracemalloc
 import zipfile
 from pathlib import Path
 
@@ -186,6 +188,39 @@ def test_an_office_file_that_unzips_past_the_bound_is_refused_by_name(tmp_path, 
     skipped: list[str] = []
     assert list(load_documents([tmp_path], skipped=skipped)) == []
     assert any("broken.xlsx: not a readable .xlsx file" in line for line in skipped)
+
+
+def _claiming(archive: bytes, name: str, size: int) -> bytes:
+    """`archive` with its local and central headers claiming `size` unpacked bytes for member `name`."""
+    data = bytearray(archive)
+    claimed = size.to_bytes(4, "little")
+    for signature, at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+        start = data.index(signature)
+        while name.encode() not in data[start : start + 120]:
+            start = data.index(signature, start + 4)
+        data[start + at : start + at + 4] = claimed
+    return bytes(data)
+
+
+@pytest.mark.parametrize("claimed", [100, 2**32 - 1], ids=["understated", "overstated"])
+def test_an_office_part_is_counted_as_it_unpacks_whatever_its_zip_claims(tmp_path, monkeypatch, claimed):
+    """Who sets it: a document's author, in the zip's directory. What bounds it: the bytes counted as each
+    part unpacks (MAX_UNPACKED_BYTES in all), so memory stays near the bound whatever the directory says."""
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("[Content_Types].xml", "<Types/>")
+        archive.writestr("word/document.xml", "<w:t>" + "0" * 40_000_000 + "</w:t>")
+    liar = tmp_path / "liar.docx"
+    liar.write_bytes(_claiming(packed.getvalue(), "word/document.xml", claimed))
+    monkeypatch.setattr(formats, "MAX_UNPACKED_BYTES", 1_000_000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidRequest, match=r"liar\.docx: (unpacks to over|not a readable)"):
+            load_file(liar, "liar")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 5 * 1_000_000 + len(packed.getvalue()) * 3  # the bound and the file's own bytes, not 40 MB
 
 
 def test_every_format_is_supported_in_a_folder(tmp_path):

@@ -180,6 +180,38 @@ def test_rst_cannot_read_other_files_or_pass_raw_markup_and_deep_nesting_is_refu
         load_file(deep, "deep")
 
 
+@pytest.mark.parametrize("where", ["folder", "DOCUTILSCONFIG"])
+def test_a_docutils_conf_cannot_turn_file_reading_back_on_or_make_docutils_write(
+    tmp_path, monkeypatch, where
+):
+    """A cloned folder's own docutils.conf (read from the current directory), or one named by
+    $DOCUTILSCONFIG, is the author's: docutils reads none, so nothing outside is read and nothing written."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.txt"
+    secret.write_text("TOP-SECRET-LINE", encoding="utf-8")
+    victim = outside / "victim.txt"
+    victim.write_text("KEEP-ME", encoding="utf-8")
+    folder = tmp_path / "cloned"
+    folder.mkdir()
+    conf = folder / "docutils.conf"
+    conf.write_text(
+        f"[general]\nfile_insertion_enabled: yes\nraw_enabled: yes\nrecord_dependencies: {victim}\n",
+        encoding="utf-8",
+    )
+    (folder / "page.rst").write_text(
+        f"Page\n====\n\nVisible.\n\n.. include:: {secret}\n\n.. raw:: html\n   :file: {secret}\n",
+        encoding="utf-8",
+    )
+    if where == "folder":
+        monkeypatch.chdir(folder)
+    else:
+        monkeypatch.setenv("DOCUTILSCONFIG", str(conf))
+    [page] = load(folder)
+    assert "Visible." in page.content and "TOP-SECRET" not in page.content
+    assert victim.read_text(encoding="utf-8") == "KEEP-ME"
+
+
 def test_windows_line_ends_read_as_before(tmp_path):
     (tmp_path / "crlf.md").write_bytes(
         b"---\r\ntitle: Fees\r\nyear: 2024\r\n---\r\n# Fees\r\n\r\nSix per cent.\r\n"

@@ -1,0 +1,179 @@
+"""Work grows linearly with a document's size, whatever its author puts in it.
+
+A document's text is untrusted, and a pattern that backtracks (or a search that re-reads the rest of a line
+from each place it fails) turns one request of 60 KB into minutes of a server's CPU. Each loader, and the
+chunker, is given hostile text of two sizes, four times apart: runs of spaces, tabs, "#", "!", "[", "`",
+"*", "_", "<", "{", nested brackets and such, on one long line, in a heading, under an underline. Linear work
+takes about 4x as long; this fails past 2.5x per doubling (6.25x), where quadratic work takes 16x.
+
+The time measured is this thread's CPU time, the fastest of a few runs: the other core's load does not
+count, and a rare slow run is retried before anything is failed.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+from xml.sax.saxutils import escape
+
+import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+
+from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.ingest.chunking import chunk_document
+from agent_retrieval.ingest.loaders import load_file
+from agent_retrieval.models import Document
+
+T = TypeVar("T")
+SMALL, LARGE = 15_000, 60_000  # characters of hostile text
+MOST_PER_DOUBLING = 2.5
+RUNS = 3
+
+# What hostile text is made of: single marks, the openings of markup, and the units of nested brackets.
+UNITS = [
+    " ", "\t", "#", "!", "[", "]", "(", "`", "*", "_", "<", "{", "\\", "~", "-", "=", "|", ":", "&", "\n",
+    "![", "[![", "](", "{#", "<a ", "&#", "`x", "[x](", "![x](", "# a", "* ", "1. ", ".. ", "x_", "**",
+    "[[", "]]", "{{", "{%", "\n\n", " \n", "-\n", "=\n", "```", "~~~", "\\*", "<!--", "a ",
+]  # fmt: skip
+SHAPES: dict[str, Callable[[str], str]] = {
+    "line": lambda run: f"a{run}b",
+    "heading": lambda run: f"# a{run}b",
+    "closed heading": lambda run: f"## {run}x #",
+    "underlined": lambda run: f"Title{run}\n=====\n",
+    "paragraph": lambda run: f"Some words.\n\n{run}\n\nMore words.",
+}
+
+
+def as_file(suffix: str, text: str) -> bytes:
+    """`text` as the content of a file of this kind, where its author can put any text."""
+    if suffix == ".ipynb":
+        cells = [{"cell_type": "markdown", "source": text}, {"cell_type": "code", "source": text}]
+        return json.dumps({"cells": cells, "metadata": {}}).encode()
+    if suffix == ".json":
+        return json.dumps({"title": "t", "body": text, "nested": {"text": text}}).encode()
+    if suffix == ".csv":
+        return ("name,text\nrow," + json.dumps(text) + "\n").encode()
+    if suffix == ".docx":
+        return word_file(text)
+    return text.encode()
+
+
+@functools.cache
+def word_template() -> tuple[dict[str, bytes], str]:
+    """A Word file's parts, and its body's XML with a heading and a paragraph that say "PLACEHOLDER"."""
+    import docx
+
+    document = docx.Document()
+    document.add_heading("PLACEHOLDER", level=1)
+    document.add_paragraph("PLACEHOLDER")
+    out = io.BytesIO()
+    document.save(out)
+    with zipfile.ZipFile(out) as archive:
+        parts = {name: archive.read(name) for name in archive.namelist()}
+    return parts, parts.pop("word/document.xml").decode()
+
+
+def word_file(text: str) -> bytes:
+    """A Word file whose heading and paragraph hold `text`, its line ends and tabs as Word writes them.
+    Written here, not by python-docx: that takes quadratic time to add a paragraph of many breaks."""
+    parts, body = word_template()
+    runs = escape(text).replace("\t", '</w:t><w:tab/><w:t xml:space="preserve">')
+    runs = runs.replace("\n", '</w:t><w:br/><w:t xml:space="preserve">')
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
+        archive.writestr("word/document.xml", body.replace(">PLACEHOLDER<", f' xml:space="preserve">{runs}<'))
+    return out.getvalue()
+
+
+SUFFIXES = [".md", ".txt", ".rst", ".html", ".ipynb", ".json", ".csv", ".py", ".sql", ".docx"]
+
+
+def cpu_seconds(work: Callable[[], object]) -> float:
+    """The fastest of RUNS runs of `work`, in this thread's CPU time."""
+    fastest = float("inf")
+    for _ in range(RUNS):
+        start = time.thread_time()
+        work()
+        fastest = min(fastest, time.thread_time() - start)
+    return fastest
+
+
+def assert_linear(work: Callable[[T], object], make: Callable[[int], T]) -> None:
+    """`work` on make(LARGE) takes at most MOST_PER_DOUBLING**2 times as long as on make(SMALL) (making the
+    input is not timed)."""
+    most = MOST_PER_DOUBLING**2
+    small, large = make(SMALL), make(LARGE)
+    for _ in range(2):  # a second look before failing: one slow measurement is the machine, not the code
+        before = cpu_seconds(lambda: work(small))
+        after = cpu_seconds(lambda: work(large))
+        ratio = after / max(before, 0.002)  # below 2 ms the clock's own steps dominate
+        if ratio <= most:
+            return
+    pytest.fail(f"{ratio:.1f}x the time for 4x the text ({before * 1000:.0f} -> {after * 1000:.0f} ms)")
+
+
+def loaded_and_chunked(path: Path) -> None:
+    try:
+        for document in load_file(path, "hostile"):
+            chunk_document(document)
+    except InvalidRequest:  # refused is fine: refusing must be linear too, and it was timed
+        pass
+
+
+hostile = settings(
+    max_examples=12,
+    deadline=None,
+    database=None,
+    phases=set(Phase) - {Phase.explain, Phase.shrink},  # a failure prints its input; shrinking re-times it
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+units = st.lists(st.sampled_from(UNITS), min_size=1, max_size=3).map("".join)
+
+
+def run_of(unit: str, shape: str) -> Callable[[int], str]:
+    return lambda size: SHAPES[shape](unit * (size // len(unit)))
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+@hostile
+@given(unit=units, shape=st.sampled_from(list(SHAPES)))
+@example(unit=" ", shape="heading")  # the heading pattern that took a minute for 60 KB
+@example(unit="![", shape="line")  # tidy_markdown's image pattern
+@example(unit="`", shape="line")  # inline code's backreference
+@example(unit=" ", shape="line")  # markdownify's whitespace pattern, in HTML
+def test_loading_and_chunking_hostile_text_takes_linear_time(tmp_path, suffix, unit, shape):
+    def file_of(size: int) -> Path:
+        path = tmp_path / f"hostile-{size}{suffix}"
+        path.write_bytes(as_file(suffix, run_of(unit, shape)(size)))
+        return path
+
+    assert_linear(loaded_and_chunked, file_of)
+
+
+@hostile
+@given(unit=units, shape=st.sampled_from(list(SHAPES)))
+@example(unit=" ", shape="heading")
+@example(unit="{#", shape="heading")  # the anchor id at a heading's end
+def test_chunking_hostile_text_takes_linear_time(unit, shape):
+    def chunked(text: str) -> None:
+        chunk_document(Document(id="d", title="t", content=text))
+
+    assert_linear(chunked, run_of(unit, shape))
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_each_file_kind_carries_its_text_to_the_loader(tmp_path, suffix):
+    """The cases above time the reading of the text itself, not a file refused or read empty."""
+    path = tmp_path / f"plain{suffix}"
+    path.write_bytes(as_file(suffix, "Mooring fees are due in spring."))
+    [document] = load_file(path, "plain")
+    assert "Mooring fees are due in spring." in document.content
