@@ -29,6 +29,7 @@ from agent_retrieval.ingest.chunking import (
     digest,
     document_text,
 )
+from agent_retrieval.ingest.worker import CALLER_CHUNKING_SECONDS, chunked_apart
 from agent_retrieval.models import Chunk, Document, IndexDocumentRequest, Level, explain
 from agent_retrieval.progress import bar as progress_bar
 from agent_retrieval.providers.embeddings import Embedder
@@ -90,6 +91,7 @@ def ingest(
     on_batch: Callable[[IngestReport], None] | None = None,
     public: bool = False,
     refresh_indexes: bool = True,
+    chunk_seconds: float | None = None,
 ) -> IngestReport:
     """Write documents and their chunks, embedding only texts whose (text, model) has no stored vector.
 
@@ -99,6 +101,8 @@ def ingest(
     document's own metadata. Without it documents are written private, an earlier published version too.
     At the end the store's own indexes are brought up to date (`Store.refresh_indexes`: on a large embedded
     store, minutes the first time); `refresh_indexes=False` leaves that to searches, which do a little.
+    With `chunk_seconds`, documents are chunked in a process of their own, stopped after that long
+    (ingest.worker): what a server does with a caller's text.
     """
     context = context or Context.from_env()
     if mismatch := store.model_mismatch(embedder.model_id):
@@ -124,11 +128,15 @@ def ingest(
     report.unchanged = len(docs) - len(todo)
     # Chunked up front, so the bar counts texts (a document and each of its chunks): it moves while one large
     # file is embedded, not only when a batch of documents is stored.
-    planned: list[tuple[Document, list[Chunk]]] = []
-    for doc in todo:
-        doc_chunks = chunk_document(doc, context.chunk_size, context.chunk_overlap)
-        if _storable(doc, doc_chunks, report):  # its chunk ids are longer than its own
-            planned.append((doc, doc_chunks))
+    if chunk_seconds is None:
+        chunked = [chunk_document(doc, context.chunk_size, context.chunk_overlap) for doc in todo]
+    else:
+        chunked = chunked_apart(todo, context.chunk_size, context.chunk_overlap, chunk_seconds)
+    planned = [
+        (doc, doc_chunks)
+        for doc, doc_chunks in zip(todo, chunked, strict=True)
+        if _storable(doc, doc_chunks, report)  # its chunk ids are longer than its own
+    ]
     bar = progress_bar(sum(1 + len(c) for _, c in planned), unit="text", desc="ingest", enabled=progress)
     with bar:
         for start in range(0, len(planned), DOCUMENTS_PER_BATCH):
@@ -179,7 +187,9 @@ def ingest_for_caller(
     ("ingest stopped: ..."), and what was written before it stays counted."""
     if source.split(" ", 1)[0] not in REQUEST_SOURCES:
         raise ValueError(f"a caller's documents are recorded under one of {REQUEST_SOURCES} (got {source!r})")
-    named, refused = _caller_documents(items, source)
+    named, refused = _caller_documents(items, source)  # their fields, sizes and counts: cheap
+    if refusal := store.write_refusal:  # known before a document is chunked
+        return IngestReport(documents=len(items), errors=[*refused, f"not written: {refusal}"])
     written = IngestReport()
 
     def note(report: IngestReport) -> None:
@@ -204,7 +214,14 @@ def ingest_for_caller(
                 timed = _Timed(embedder, seconds)
                 # A caller's write never builds an index: that could hold the server for minutes.
                 written = ingest(
-                    kept, store, timed, context, progress=False, on_batch=note, refresh_indexes=False
+                    kept,
+                    store,
+                    timed,
+                    context,
+                    progress=False,
+                    on_batch=note,
+                    refresh_indexes=False,
+                    chunk_seconds=CALLER_CHUNKING_SECONDS,
                 )
     except NoTurn as refusal:
         written.errors.append(f"not written: {refusal}; try again once it is done")

@@ -174,12 +174,22 @@ def http_app(
 
 class _SignedIn:
     """ASGI: a request goes on with its verified user (kept in its scope for the tool call), or is refused
-    with 401/403 and the reason; the operator's own callers when auth is off."""
+    with 401/403 and the reason; the operator's own callers when auth is off. A GET is refused (405)."""
 
     def __init__(self, app: ASGIApp, context: Context):
         self.app, self.context = app, context
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            # A GET opens an event stream for messages a server sends unasked; a stateless server sends none,
+            # and each stream held open is a connection and a file descriptor nothing would bound.
+            refusal = JSONResponse(
+                {"error": "this MCP server is stateless and offers no event stream: POST each request"},
+                status_code=405,
+                headers={"Allow": "POST"},
+            )
+            await refusal(scope, receive, send)
+            return
         if scope["type"] == "http" and self.context.server_auth != "off":
             headers = dict(scope.get("headers") or [])
             authorization = headers.get(b"authorization", b"").decode("latin-1")

@@ -304,6 +304,12 @@ class Store(ABC):
     backend: str = "store"
     publishes: bool = False  # whether it holds public rows, read by every tenant (stores tenants share)
 
+    @property
+    def write_refusal(self) -> str | None:
+        """Why every write would be refused, where that is known without asking the store (a server checks
+        it before reading a caller's documents); None when writes may go ahead."""
+        return None
+
     # Each public method checks its arguments with the shared rules, once for every backend, then calls the
     # backend's protected method (`upsert` -> `_upsert`), which may trust what it is given. The public ones
     # are @final, so a backend cannot skip the checks by overriding one.

@@ -61,7 +61,7 @@ DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
-SCHEMA_VERSION = 12  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+SCHEMA_VERSION = 13  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
 # asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
@@ -347,11 +347,15 @@ class RPCStore(Store):
                 "than this version): run `agent-retrieval db init`"
             )
         if error.code == "42501":
-            return StoreError(
-                f"permission denied by the {self.backend} store: writing needs the service role "
-                "(or the table owner's DSN); users and anon may only search"
-            )
+            return StoreError(self._writes_refused)
         return StoreError(f"the {self.backend} store failed: {error.message} ({error.code})")
+
+    @property
+    def _writes_refused(self) -> str:
+        return (
+            f"permission denied by the {self.backend} store: writing needs the service role "
+            "(or the table owner's DSN); users and anon may only search"
+        )
 
     def _statement_timeout(self) -> str:
         """Where the statement timeout comes from, for the error that reports it."""

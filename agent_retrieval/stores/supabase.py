@@ -11,6 +11,7 @@ import os
 import threading
 from typing import Any
 
+import jwt
 import numpy as np
 
 from agent_retrieval.errors import ConfigError
@@ -135,6 +136,14 @@ class SupabaseStore(RPCStore):
 
     def __repr__(self) -> str:
         return f"SupabaseStore({self.location!r})"
+
+    @property
+    def write_refusal(self) -> str | None:
+        # A signed-in user's requests run as `authenticated`, and a publishable or anon key's as `anon`:
+        # neither may write. The key's role claim is read unverified: the database still decides.
+        if self._user_token or _key_role(self._key) in ("anon", "authenticated"):
+            return self._writes_refused
+        return None
 
     @property
     def location(self) -> str:
@@ -264,3 +273,15 @@ def _call_error(error: Exception) -> CallError:
     if isinstance(error, httpx.TransportError):
         return CallError("connection", f"{type(error).__name__}: {error}", failure=Failure.UNREACHABLE)
     return CallError("unknown", f"{type(error).__name__}: {error}")
+
+
+def _key_role(key: str) -> str | None:
+    """The role a Supabase API key acts as, where its form says: a publishable key, or a legacy JWT key's
+    role claim (read, not verified); None for a secret key or one of unknown form."""
+    if key.startswith("sb_publishable_"):
+        return "anon"
+    try:
+        role = jwt.decode(key, options={"verify_signature": False}).get("role")
+    except jwt.PyJWTError:
+        return None
+    return role if isinstance(role, str) else None

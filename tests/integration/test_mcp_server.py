@@ -36,6 +36,7 @@ from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.tools import TOOLS
 from tests.conftest import ToolCallingFake
 from tests.fakeapi import FakeAPI
+from tests.hostile_text import worst_document
 from tests.langgraph_server import REPO, server_environment, stop, wait_until_serving
 from tests.stack import _free_port, mint_jwt
 from tests.tenants import DIM, SCHEMA, SECRETS, seed_tenants, server_settings
@@ -229,9 +230,8 @@ def tool_loop(model: ToolCallingFake, tools: list[Any]) -> Any:
 
 
 @contextlib.contextmanager
-def mcp_over_http(settings: dict[str, str], folder: Path, status: int) -> Iterator[str]:
-    """`agent-retrieval mcp` over HTTP with index_document on, until the block ends; `status` is what a GET
-    answers once it serves (401 with auth on, 406 with it off)."""
+def mcp_over_http(settings: dict[str, str], folder: Path) -> Iterator[str]:
+    """`agent-retrieval mcp` over HTTP with index_document on, until the block ends."""
     port = _free_port()
     log = folder / "server.log"
     command = [sys.executable, "-m", "agent_retrieval.cli", "mcp", "--transport", "http", "--port", str(port)]
@@ -246,7 +246,7 @@ def mcp_over_http(settings: dict[str, str], folder: Path, status: int) -> Iterat
         )
     url = f"http://127.0.0.1:{port}/mcp/"
     try:
-        wait_until_serving(url, process, log, name="agent-retrieval mcp", status=status)
+        wait_until_serving(url, process, log, name="agent-retrieval mcp", status=405)
         yield url
     finally:
         stop(process)
@@ -257,7 +257,7 @@ def mcp_over_http(settings: dict[str, str], folder: Path, status: int) -> Iterat
 def http_server(supabase_stack, api, tmp_path_factory) -> Iterator[str]:
     seed_tenants(supabase_stack, api, SERVER_KEY)
     settings = server_settings(supabase_stack, api, SERVER_KEY)
-    with mcp_over_http(settings, tmp_path_factory.mktemp("mcp-http"), status=401) as url:
+    with mcp_over_http(settings, tmp_path_factory.mktemp("mcp-http")) as url:
         yield url
 
 
@@ -324,6 +324,20 @@ def test_a_request_without_a_valid_users_token_is_refused_before_any_tool(
     assert "document_retriever" not in response.text
 
 
+@pytest.mark.parametrize("who", ["a signed-in user", "nobody"])
+def test_a_get_opens_no_event_stream_and_holds_nothing_open(http_server, supabase_stack, who):
+    """Who sets it: any HTTP client. What bounds it: a stateless server refuses GET (405) at once, so no
+    client can hold event streams open, however many it asks for."""
+    headers = {"Accept": "text/event-stream"}
+    if who == "a signed-in user":
+        headers |= signed_in(supabase_stack, "u-acme", "acme")
+    with httpx.Client(headers=headers, timeout=10) as client:
+        answers = [client.get(http_server) for _ in range(20)]
+    for response in answers:
+        assert response.status_code == 405 and response.headers["allow"] == "POST"
+        assert "stateless" in response.json()["error"]
+
+
 async def test_a_user_may_not_write_through_index_document_on_supabase(http_server, supabase_stack):
     # users search under row-level security; writing is the operator's (the service role)
     async with http_session(http_server, signed_in(supabase_stack, "u-acme", "acme")) as session:
@@ -344,7 +358,7 @@ def writable_server(api, tmp_path_factory) -> Iterator[tuple[str, Path]]:
         "AGENT_RETRIEVAL_DB": str(folder / "store.db"),
         "AGENT_RETRIEVAL_AUTH": "off",
     }
-    with mcp_over_http(settings, folder, status=406) as url:
+    with mcp_over_http(settings, folder) as url:
         yield url, folder / "store.db"
 
 
@@ -400,3 +414,36 @@ async def until(condition: Any, seconds: float = 30) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"not within {seconds} s")
+
+
+async def test_a_search_is_answered_within_a_second_while_another_call_indexes_the_worst_document(
+    writable_server, api
+):
+    """Who sets it: a caller of index_document (its content, up to 1,000,000 characters). What bounds it:
+    linear parsing, chunking in a process of its own (ingest.worker), and caller writes taking turns; the
+    server answers everyone else meanwhile."""
+    url, _ = writable_server
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "index_document",
+            "arguments": {"id": "worst", "title": "Worst", "content": worst_document()},
+        },
+    }
+    headers = {"Accept": "application/json, text/event-stream"}
+    api.clear()
+    async with httpx.AsyncClient(timeout=300) as writer, http_session(url, {}) as reader:
+        await reader.call_tool("chunk_retriever", {"query": "valve pressure"})  # the reader's path is warm
+        writing = asyncio.create_task(writer.post(url, json=body, headers=headers))
+        waits: list[float] = []
+        while not writing.done() or not waits:
+            start = asyncio.get_running_loop().time()
+            found = await reader.call_tool("chunk_retriever", {"query": "valve pressure"})
+            waits.append(asyncio.get_running_loop().time() - start)
+            assert not found.isError, text_of(found)
+        written = (await writing).json()["result"]
+    assert not written["isError"], written
+    assert len(waits) > 3 and max(waits) < 1.0, waits
+    assert api.requests_to("embeddings")  # the document was embedded: it went all the way through

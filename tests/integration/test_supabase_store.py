@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import numpy as np
@@ -370,3 +371,78 @@ def test_a_users_pruned_keyword_search_ranks_as_scoring_every_row_they_may_read(
             assert [chunk for chunk, _ in found] == [chunk for chunk, _ in every_row], query
             assert [score for _, score in found] == pytest.approx([score for _, score in every_row], rel=1e-9)
             assert not any(chunk.startswith("globex") for chunk, _ in found)
+
+
+# --- bounds the SQL holds itself: anyone with the anon key calls these functions through PostgREST ---------
+
+
+def rpc(stack, function: str, body: dict[str, Any], token: str | None = None) -> httpx.Response:
+    """A direct call through PostgREST, as a caller who skips the client (and its checks) would make it."""
+    headers = {"apikey": stack.anon_key, "Content-Profile": SCHEMA}
+    headers["Authorization"] = f"Bearer {token or stack.anon_key}"
+    return httpx.post(f"{stack.url}/rest/v1/rpc/{function}", json=body, headers=headers, timeout=60)
+
+
+PUBLIC_WINDOW = {"tenant_id": "press", "document_id": "press-plan", "ordinal": 0}
+QUERY_VECTOR = [1.0] + [0.0] * (DIM - 1)
+
+
+@pytest.mark.parametrize(
+    ("function", "within", "past", "message"),
+    [
+        ("chunk_neighbors", {"windows": [PUBLIC_WINDOW] * 100, "reach": 3},
+         {"windows": [PUBLIC_WINDOW] * 20_000, "reach": 3}, "windows: at most 100 (got 20000)"),
+        ("get_documents", {"ids": ["press-plan"] * 1000}, {"ids": ["press-plan"] * 1001},
+         "ids: at most 1000 (got 1001)"),
+        ("unknown_documents", {"ids": ["x"] * 10_000}, {"ids": ["x"] * 10_001}, "ids: at most 10000"),
+        ("vectors_by_hash", {"hashes": ["h"] * 1000, "model": "m"}, {"hashes": ["h"] * 1001, "model": "m"},
+         "hashes: at most 1000"),
+        ("document_chunks", {"ids": ["press-plan"], "max_rows": 1000},
+         {"ids": ["press-plan"], "max_rows": 10**6}, "max_rows: at most 1000"),
+        ("metadata_counts", {"max_chars": 100, "max_values": 100}, {"max_chars": 100, "max_values": 10**6},
+         "max_values: at most 100"),
+        ("match_chunks", {"query_embedding": QUERY_VECTOR, "document_ids": ["x"] * 10_000},
+         {"query_embedding": QUERY_VECTOR, "document_ids": ["x"] * 10_001}, "document_ids: at most 10000"),
+        ("keyword_search_chunks", {"query_text": "plan", "filter": {f"k{i}": 1 for i in range(16)}},
+         {"query_text": "plan", "filter": {f"k{i}": 1 for i in range(17)}}, "filter keys: at most 16"),
+        ("hybrid_search_documents",
+         {"query_text": "plan", "query_embedding": QUERY_VECTOR, "filter": {"owner": ["press"] * 200}},
+         {"query_text": "plan", "query_embedding": QUERY_VECTOR, "filter": {"owner": ["press"] * 201}},
+         "values of one filter key: at most 200"),
+    ],
+    ids=lambda value: value if isinstance(value, str) and "(" not in value and ":" not in value else "",
+)  # fmt: skip
+def test_the_sql_functions_hold_their_own_bounds_for_anon_through_postgrest(
+    stack, function, within, past, message
+):
+    """Who sets it: anyone with the anon key (public, in a Supabase app's client code). What bounds it: each
+    function's own check in SQL, the same numbers the client checks first."""
+    assert rpc(stack, function, within).status_code == 200
+    refused = rpc(stack, function, past)
+    assert refused.status_code == 400 and message in refused.json()["message"], refused.text
+
+
+def test_db_init_gives_postgrest_roles_supabases_statement_timeouts_and_keeps_an_operators_own(stack):
+    """Who sets it: anyone with the anon key, through any function. What bounds it: statement_timeout of
+    the role PostgREST takes (anon 3 s, authenticated 8 s), set by `db init` where the operator set none."""
+    pg = stack.postgres
+    pg.execute(
+        f"create function {SCHEMA}.statement_timeout_now() returns text language sql stable "
+        "as $$ select current_setting('statement_timeout') $$"
+    )
+    pg.execute(f"grant execute on function {SCHEMA}.statement_timeout_now() to anon, authenticated")
+    stack.postgrest.reload_schema()
+    try:
+        user = stack.user_token("alice", tenant="acme")
+        assert rpc(stack, "statement_timeout_now", {}).json() == "3s"
+        assert rpc(stack, "statement_timeout_now", {}, token=user).json() == "8s"
+        pg.execute("alter role anon set statement_timeout = '1500ms'")  # the operator's own choice
+        PostgresStore(pg.dsn, schema=SCHEMA).init(DIM)
+        assert pg.execute(
+            "select setconfig from pg_db_role_setting s join pg_roles r on r.oid = s.setrole "
+            "where r.rolname = 'anon'"
+        ) == [(["statement_timeout=1500ms"],)]
+    finally:
+        pg.execute("alter role anon set statement_timeout = '3s'")
+        pg.execute(f"drop function {SCHEMA}.statement_timeout_now()")
+        stack.postgrest.reload_schema()

@@ -262,6 +262,37 @@ as $$
              and (metadata ->> f.key) = (v.value #>> '{}'))))
 $$;
 
+-- A caller's count or array size within its bound, or an error naming both. The functions anyone with the
+-- anon key can call through PostgREST check their own bounds with it: the client checks the same numbers
+-- first, in its own words, but a caller need not come through the client.
+create or replace function {{schema}}.check_bound(what text, given bigint, most bigint) returns boolean
+language plpgsql immutable
+set search_path = ''
+as $$
+begin
+  if given > most then
+    raise exception using errcode = '22023',
+      message = pg_catalog.format('%s: at most %s (got %s)', what, most, given);
+  end if;
+  return true;
+end $$;
+
+-- A search's scope within the tools' bounds: at most 10,000 document ids, filters of at most 16 keys with
+-- at most 200 values each (the client adds a number's text form to a one-of list of 100).
+create or replace function {{schema}}.check_scope(filter jsonb, document_ids text[]) returns void
+language plpgsql immutable
+set search_path = ''
+as $$
+begin
+  perform {{schema}}.check_bound('document_ids', pg_catalog.cardinality(document_ids), 10000);
+  if pg_catalog.jsonb_typeof(filter) = 'object' then
+    perform {{schema}}.check_bound('filter keys', (select pg_catalog.count(*) from pg_catalog.jsonb_object_keys(filter)), 16);
+    perform {{schema}}.check_bound('values of one filter key',
+      (select pg_catalog.max(pg_catalog.jsonb_array_length(f.value)) from pg_catalog.jsonb_each(filter) f
+       where pg_catalog.jsonb_typeof(f.value) = 'array'), 200);
+  end if;
+end $$;
+
 -- Shared checks of every search: a sane match_count, and a query vector of the store's dimension.
 create or replace function {{schema}}.check_search(match_count int, query_embedding vector) returns void
 language plpgsql stable

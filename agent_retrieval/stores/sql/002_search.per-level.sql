@@ -209,6 +209,7 @@ declare
   stored_model text := (select value from {{schema}}.store_info where key = 'embedding_model');
 begin
   perform {{schema}}.check_search(match_count, query_embedding);
+  perform {{schema}}.check_scope(filter, document_ids);
   if match_count > current_setting('hnsw.ef_search')::int then  -- the index yields at most ef_search rows
     perform pg_catalog.set_config('hnsw.ef_search', least(match_count, 1000)::text, true);
   end if;
@@ -520,6 +521,7 @@ declare
   coverages float8[];
 begin
   perform {{schema}}.check_search(match_count, null);
+  perform {{schema}}.check_scope(filter, document_ids);
   select w.terms, w.idfs, w.counts, w.asked, w.average_length into terms, idfs, counts, asked, average_length
   from {{schema}}.keyword_terms_{{level}}(query_text, tenant) w;
   if terms is null then

@@ -127,7 +127,8 @@ as $$
                and c.embedding_model is distinct from m.model))), '[]')
   from {{schema}}.documents d
   cross join (select (select value from {{schema}}.store_info where key = 'embedding_model') as model) m
-  where d.tenant_id = {{schema}}.writing_tenant(tenant) and d.id = any (ids)
+  where {{schema}}.check_bound('ids', pg_catalog.cardinality(ids), 1000)
+    and d.tenant_id = {{schema}}.writing_tenant(tenant) and d.id = any (ids)
 $$;
 
 -- The ids of the writing tenant's documents whose source starts with prefix (a file, or a folder ended by its
@@ -170,7 +171,8 @@ as $$
            'id', d.id, 'title', d.title, 'content', d.content, 'metadata', d.metadata, 'source', d.source)
            order by d.id, d.tenant_id is distinct from tenant), '[]')
   from {{schema}}.documents d
-  where d.id = any (ids) and (tenant is null or d.tenant_id = tenant or d.is_public)
+  where {{schema}}.check_bound('ids', pg_catalog.cardinality(ids), 1000)
+    and d.id = any (ids) and (tenant is null or d.tenant_id = tenant or d.is_public)
 $$;
 
 -- Stored vectors of a model for embedding-text hashes, so unchanged text is never embedded twice:
@@ -190,7 +192,8 @@ as $$
       select c.text_hash, c.embedding, c.tenant_id, c.embedding_model from {{schema}}.chunks c
       where c.text_hash = any (hashes)
     ) r
-    where r.embedding_model = model and r.embedding is not null
+    where {{schema}}.check_bound('hashes', pg_catalog.cardinality(hashes), 1000)
+      and r.embedding_model = model and r.embedding is not null
       and r.tenant_id = {{schema}}.writing_tenant(tenant)
     order by r.text_hash
   ) v
@@ -219,6 +222,7 @@ as $$
        and c.embedding_model is distinct from model
      order by c.rowid limit max_rows)
   ) p
+  where {{schema}}.check_bound('max_rows', max_rows, 100000)
 $$;
 
 -- Store the vectors (and embedding-text hashes) of rows already stored: [{id, text_hash, embedding}].
@@ -270,7 +274,9 @@ as $$
     from unnest(ids) with ordinality w(id, position)
     join {{schema}}.documents d on d.id = w.id
     cross join resume k
-    where (tenant is null or d.tenant_id = tenant or d.is_public)
+    where {{schema}}.check_bound('ids', pg_catalog.cardinality(ids), 10000)
+      and {{schema}}.check_bound('max_rows', max_rows, 1000)
+      and (tenant is null or d.tenant_id = tenant or d.is_public)
       and (after is null or (w.position, d.tenant_id) >= (k.position, k.tenant_id))
   ),
   page as (  -- one row more than the page holds, to tell whether anything is left
@@ -321,7 +327,8 @@ as $$
   join {{schema}}.chunks c
     on c.tenant_id = d.tenant_id and c.document_id = d.id
    and c.ordinal between a.ordinal - a.reach and a.ordinal + a.reach
-  where (tenant is null or d.tenant_id = tenant or d.is_public)
+  where {{schema}}.check_bound('windows', pg_catalog.jsonb_array_length(windows), 100)
+    and (tenant is null or d.tenant_id = tenant or d.is_public)
 $$;
 
 -- Those of these ids that name no document the caller may read (in any tenant), in the order given: [id].
@@ -332,7 +339,8 @@ set search_path = ''
 as $$
   select coalesce(pg_catalog.jsonb_agg(wanted.id order by wanted.position), '[]')
   from unnest(ids) with ordinality wanted(id, position)
-  where not exists (
+  where {{schema}}.check_bound('ids', pg_catalog.cardinality(ids), 10000)
+    and not exists (
     select 1 from {{schema}}.documents d
     where d.id = wanted.id and (tenant is null or d.tenant_id = tenant or d.is_public))
 $$;
@@ -362,7 +370,8 @@ as $$
       group by m.key, m.value
     ) counted
   ) ranked
-  where ranked.place <= max_values
+  where {{schema}}.check_bound('max_values', max_values, 100) and {{schema}}.check_bound('max_chars', max_chars, 1000)
+    and ranked.place <= max_values
 $$;
 
 create or replace function {{schema}}.store_stats(tenant text default null) returns jsonb

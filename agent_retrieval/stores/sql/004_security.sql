@@ -53,6 +53,24 @@ begin
     {{schema}}.rebuild_postings_documents(),
     {{schema}}.rebuild_postings_chunks()
   from anon, authenticated;
+
+  -- A statement through PostgREST runs at most as long as a Supabase project lets it (anon 3 s, authenticated
+  -- 8 s), where the operator set no timeout of their own: PostgREST applies a role's settings when it takes
+  -- that role. A database user who may not alter the roles keeps what they have, with a notice.
+  foreach rel in array array['anon:3s', 'authenticated:8s'] loop
+    if not exists (
+      select 1 from pg_catalog.pg_db_role_setting s join pg_catalog.pg_roles r on r.oid = s.setrole
+      where r.rolname = pg_catalog.split_part(rel, ':', 1)
+        and exists (select 1 from pg_catalog.unnest(s.setconfig) c where c like 'statement\_timeout=%')
+    ) then
+      begin
+        execute pg_catalog.format('alter role %I set statement_timeout = %L',
+                                  pg_catalog.split_part(rel, ':', 1), pg_catalog.split_part(rel, ':', 2));
+      exception when insufficient_privilege then
+        raise notice 'statement_timeout of role % left as it is: %', pg_catalog.split_part(rel, ':', 1), sqlerrm;
+      end;
+    end if;
+  end loop;
 end $$;
 
 do $$
@@ -68,5 +86,6 @@ end $$;
 update {{schema}}.store_info set value = '{{schema_version}}'
 where key = 'schema_version' and value::int < {{schema_version}};
 
--- PostgREST (and so Supabase) caches the schema: tell it the functions changed.
+-- PostgREST (and so Supabase) caches the schema and the roles' settings: tell it both changed.
 notify pgrst, 'reload schema';
+notify pgrst, 'reload config';
