@@ -15,6 +15,7 @@ from agent_retrieval.ingest.formats import markdown_sections
 from agent_retrieval.models import Chunk, Document
 
 DOCUMENT_LEAD_CHARS = 1000  # a document is embedded by its title and opening; chunks carry the rest
+MAX_HEADING_CHARS = 300  # of one heading in a chunk's heading path
 
 
 def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: int = 150) -> list[Chunk]:
@@ -22,7 +23,7 @@ def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: in
     splitter = RecursiveCharacterTextSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     chunks: list[Chunk] = []
     for found, text in markdown_sections(document.content):
-        headings = [_without_anchor(heading) for heading in found]
+        headings = [_heading_words(heading) for heading in found]
         if headings and headings[0] == document.title:
             headings = headings[1:]
         heading_path = " > ".join(part for part in [document.title, *headings] if part)
@@ -39,6 +40,14 @@ def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: in
                     )
                 )
     return chunks
+
+
+def _heading_words(heading: str) -> str:
+    """A heading as its chunks' heading path shows it: its words, one space apart, at most
+    MAX_HEADING_CHARS (every chunk of the section carries a copy, so a 200,000-character heading line would
+    be stored a thousand times over), without an anchor id."""
+    words = " ".join(_without_anchor(heading).split())
+    return words if len(words) <= MAX_HEADING_CHARS else words[: MAX_HEADING_CHARS - 1] + "…"
 
 
 def _without_anchor(heading: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +27,6 @@ from agent_retrieval.planning import READING_ON
 from agent_retrieval.providers.embeddings import make_embedder
 from agent_retrieval.search.retrieval import Retrieval
 from tests.fakeapi import FakeAPI, agent_script
-from tests.hostile_text import worst_document
 from tests.langgraph_server import REPO, Server, serve
 
 QUESTION = "Do estate agents have to tell the seller about referral fees from third parties?"
@@ -203,29 +201,6 @@ def test_indexer_stores_a_new_document(client, api):
     assert out["report"]["documents"] == 1 and out["report"]["written"] == 1 and out["report"]["chunks"] >= 1
     embedded = [text for r in api.requests_to("embeddings") for text in r.body["input"]]
     assert any("Zanzibar branch" in text for text in embedded)
-
-
-def test_a_users_search_is_answered_within_a_second_while_another_indexes_the_worst_documents(server, api):
-    """Who sets it: a signed-in user running the indexer (2,000,000 characters a run, 1,000,000 a document).
-    What bounds it: linear parsing, chunking in a process of its own (ingest.worker), caller writes taking
-    turns; the server goes on answering every other user."""
-    documents = [{"id": f"worst-{n}", "title": f"Worst {n}", "content": worst_document()} for n in range(2)]
-    question = {"messages": [{"role": "user", "content": QUESTION}]}
-    quick = {"use_hyde": False}
-    with server.signed_in("user-writer", TENANT) as writer, server.signed_in("user-reader", TENANT) as reader:
-        reader.runs.wait(None, "rag", input=question, context=quick)  # the reader's path is warm
-        run = writer.runs.create(None, "indexer", input={"documents": documents})
-        waits: list[float] = []
-        while (
-            writer.runs.get(run["thread_id"], run["run_id"])["status"] in ("pending", "running") or not waits
-        ):
-            start = time.monotonic()
-            out = reader.runs.wait(None, "rag", input=question, context=quick)
-            waits.append(time.monotonic() - start)
-            assert out["hits"], out
-        written = writer.runs.join(run["thread_id"], run["run_id"])
-    assert written["report"]["written"] == 2, written["errors"]
-    assert len(waits) > 3 and max(waits) < 1.0, waits
 
 
 # --- the boundary: who may run, what a caller may set, what a user may see ----------------------------------

@@ -30,6 +30,7 @@ from agent_retrieval.providers.embeddings import make_embedder
 from agent_retrieval.server.auth import MAX_REQUEST_BYTES
 from agent_retrieval.stores.postgres import PostgresStore
 from tests.fakeapi import FakeAPI, agent_script
+from tests.hostile_text import worst_document
 from tests.langgraph_server import Server, serve
 from tests.stack import mint_jwt
 
@@ -404,6 +405,33 @@ def test_one_indexer_run_writes_at_most_its_share_of_text(client):
         sum("one run writes at most 2,000,000 characters" in e for e in out["errors"])
         == 4 - out["report"]["written"]
     )
+
+
+def test_a_users_question_waits_under_a_second_more_while_another_indexes_the_worst_documents(server, api):
+    """Who sets it: a signed-in user running the indexer (2,000,000 characters a run, 1,000,000 a document).
+    What bounds it: linear parsing, chunking in a process of its own (ingest.worker), caller writes taking
+    turns: another user's rag run (planner, searches, answer) takes at most a second longer than it does
+    on an idle server. The two share two cores with Postgres and the fake model API, so the bound is on
+    the wait added, not on the whole run."""
+    documents = [{"id": f"worst-{n}", "title": f"Worst {n}", "content": worst_document()} for n in range(2)]
+    question = {"messages": [{"role": "user", "content": QUESTION}]}
+
+    def asked(reader: SyncLangGraphClient) -> float:
+        start = time.monotonic()
+        out = reader.runs.wait(None, "rag", input=question, context={"use_hyde": False})
+        assert out["hits"], out
+        return time.monotonic() - start
+
+    with server.signed_in("writer", "acme") as writer, server.signed_in("user-demo", TENANT) as reader:
+        idle = min(asked(reader) for _ in range(3))
+        thread = writer.threads.create()["thread_id"]
+        run = writer.runs.create(thread, "indexer", input={"documents": documents})
+        waits: list[float] = []
+        while writer.runs.get(thread, run["run_id"])["status"] in ("pending", "running") or not waits:
+            waits.append(asked(reader))
+        written = writer.runs.join(thread, run["run_id"])
+    assert written["report"]["written"] == 2, written["errors"]
+    assert len(waits) > 3 and max(waits) < idle + 1.0, (idle, waits)
 
 
 def test_one_callers_writes_cannot_hold_the_server_from_the_others(server, api):

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.ingest.chunking import chunk_document
+from agent_retrieval.ingest.chunking import chunk_document, chunk_text
 from agent_retrieval.ingest.loaders import load_file
 from agent_retrieval.models import Document
 
@@ -177,3 +177,13 @@ def test_each_file_kind_carries_its_text_to_the_loader(tmp_path, suffix):
     path.write_bytes(as_file(suffix, "Mooring fees are due in spring."))
     [document] = load_file(path, "plain")
     assert "Mooring fees are due in spring." in document.content
+
+
+@pytest.mark.parametrize("heading", ["# a" + " " * 200_000 + "b", "## " + "word " * 40_000])
+def test_what_a_document_stores_grows_linearly_with_it(heading):
+    """Every chunk of a section carries the section's heading: a heading of 200,000 characters over a
+    thousand chunks once came to hundreds of megabytes (more than Postgres takes in one write)."""
+    content = heading + "\n\n" + " ".join(f"Valve {n} opens at {n % 60} bar." for n in range(30_000))
+    chunks = chunk_document(Document(id="d", title="t", content=content))
+    stored = sum(len(chunk_text(chunk)) for chunk in chunks)
+    assert len(chunks) > 500 and stored < 2 * len(content)
