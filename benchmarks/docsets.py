@@ -1,0 +1,244 @@
+"""Documentation sets as their users have them: whole real doc trees, one per toolchain, in one store, and the
+questions their users ask.
+
+The trees (benchmarks/docsets/, each with its licence; sources.json gives the repository, commit and the
+part taken) are a Sphinx project's reStructuredText with its domain directives, an MkDocs Material site, a
+Docusaurus site and a Hugo site's front matter and shortcodes. questions.json holds 64 questions, 16 a set,
+written before the loaders changed, each with the file that answers it and a phrase of the answer as the
+page shows it. Everything is ingested as a user would (`ingest_paths` on the folder, default settings,
+local embedder, HyDE off), then:
+
+- right file @1/@3/@10: where document_retriever ranks the question's file;
+- answering passage @3: the file's passage holding the phrase among chunk_retriever's first three;
+- words kept: the share of each file's words (its front matter values and text, markup names left out by an
+  independent reader below) found in what the store holds of it;
+- residue: markup left in stored text outside code (docutils messages, heading attribute lists, admonition
+  and tab fences, snippet and include placeholders, shortcodes, template tags, MDX imports and JSX, roles,
+  directives, entities);
+- ingest: wall time, texts (documents and chunks) per second, and the process's peak memory.
+
+    python benchmarks/docsets.py                  # the table for BENCHMARKS.md, results/docsets.json
+    python benchmarks/docsets.py --sets typer --show-misses
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import resource
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_retrieval.context import Context
+from agent_retrieval.ingest.sync import ingest_paths
+from agent_retrieval.models import SearchRequest
+from agent_retrieval.search.retrieval import Retrieval
+
+ROOT = Path(__file__).resolve().parent
+DOCSETS = ROOT / "docsets"
+RESULTS = ROOT / "results"
+FENCED = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.S | re.M)
+CODE = re.compile(FENCED.pattern + r"|`[^`\n]+`", re.S | re.M)
+RESIDUE = {
+    "docutils messages": re.compile(r"\((?:DEBUG|INFO|WARNING|ERROR|SEVERE)/\d\)"),
+    "heading attributes": re.compile(r"\{\s*#[\w-]+[^}\n]*\}"),
+    "admonition or tab fences": re.compile(r"^ *(?:///|!!!|\?\?\?\+?|===) ?", re.M),
+    "snippet placeholders": re.compile(r"\{\*.*?\*\}|--8<--"),
+    "shortcodes": re.compile(r"\{\{[<%]|[>%]\}\}"),
+    "template tags": re.compile(r"\{%-?|-?%\}|\{\{-? "),
+    "MDX imports or JSX": re.compile(r"^(?:import|export) .*$|</?[A-Z][A-Za-z]*[ />]", re.M),
+    "roles": re.compile(r"(?<![\w`]):[a-z][\w-]*(?::[a-z][\w-]*)?:`"),
+    "directives": re.compile(r"^\s*\.\. [\w:-]+::", re.M),
+    "entities": re.compile(r"&(?:[a-z]+|#\d+|#x[0-9a-f]+);", re.I),
+}
+# What the independent reader leaves out of a source file: markup names and targets, never the author's
+# words (front matter values, directive arguments and content, role text, shortcode parameters are kept).
+MARKUP = [
+    re.compile(r"^\w[\w-]*:(?=\s)", re.M),  # front matter and field-list keys
+    re.compile(r"\]\([^)\n]*\)|^\[[^\]\n]+\]:\s*\S+", re.M),  # link targets and reference definitions
+    re.compile(r"</?[A-Za-z][^>\n]*>"),  # HTML and JSX tags
+    re.compile(r"\{\{[<%]\s*/?\s*[\w/.-]*|[>%]\}\}"),  # shortcode delimiters and names
+    re.compile(r"\.\. [\w:-]+::"),  # directive names
+    re.compile(r":[a-z][\w-]*(?::[a-z][\w-]*)?:(?=`)"),  # role names
+    re.compile(r"^ *:[\w-]+:", re.M),  # directive options
+    re.compile(r"\{\s*#[\w-]+[^}\n]*\}"),  # heading attribute lists
+    re.compile(r"&(?:[a-z]+|#\d+);", re.I),  # entities
+]
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def reference_words(path: Path) -> collections.Counter[str]:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for pattern in MARKUP:
+        text = pattern.sub(" ", text)
+    return collections.Counter(words(text))
+
+
+def ingest(sets: list[str], db: Path) -> tuple[dict[str, Any], Retrieval]:
+    context = Context(db_path=str(db), use_hyde=False)
+    retrieval = Retrieval(context)
+    retrieval.embedder.embed_query("warm up")  # loading the model is not ingesting
+    start = time.perf_counter()
+    report = ingest_paths(
+        [DOCSETS], retrieval=retrieval, progress=True, include=[f"{name}/*" for name in sets]
+    )
+    seconds = time.perf_counter() - start
+    texts = report.embedded + report.reused
+    return {
+        "files_stored": report.written,
+        "chunks": report.chunks,
+        "skipped": report.skipped_files,
+        "unsupported": len(report.unsupported_files),
+        "seconds": round(seconds, 1),
+        "texts_per_second": round(texts / seconds, 1) if seconds else 0.0,
+        "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+    }, retrieval
+
+
+Stored = dict[str, tuple[str, str]]  # a file's title and whole stored text (where code fences are whole)
+
+
+def stored_files(db: Path) -> tuple[dict[str, str], dict[str, list[tuple[str, str]]], Stored]:
+    """Each document id's file (relative to DOCSETS); each file's chunks (heading path, text); and its title
+    and stored text."""
+    database = sqlite3.connect(db)
+    files = {
+        doc_id: Path(source).resolve().relative_to(DOCSETS).as_posix()
+        for doc_id, source in database.execute("SELECT id, source FROM documents")
+    }
+    documents = {
+        files[doc_id]: (title, content)
+        for doc_id, title, content in database.execute("SELECT id, title, content FROM documents")
+    }
+    chunks: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)
+    for doc_id, heading_path, content in database.execute(
+        "SELECT document_id, heading_path, content FROM chunks ORDER BY document_id, ordinal"
+    ):
+        chunks[files[doc_id]].append((heading_path, content))
+    database.close()
+    return files, chunks, documents
+
+
+def ask(retrieval: Retrieval, files: dict[str, str], question: dict[str, Any]) -> dict[str, Any]:
+    wanted = f"{question['set']}/{question['file']}"
+    documents = retrieval.search(SearchRequest(query=question["q"], top_k=10), "documents").hits
+    chunks = retrieval.search(SearchRequest(query=question["q"], top_k=3), "chunks").hits
+    ranked = [files.get(hit.document_id) for hit in documents]
+    answer = " ".join(words(question["answer"]))
+    return {
+        **question,
+        "file_rank": ranked.index(wanted) + 1 if wanted in ranked else None,
+        "first": ranked[0] if ranked else None,
+        "passage_top3": any(
+            files.get(hit.document_id) == wanted
+            and answer in " ".join(words(f"{hit.heading_path}\n{hit.content}"))
+            for hit in chunks
+        ),
+    }
+
+
+def fidelity(sets: list[str], chunks: dict[str, list[tuple[str, str]]], documents: Stored) -> dict[str, Any]:
+    """Per set: words kept (with multiplicity, over all its files) and residue counts in stored text outside
+    code, heading paths included."""
+    sources = {s["name"]: tuple(s["suffixes"]) for s in json.loads((DOCSETS / "sources.json").read_text())}
+    out: dict[str, Any] = {}
+    for name in sets:
+        kept = total = 0
+        residue: collections.Counter[str] = collections.Counter()
+        for path in sorted((DOCSETS / name).rglob("*")):
+            if path.suffix not in sources[name]:
+                continue
+            relative = path.relative_to(DOCSETS).as_posix()
+            title, content = documents.get(relative, ("", ""))
+            stored = collections.Counter(words(title))
+            for heading_path, text in chunks.get(relative, []):
+                stored.update(words(f"{heading_path} {text}"))
+            headings = "\n".join(sorted({heading_path for heading_path, _ in chunks.get(relative, [])}))
+            prose = CODE.sub(" ", content) + "\n" + headings
+            residue.update({kind: len(pattern.findall(prose)) for kind, pattern in RESIDUE.items()})
+            reference = reference_words(path)
+            kept += sum(min(count, stored[word]) for word, count in reference.items())
+            total += sum(reference.values())
+        share = round(100 * kept / total, 1) if total else 0.0
+        out[name] = {"words": total, "kept": share, "residue": dict(+residue)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sources = json.loads((DOCSETS / "sources.json").read_text())
+    parser.add_argument("--sets", nargs="*", default=[s["name"] for s in sources], help="which sets to load")
+    parser.add_argument(
+        "--show-misses", action="store_true", help="print each question whose file is not first"
+    )
+    args = parser.parse_args(argv)
+    questions = [q for q in json.loads((DOCSETS / "questions.json").read_text()) if q["set"] in args.sets]
+    with tempfile.TemporaryDirectory() as folder:
+        db = Path(folder) / "docsets.db"
+        ingested, retrieval = ingest(args.sets, db)
+        with retrieval:
+            files, chunks, documents = stored_files(db)
+            answers = [ask(retrieval, files, q) for q in questions]
+        kept = fidelity(args.sets, chunks, documents)
+    result = {"ingest": ingested, "sets": kept, "questions": answers, "summary": summary(args.sets, answers)}
+    print_table(result, {s["name"]: s["toolchain"] for s in sources})
+    if args.show_misses:
+        for answer in answers:
+            if answer["file_rank"] != 1 or not answer["passage_top3"]:
+                print(
+                    f"- {answer['q']!r}: {answer['set']}/{answer['file']} at {answer['file_rank']}, "
+                    f"first {answer['first']}, passage {'yes' if answer['passage_top3'] else 'no'}"
+                )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "docsets.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def summary(sets: list[str], answers: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    def rates(group: list[dict[str, Any]]) -> dict[str, float]:
+        ranks = [a["file_rank"] for a in group]
+
+        def share(hits: int) -> float:
+            return round(100 * hits / len(group), 1) if group else 0.0
+
+        return {
+            "questions": len(group),
+            "file@1": share(sum(r == 1 for r in ranks)),
+            "file@3": share(sum(r is not None and r <= 3 for r in ranks)),
+            "file@10": share(sum(r is not None for r in ranks)),
+            "passage@3": share(sum(a["passage_top3"] for a in group)),
+        }
+
+    return {**{name: rates([a for a in answers if a["set"] == name]) for name in sets}, "all": rates(answers)}
+
+
+def print_table(result: dict[str, Any], toolchains: dict[str, str]) -> None:
+    print("\n| set | toolchain | questions | file @1 | @3 | @10 | passage @3 | words kept | residue |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for name, rates in result["summary"].items():
+        kept = result["sets"].get(name)
+        residue = (", ".join(f"{n} {kind}" for kind, n in kept["residue"].items()) or "none") if kept else ""
+        words_kept = f"{kept['kept']:.1f}%" if kept else ""
+        found = " | ".join(f"{rates[k]:.1f}%" for k in ("file@1", "file@3", "file@10", "passage@3"))
+        toolchain = toolchains.get(name, "all")
+        print(f"| {name} | {toolchain} | {rates['questions']} | {found} | {words_kept} | {residue} |")
+    ingested = result["ingest"]
+    print(
+        f"\ningest: {ingested['files_stored']:,} files stored ({ingested['chunks']:,} chunks), "
+        f"{len(ingested['skipped'])} skipped, {ingested['unsupported']} of other types; "
+        f"{ingested['seconds']} s, {ingested['texts_per_second']} texts/s, "
+        f"peak memory {ingested['peak_memory_mb']:,} MB"
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
