@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.ingest import sphinx
 from agent_retrieval.models import MAX_NESTING, nesting_depth
 
 MAX_UNPACKED_BYTES = 512 * 2**20  # of an office file's parts once unzipped: a few KB can unzip to gigabytes
@@ -196,6 +197,8 @@ def rst_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
     from docutils import nodes
     from docutils.core import publish_doctree
 
+    sphinx.register()
+
     settings = {
         # No configuration file either (./docutils.conf, ~/.docutils, $DOCUTILSCONFIG): a cloned folder's own
         # could turn file reading back on, or name a file for docutils to write (record_dependencies).
@@ -212,6 +215,11 @@ def rst_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
         tree = publish_doctree(text, source_path=str(path), settings_overrides=settings)
     except Exception as error:  # docutils raises many kinds; any of them means the file cannot be read
         raise InvalidRequest(f"{path}: not readable reStructuredText ({type(error).__name__})") from None
+    for message in list(tree.findall(nodes.system_message)):  # docutils' own words, never the author's
+        words = sphinx.unknown_directive_text(message)
+        _swap(message, [nodes.paragraph("", words)] if words else [])
+    for problem in list(tree.findall(nodes.problematic)):  # markup docutils could not resolve: a role
+        _swap(problem, [nodes.Text(sphinx.shown(problem.astext()))])
 
     def block(node: Any) -> str:
         if isinstance(node, nodes.bullet_list | nodes.enumerated_list):
@@ -240,11 +248,24 @@ def rst_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
                 title = child.next_node(nodes.title)
                 parts.append("#" * min(depth, 6) + " " + (title.astext() if title else ""))
                 walk(child, depth + 1)
-            elif not isinstance(child, nodes.title | nodes.system_message | nodes.comment):
+            elif isinstance(child, nodes.rubric):  # a described entry's name (sphinx.py), or a rubric
+                parts.append("#" * min(depth, 6) + " " + child.astext())
+            elif not isinstance(child, nodes.title | nodes.comment):
                 parts.append(block(child))
 
     walk(tree, 1)
     return metadata, "\n\n".join(part.strip() for part in parts if part.strip())
+
+
+def _swap(node: Any, replacements: list[Any]) -> None:
+    """`node` replaced in its parent by `replacements` (docutils' replace_self refuses a node with ids)."""
+    parent = node.parent
+    if parent is None:
+        return
+    at = parent.index(node)
+    parent.remove(node)
+    for offset, replacement in enumerate(replacements):
+        parent.insert(at + offset, replacement)
 
 
 # --- office files (optional extras) -------------------------------------------------------------------

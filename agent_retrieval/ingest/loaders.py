@@ -20,7 +20,7 @@ from typing import IO, Any
 import yaml
 
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.ingest import formats
+from agent_retrieval.ingest import formats, sitemarkup
 from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_depth
 from agent_retrieval.text import has_words
 
@@ -271,6 +271,12 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
         if suffix in (".md", ".markdown"):
             metadata, text = _front_matter(path, text)
             text = tidy_markdown(text)  # markdown as its writer marked it up; other readers write it plain
+            # what the front matter tells readers (a function's definition, a page's summary) opens the text;
+            # a page of front matter alone is its title
+            text = "\n\n".join(
+                part for part in (sitemarkup.front_matter_text(metadata), text) if part.strip()
+            )
+            text = text if has_words(text) else str(metadata.get("title") or "")
         elif suffix in _TEXT_READERS:
             metadata, text = _TEXT_READERS[suffix](path, text)
     if not has_words(text):
@@ -474,8 +480,8 @@ _BLOCK_MARKS = ("#", "|", "-", "*", "+", ">", "=")  # a line starting with one i
 
 
 def tidy_markdown(text: str) -> str:
-    """`text` with setext headings as "#" headings, backslash escapes resolved and permalink marks dropped,
-    outside code."""
+    """`text` with setext headings as "#" headings, backslash escapes resolved, permalink marks dropped and
+    static-site markup read as its words (sitemarkup.py), outside code."""
     out: list[str] = []
     for line, code in formats.fenced(text.split("\n")):
         if code:
@@ -485,8 +491,12 @@ def tidy_markdown(text: str) -> str:
         if underline and out and out[-1].strip() and not out[-1].lstrip().startswith(_BLOCK_MARKS):
             out[-1] = f"{'#' if underline.group(1)[0] == '=' else '##'} {out[-1].strip()}"
             continue
+        shown = sitemarkup.block_line(line)  # an admonition's or tab's title; nothing for an import
+        if shown is None:
+            continue
+        line = shown
         if line.lstrip().startswith("#"):  # a heading's images are badges and logos, not its words
-            line = _IMAGE.sub("", _without_permalink(line))
+            line = _IMAGE.sub("", _without_permalink(sitemarkup.without_attributes(line)))
         out.append(_unescaped(line))
     return "\n".join(out)
 
@@ -536,7 +546,7 @@ def _code_spans(line: str) -> Iterator[tuple[int, int]]:
 
 def _as_words(text: str) -> str:
     """Markdown outside code as words: escapes resolved, badges dropped, images as their alt text."""
-    return _ESCAPE.sub(r"\1", _IMAGE.sub(r"\1", _BADGE.sub("", text)))
+    return _ESCAPE.sub(r"\1", sitemarkup.inline_words(_IMAGE.sub(r"\1", _BADGE.sub("", text))))
 
 
 def jsonl_records(

@@ -267,3 +267,74 @@ def test_one_rule_tells_code_from_prose_for_sections_titles_and_escapes():
     assert "\\# not a heading: Z\\_OK" in tidied and tidied.endswith("Z_OK in prose")
     assert _first_heading(tidied) == "Real title"
     assert [h for h, _ in formats.markdown_sections(text)] == [[], ["Real title"]]
+
+
+# --- Sphinx as its authors meant it ------------------------------------------------------------------------
+
+
+def test_sphinx_entries_keep_their_name_options_and_description_and_roles_show_their_text():
+    """A real Sphinx page (its opening and the figure-numbering settings): each `confval` keeps its name as
+    a heading, its type and default, its description and version note; roles read as the words they show;
+    no docutils message is stored."""
+    [page] = load_file(REAL / "sphinx-configuration.rst", "configuration")
+    text = page.content
+    assert "### numfig\n\nType: bool. Default: False." in text
+    assert "figures, tables and code-blocks are automatically numbered" in text
+    assert "Added in version 1.3." in text
+    assert "The configuration directory must contain a file named conf.py." in text
+    assert "'code-block': 'Listing %s'," in text  # the code-block stays code, verbatim
+    assert not re.search(r"\((?:INFO|WARNING|ERROR|SEVERE)/\d\)|:\w+:`|\.\. \w+::", text)
+    headings = {chunk.heading_path for chunk in chunk_document(page)}
+    assert "Configuration > Options for figure numbering > numfig" in headings  # an entry is a section
+
+
+def test_a_directive_docutils_does_not_know_keeps_its_words_and_no_message_is_stored(tmp_path):
+    page = tmp_path / "page.rst"
+    page.write_text(
+        "Page\n====\n\n.. frobnicate:: the widget\n   :level: 3\n\n"
+        "   Frobnicating turns the widget twice.\n\n"
+        "See :madeup:`Widgets <widgets>` and :py:func:`~pkg.mod.turn`.\n",
+        encoding="utf-8",
+    )
+    text = load_file(page, "page")[0].content
+    assert "the widget" in text and "Frobnicating turns the widget twice." in text
+    assert "See Widgets and turn." in text
+    assert "frobnicate" not in text and "Unknown directive" not in text and "/3)" not in text
+
+
+# --- static sites: front matter is the author's text, markup goes and its words stay ----------------------
+
+
+def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alone_is_a_document():
+    """Hugo's function pages define the function in `description`; its section pages are front matter only."""
+    [function] = load_file(REAL / "hugo-trimsuffix.md", "trimsuffix")
+    assert function.title == "strings.TrimSuffix"
+    assert function.content.startswith(
+        "Returns the given string, removing the suffix from the end of the string."
+    )
+    assert "```go-html-template" in function.content  # the example stays code
+    [section] = load_file(REAL / "hugo-crypto-index.md", "crypto")
+    assert section.content == "Use these functions to create cryptographic hashes."
+    assert section.metadata["description"] == section.content  # and still a filterable field
+
+
+@pytest.mark.parametrize(
+    ("name", "kept", "gone"),
+    [
+        ("jest-architecture.md", ["If you are interested in learning more about how Jest works"],
+         ["import LiteYouTubeEmbed", "<LiteYouTubeEmbed"]),
+        ("typer-click.md", ["Note\n\nThis is historical information", "Typer used to depend on"], ["///"]),
+        ("typer-app-dir.md",
+         ["(Code from docs_src/app_dir/tutorial001_py310.py.)", "Config file doesn't exist yet"],
+         ["{*", '<div class="termy">']),
+        ("hugo-comments.md",
+         ["Disqus comments require you set a single value", "shortname = 'your-disqus-shortname'"],
+         ["{{<", "{{</", ">}}"]),
+    ],
+)  # fmt: skip
+def test_static_site_markup_is_read_as_the_words_a_reader_sees(name, kept, gone):
+    [page] = load_file(REAL / name, name)
+    for words in kept:
+        assert words in page.content, words
+    for markup in gone:
+        assert markup not in page.content, markup

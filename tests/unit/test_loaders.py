@@ -132,7 +132,7 @@ def test_the_cli_takes_include_and_exclude(tmp_path, capsys, monkeypatch):
     [
         ("empty.md", b"", "empty: no words to index"),
         ("blank.txt", b" \n\t\n   \n", "empty: no words to index"),
-        ("marks.md", b"---\ntitle: x\n---\n# \n\n***\n", "empty: no words to index"),
+        ("marks.md", b"---\ndraft: true\n---\n# \n\n***\n", "empty: no words to index"),
         ("nul.md", b"\x00" * 64, "holds NUL bytes: a binary file, not text"),
         ("controls.txt", bytes(range(1, 32)) * 8, "control characters: a binary file, not text"),
         (

@@ -1,0 +1,92 @@
+"""What static-site generators add to markdown, read as the words a reader of the built page sees.
+
+MkDocs Material's admonitions (`!!! note "Title"`, `??? tip`, `/// warning | Title` ... `///`), content tabs
+(`=== "Tab"`) and snippet placeholders (`{* ../docs_src/x.py hl[6] *}`, `--8<-- "file"`); Hugo's shortcodes
+(`{{< name "value" >}}`, `{{% name %}}`), Liquid, Jinja and Eleventy tags (`{% include x %}`); Docusaurus'
+MDX imports and exports and its JSX wrappers (`<Tabs>`, `<TabItem value="npm">`); heading attribute lists
+(`## Setup { #setup .wide }`); HTML tags and entities. Wrappers and names go; titles, readable parameters
+and the text inside stay; a placeholder says what it stood for. Code, fenced or inline, is never touched
+(the caller passes only prose), and each pattern stops at the next mark that could open another, so a line
+is read a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+_ADMONITION = re.compile(r"[ \t]*(?:!!!|\?\?\?\+?)[ \t]*([\w-]+)(?:[ \t]+\"([^\"\n]*)\")?[ \t]*$")
+_BLOCK_FENCE = re.compile(r"[ \t]*///[ \t]*([\w-]*)[ \t]*(?:\|[ \t]*(.*))?$")
+_TAB = re.compile(r"[ \t]*===\+?[ \t]+\"([^\"\n]*)\"[ \t]*$")
+_MDX = re.compile(
+    r"(?:import[ \t][^\n]*[ \t]from[ \t]|import[ \t]+['\"]|export[ \t]+(?:default|const|function)\b)"
+)
+_SNIPPET = re.compile(r"\{\*([^*\n]*)\*\}|--8<--[ \t]*\"([^\"\n]*)\"")
+_SHORTCODE = re.compile(r"\{\{([<%])([^<>%\n]*)[>%]\}\}")
+_TEMPLATE_TAG = re.compile(r"\{%-?[^%\n]*%\}")
+_QUOTED = re.compile(r"\"([^\"\n]*)\"")
+_TAG = re.compile(r"<!--[^<>\n]*-->|</?[A-Za-z][\w.:-]*(?:[ \t][^<>\n]*)?/?>")
+# Front matter that is the author's text, and how a page shows it.
+LEAD_FIELDS = ("description", "summary", "subtitle", "abstract", "excerpt", "lead")
+WORD_FIELDS = ("keywords", "tags")
+
+
+def block_line(line: str) -> str | None:
+    """A line that is a generator's block mark, as the words it shows (None: nothing); the line itself
+    when it is not one."""
+    if opened := _ADMONITION.match(line):
+        return opened.group(2) if opened.group(2) is not None else opened.group(1).capitalize()
+    if fence := _BLOCK_FENCE.match(line):
+        title = (fence.group(2) or "").strip()
+        return title or (fence.group(1).capitalize() if fence.group(1) else None)
+    if tab := _TAB.match(line):
+        return tab.group(1)
+    if _MDX.match(line):
+        return None
+    return line
+
+
+def inline_words(text: str) -> str:
+    """Prose (no code) without placeholders, shortcodes, template tags, HTML or JSX tags and entities."""
+    text = _SNIPPET.sub(_placeholder, text)
+    text = _SHORTCODE.sub(_shortcode, text)
+    text = _TEMPLATE_TAG.sub("", text)
+    text = _TAG.sub("", text)
+    return html.unescape(text).replace("\xa0", " ") if "&" in text else text
+
+
+def without_attributes(heading: str) -> str:
+    """A heading line without the attribute list that ends it ("Setup { #setup .wide }" -> "Setup")."""
+    kept = heading.rstrip()
+    start = kept.rfind("{")
+    if kept.endswith("}") and start != -1 and kept[start + 1 : -1].strip()[:1] in ("#", "."):
+        return kept[:start].rstrip()
+    return heading
+
+
+def front_matter_text(metadata: dict[str, Any]) -> str:
+    """What a page's front matter says to its readers: its description (or summary ...), then its keywords
+    and tags, as lines to open the page's text."""
+    lines = [str(metadata[key]).strip() for key in LEAD_FIELDS if isinstance(metadata.get(key), str)]
+    for key in WORD_FIELDS:
+        words = metadata.get(key)
+        if isinstance(words, list) and (
+            shown := [str(w) for w in words if isinstance(w, str | int) and w != ""]
+        ):
+            lines.append(f"{key.capitalize()}: {', '.join(shown)}.")
+    return "\n\n".join(line for line in lines if line)
+
+
+def _placeholder(match: re.Match[str]) -> str:
+    if match.group(2) is not None:
+        return f"(Included from {match.group(2)}.)"
+    parts = match.group(1).split()
+    return f"(Code from {parts[0]}.)" if parts else ""
+
+
+def _shortcode(match: re.Match[str]) -> str:
+    inside = match.group(2).strip()
+    if inside.startswith("/"):
+        return ""
+    return " ".join(value for value in _QUOTED.findall(inside) if value.strip())
