@@ -43,7 +43,7 @@ from agent_retrieval.search.retrieval import Retrieval
 ROOT = Path(__file__).resolve().parent
 DOCSETS = ROOT / "docsets"
 RESULTS = ROOT / "results"
-FENCED = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.S | re.M)
+FENCED = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1", re.S | re.M)  # indented too: code in a list item
 CODE = re.compile(FENCED.pattern + r"|`[^`\n]+`", re.S | re.M)
 RESIDUE = {
     "docutils messages": re.compile(r"\((?:DEBUG|INFO|WARNING|ERROR|SEVERE)/\d\)"),

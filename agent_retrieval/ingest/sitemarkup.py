@@ -2,12 +2,12 @@
 
 MkDocs Material's admonitions (`!!! note "Title"`, `??? tip`, `/// warning | Title` ... `///`), content tabs
 (`=== "Tab"`) and snippet placeholders (`{* ../docs_src/x.py hl[6] *}`, `--8<-- "file"`); Hugo's shortcodes
-(`{{< name "value" >}}`, `{{% name %}}`), Liquid, Jinja and Eleventy tags (`{% include x %}`); Docusaurus'
-MDX imports and exports and its JSX wrappers (`<Tabs>`, `<TabItem value="npm">`); heading attribute lists
-(`## Setup { #setup .wide }`); HTML tags and entities. Wrappers and names go; titles, readable parameters
-and the text inside stay; a placeholder says what it stood for. Code, fenced or inline, is never touched
-(the caller passes only prose), and each pattern stops at the next mark that could open another, so a line
-is read a bounded number of times.
+(`{{< name "value" >}}`, `{{% name %}}`; those that show code become fences); Liquid, Jinja and Eleventy
+tags (`{% include x %}`); Docusaurus' MDX imports and exports and its JSX wrappers (`<Tabs>`,
+`<TabItem value="npm">`); heading attribute lists (`## Setup { #setup .wide }`); HTML tags and entities.
+Wrappers and names go; titles, readable parameters and the text inside stay; a placeholder says what it
+stood for. Code, fenced or inline, is never touched (the caller passes only prose), and each pattern stops
+at the next mark that could open another, so a line is read a bounded number of times.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 _ADMONITION = re.compile(r"[ \t]*(?:!!!|\?\?\?\+?)[ \t]*([\w-]+)(?:[ \t]+\"([^\"\n]*)\")?[ \t]*$")
-_BLOCK_FENCE = re.compile(r"[ \t]*///[ \t]*([\w-]*)[ \t]*(?:\|[ \t]*(.*))?$")
+_BLOCK_FENCE = re.compile(r"[ \t]*/{3,}[ \t]*([\w-]*)[ \t]*(?:\|[ \t]*(.*))?$")  # nested blocks: more "/"
 _TAB = re.compile(r"[ \t]*===\+?[ \t]+\"([^\"\n]*)\"[ \t]*$")
 _MDX = re.compile(
     r"(?:import[ \t][^\n]*[ \t]from[ \t]|import[ \t]+['\"]|export[ \t]+(?:default|const|function)\b)"
@@ -30,6 +30,24 @@ _TAG = re.compile(r"<!--[^<>\n]*-->|</?[A-Za-z][\w.:-]*(?:[ \t][^<>\n]*)?/?>")
 # Front matter that is the author's text, and how a page shows it.
 LEAD_FIELDS = ("description", "summary", "subtitle", "abstract", "excerpt", "lead")
 WORD_FIELDS = ("keywords", "tags")
+
+
+# Hugo's shortcodes that show code: their lines are code, fenced (`{{< highlight go >}}` -> "```go").
+_CODE_SHORTCODE = re.compile(
+    r"[ \t]*\{\{[<%][ \t]*(/?)[ \t]*(code-toggle|highlight|code)\b([^<>%\n]*)[>%]\}\}[ \t]*$"
+)
+
+
+def code_fence(line: str) -> str | None:
+    """A line that opens or closes one of Hugo's code shortcodes, as a markdown fence; else None."""
+    found = _CODE_SHORTCODE.match(line)
+    if found is None:
+        return None
+    if found.group(1):
+        return "```"
+    words = found.group(3).split()
+    language = words[0] if found.group(2) == "highlight" and words and "=" not in words[0] else ""
+    return "```" + language.strip("\"'")
 
 
 def block_line(line: str) -> str | None:

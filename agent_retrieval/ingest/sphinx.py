@@ -28,6 +28,7 @@ DESCRIPTIONS = frozenset(
     {"confval", "option", "envvar", "describe", "object", "program", "cmdoption", "event", "setting"}
     | set(_KINDS)
     | {f"{domain}:{kind}" for domain in _DOMAINS for kind in _KINDS}
+    | {"rst:directive:option"}
     | {f"auto{kind}" for kind in ("function", "class", "method", "attribute", "data", "exception", "module")}
 )
 VERSIONS = {
@@ -46,6 +47,7 @@ NO_PROSE = frozenset(
      "todolist", "ifconfig"}
 )  # fmt: skip
 # A role's visible text: `text <target>` shows "text", `~pkg.mod.name` shows "name", `!name` shows "name".
+_NESTED = re.compile(r"^\.\. [\w:-]+::[ \t]*(.*)$")  # a directive inside one no one knows: its arguments
 ROLE = re.compile(r"(?<![\w`]):(?:[a-z][\w+.-]*:)+`([^`]*)`")
 
 
@@ -110,12 +112,18 @@ def register() -> None:
 
     class Version(Described):
         def run(self) -> list[Any]:
-            said = f"{VERSIONS[self.name]} {' '.join(self.arguments)}".strip()
+            version, _, said = " ".join(self.arguments).strip().partition(" ")  # "1.7 Added the option."
+            lead = nodes.paragraph("", f"{VERSIONS[self.name]} {version}".strip())
             content = self._content()
-            if content and isinstance(content[0], nodes.paragraph):
-                content[0].insert(0, nodes.Text(said + ": "))
+            if said.strip():
+                words, _ = self.state.inline_text(" ".join(said.split()), self.lineno)
+                lead += [nodes.Text(": "), *words]
+            elif content and isinstance(content[0], nodes.paragraph):
+                content[0].insert(0, nodes.Text(lead.astext() + ": "))
                 return content
-            return [nodes.paragraph("", said + "."), *content]
+            else:
+                lead += nodes.Text(".")
+            return [lead, *content]
 
     class Content(Described):
         def run(self) -> list[Any]:
@@ -159,5 +167,7 @@ def unknown_directive_text(message: Any) -> str | None:
         return None
     first, _, rest = literal.astext().partition("\n")
     arguments = first.split("::", 1)[1].strip() if "::" in first else ""
-    lines = [line for line in rest.split("\n") if not line.strip().startswith(":")]
-    return shown("\n".join([arguments, *(line.strip() for line in lines)]).strip())
+    lines = [
+        _NESTED.sub(r"\1", line.strip()) for line in rest.split("\n") if not line.strip().startswith(":")
+    ]
+    return shown("\n".join([arguments, *lines]).strip())

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from agent_retrieval.errors import InvalidRequest
+from agent_retrieval.ingest import formats
 from agent_retrieval.ingest.loaders import MAX_METADATA_CHARS, load_documents, load_file
 from agent_retrieval.models import MAX_NESTING
 
@@ -203,6 +204,7 @@ def test_a_docutils_conf_cannot_turn_file_reading_back_on_or_make_docutils_write
         f"Page\n====\n\nVisible.\n\n.. include:: {secret}\n\n.. raw:: html\n   :file: {secret}\n",
         encoding="utf-8",
     )
+    monkeypatch.setattr(formats, "RST_HERE_CHARS", 10**9)  # read here, where the folder is the current one
     if where == "folder":
         monkeypatch.chdir(folder)
     else:
@@ -451,3 +453,20 @@ def test_without_a_root_a_folder_confines_its_symlinks_unless_told_to_follow_the
     ids = [d.id for d in load_documents([docs], follow_symlinks=True)]
     assert ids == ["a", "b", "c", "escape", "linked"]
     assert [d.id for d in load_documents([docs / "escape.md"])] == ["escape"]  # a file named is read
+
+
+def test_rst_that_docutils_would_read_for_minutes_is_stopped_at_a_time_linear_in_its_size(
+    tmp_path, monkeypatch
+):
+    """Who sets it: a document's author. What bounds it: docutils runs in a process of its own (past
+    RST_HERE_CHARS), killed after RST_SECONDS + RST_SECONDS_PER_CHAR a character. 480 KB of comments took
+    four minutes; here the budget is made small so the test is quick."""
+    monkeypatch.setattr(formats, "RST_SECONDS", 0.2)
+    monkeypatch.setattr(formats, "RST_SECONDS_PER_CHAR", 1e-6)
+    page = tmp_path / "comments.rst"
+    page.write_text("Title\n=====\n\n" + ".. \n\n" * 40_000, encoding="utf-8")
+    with pytest.raises(InvalidRequest, match=r"comments\.rst: docutils could not read .* within 0\.4 s"):
+        load_file(page, "comments")
+    fine = tmp_path / "fine.rst"
+    fine.write_text("Title\n=====\n\n" + "A sentence about valves.\n\n" * 2_000, encoding="utf-8")
+    assert "valves" in load_file(fine, "fine")[0].content  # a real page of that size reads in time

@@ -6,8 +6,9 @@ chunker, is given hostile text of two sizes, four times apart: runs of spaces, t
 "*", "_", "<", "{", nested brackets and such, on one long line, in a heading, under an underline. Linear work
 takes about 4x as long; this fails past 2.5x per doubling (6.25x), where quadratic work takes 16x.
 
-The time measured is this thread's CPU time, the fastest of a few runs: the other core's load does not
-count, and a rare slow run is retried before anything is failed.
+The time measured is wall time, the fastest of a few runs, and a rare slow run is retried before anything
+is failed. Where a parser is quadratic whatever we do (docutils), the file is read in a process stopped
+after a time linear in its size, and that bound is what is measured.
 """
 
 from __future__ import annotations
@@ -97,13 +98,14 @@ def word_file(text: str) -> bytes:
 SUFFIXES = [".md", ".txt", ".rst", ".html", ".ipynb", ".json", ".csv", ".py", ".sql", ".docx"]
 
 
-def cpu_seconds(work: Callable[[], object]) -> float:
-    """The fastest of RUNS runs of `work`, in this thread's CPU time."""
+def seconds(work: Callable[[], object]) -> float:
+    """The fastest of RUNS runs of `work`, in wall time: a reStructuredText file is read in a process of its
+    own (ingest.worker), whose CPU no clock of this process counts."""
     fastest = float("inf")
     for _ in range(RUNS):
-        start = time.thread_time()
+        start = time.perf_counter()
         work()
-        fastest = min(fastest, time.thread_time() - start)
+        fastest = min(fastest, time.perf_counter() - start)
     return fastest
 
 
@@ -113,9 +115,9 @@ def assert_linear(work: Callable[[T], object], make: Callable[[int], T]) -> None
     most = MOST_PER_DOUBLING**2
     small, large = make(SMALL), make(LARGE)
     for _ in range(2):  # a second look before failing: one slow measurement is the machine, not the code
-        before = cpu_seconds(lambda: work(small))
-        after = cpu_seconds(lambda: work(large))
-        ratio = after / max(before, 0.002)  # below 2 ms the clock's own steps dominate
+        before = seconds(lambda: work(small))
+        after = seconds(lambda: work(large))
+        ratio = after / max(before, 0.02)  # below 20 ms fixed costs (a process to start, the clock) dominate
         if ratio <= most:
             return
     pytest.fail(f"{ratio:.1f}x the time for 4x the text ({before * 1000:.0f} -> {after * 1000:.0f} ms)")
@@ -150,6 +152,7 @@ def run_of(unit: str, shape: str) -> Callable[[int], str]:
 @example(unit="![", shape="line")  # tidy_markdown's image pattern
 @example(unit="`", shape="line")  # inline code's backreference
 @example(unit=" ", shape="line")  # markdownify's whitespace pattern, in HTML
+@example(unit=".. \n\n", shape="paragraph")  # docutils, quadratic in comments in a row
 def test_loading_and_chunking_hostile_text_takes_linear_time(tmp_path, suffix, unit, shape):
     def file_of(size: int) -> Path:
         path = tmp_path / f"hostile-{size}{suffix}"
