@@ -189,22 +189,19 @@ def _code_language(element: Any) -> str:
 
 
 # docutils takes quadratic time on some input (thousands of comments or lists in a row: 480 KB took four
-# minutes), so a file past RST_HERE_CHARS is read in a process of its own, stopped after a time linear in its
-# size: RST_SECONDS plus RST_SECONDS_PER_CHAR a character, ten times what the slowest real page needs.
-RST_HERE_CHARS = 20_000  # docutils' worst case on this many is about a second
+# minutes), so it is stopped after a time linear in the text's size: RST_SECONDS plus RST_SECONDS_PER_CHAR a
+# character, ten times what the slowest real page needs.
 RST_SECONDS = 1.0
 RST_SECONDS_PER_CHAR = 20e-6
 
 
 def rst_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
     """reStructuredText as metadata and markdown (see _read_rst), within a time linear in its size."""
-    if len(text) <= RST_HERE_CHARS:
-        return _read_rst(path, text)
     from agent_retrieval.ingest import worker
 
     seconds = RST_SECONDS + RST_SECONDS_PER_CHAR * len(text)
     try:
-        return worker.run_apart(_read_rst, (path, text), seconds)
+        return worker.run_within(_read_rst, (path, text), seconds)
     except worker.Overtime:
         raise InvalidRequest(
             f"{path}: docutils could not read this reStructuredText within {seconds:.1f} s (its parser "

@@ -1,19 +1,26 @@
-"""Work on a document's text in a process of its own, under a deadline that can stop it.
+"""Work on a document's text under a deadline that can stop it.
 
-A server answers many users from one process: work on one caller's text there holds the interpreter's lock,
-and a pattern call or a parser cannot be interrupted. Here the work runs in a child process forked from a
-fork server that has the ingest modules imported already (a few milliseconds a call); the calling thread
-waits on a pipe, which lets every other request run, and a child still working at the deadline is killed.
-Used for a caller's documents (chunking) and for reStructuredText, whose parser, docutils, takes quadratic
-time on some input (thousands of comments in a row).
+- `run_apart`: in a new Python process (`python -m agent_retrieval.ingest.worker`, half a second to start),
+  given the function and its arguments pickled on its standard input. A server answers many users from one
+  process: work there holds the interpreter's lock, and a pattern call cannot be interrupted. The calling
+  thread waits on a pipe, which lets every other request run, and a child still working at the deadline is
+  killed. A new interpreter, not multiprocessing: its fork server and spawn run the caller's main script
+  again in the child, and a script that ingests at import time would start over. Used for a caller's
+  documents (chunking).
+- `run_within`: in this thread, stopped at the deadline between two Python function calls (a trace hook);
+  for pure-Python work that is not the server's to isolate but may take quadratic time: docutils, on
+  thousands of comments in a row.
 """
 
 from __future__ import annotations
 
-import functools
-import multiprocessing
+import os
+import pickle
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection
+from types import FrameType
 from typing import Any, TypeVar
 
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
@@ -23,34 +30,51 @@ T = TypeVar("T")
 CALLER_CHUNKING_SECONDS = 30.0  # the most a caller's documents may take to chunk; 2 M characters take ~2 s
 
 
-class Overtime(Exception):
-    """The work was still running at its deadline, and was stopped."""
+class Overtime(BaseException):
+    """The work was still running at its deadline, and was stopped. A BaseException, so that no library's
+    `except Exception` on the way out takes it for an error of its own."""
 
 
 def run_apart(function: Callable[..., T], args: tuple[Any, ...], seconds: float) -> T:
-    """function(*args) in a child process killed after `seconds` (Overtime). An AgentRetrievalError it
-    raises comes back as InvalidRequest with its message; any other failure as InvalidRequest naming it."""
-    if multiprocessing.current_process().daemon:  # a daemon may not start processes: the work runs here
-        return function(*args)
-    context = _context()
-    receiving, sending = context.Pipe(duplex=False)
-    child = context.Process(target=_run_and_send, args=(function, args, sending), daemon=True)
-    child.start()
-    sending.close()  # the child holds the only writing end: its exit ends the pipe
+    """function(*args) (a module-level function, and arguments that pickle) in a new process killed after
+    `seconds` (Overtime). An AgentRetrievalError it raises comes back as InvalidRequest with its message; any
+    other failure as InvalidRequest naming it."""
     try:
-        if not receiving.poll(seconds):
-            raise Overtime
-        outcome, value = receiving.recv()
-    except EOFError:
-        raise InvalidRequest(f"the process doing the work stopped (exit code {child.exitcode})") from None
-    finally:
-        child.kill()
-        child.join()
-        receiving.close()
+        done = subprocess.run(
+            [sys.executable, "-m", __name__],
+            input=pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL),
+            capture_output=True,
+            timeout=seconds,
+            check=False,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)},
+        )
+    except subprocess.TimeoutExpired:
+        raise Overtime from None
+    if done.returncode != 0 or not done.stdout:
+        raise InvalidRequest(f"the process doing the work stopped (exit code {done.returncode})")
+    outcome, value = pickle.loads(done.stdout)  # our own child's answer
     if outcome != "done":
         raise InvalidRequest(str(value))
-    done: T = value
-    return done
+    result: T = value
+    return result
+
+
+def run_within(function: Callable[..., T], args: tuple[Any, ...], seconds: float) -> T:
+    """function(*args) in this thread, stopped with Overtime at the first Python call after `seconds`. A
+    tracer set before (a debugger's, coverage's) is set again afterwards."""
+    deadline = time.monotonic() + seconds
+
+    def watch(frame: FrameType, event: str, arg: Any) -> None:
+        if time.monotonic() > deadline:
+            raise Overtime
+        return None  # no line events: only calls are watched
+
+    before = sys.gettrace()
+    sys.settrace(watch)
+    try:
+        return function(*args)
+    finally:
+        sys.settrace(before)
 
 
 def chunked_apart(
@@ -75,23 +99,18 @@ def _chunked(documents: list[Document], chunk_size: int, chunk_overlap: int) -> 
     return [chunk_document(document, chunk_size, chunk_overlap) for document in documents]
 
 
-def _run_and_send(function: Callable[..., Any], args: tuple[Any, ...], sending: Connection) -> None:
+def _serve() -> None:
+    """The child: one function call read from standard input, its outcome written to standard output."""
+    function, args = pickle.loads(sys.stdin.buffer.read())  # from the parent that started us
+    answer, sys.stdout = sys.stdout.buffer, sys.stderr  # what the work prints must not mix with the answer
     try:
         result: tuple[str, Any] = ("done", function(*args))
     except AgentRetrievalError as error:
         result = ("refused", str(error))
     except Exception as error:  # sent back as the caller's error: a traceback would reach no one
         result = ("failed", f"the work failed ({type(error).__name__})")
-    sending.send(result)
-    sending.close()
+    answer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-@functools.cache
-def _context() -> Any:
-    """The fork server's context (children forked from a process that imported the ingest modules once),
-    or spawn where there is none (Windows)."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__, "agent_retrieval.ingest.chunking", "docutils.core"])
-    return context
+if __name__ == "__main__":
+    _serve()

@@ -204,7 +204,6 @@ def test_a_docutils_conf_cannot_turn_file_reading_back_on_or_make_docutils_write
         f"Page\n====\n\nVisible.\n\n.. include:: {secret}\n\n.. raw:: html\n   :file: {secret}\n",
         encoding="utf-8",
     )
-    monkeypatch.setattr(formats, "RST_HERE_CHARS", 10**9)  # read here, where the folder is the current one
     if where == "folder":
         monkeypatch.chdir(folder)
     else:
@@ -458,9 +457,9 @@ def test_without_a_root_a_folder_confines_its_symlinks_unless_told_to_follow_the
 def test_rst_that_docutils_would_read_for_minutes_is_stopped_at_a_time_linear_in_its_size(
     tmp_path, monkeypatch
 ):
-    """Who sets it: a document's author. What bounds it: docutils runs in a process of its own (past
-    RST_HERE_CHARS), killed after RST_SECONDS + RST_SECONDS_PER_CHAR a character. 480 KB of comments took
-    four minutes; here the budget is made small so the test is quick."""
+    """Who sets it: a document's author. What bounds it: docutils is stopped after RST_SECONDS +
+    RST_SECONDS_PER_CHAR a character (worker.run_within). 480 KB of comments took four minutes; here the
+    budget is made small so the test is quick."""
     monkeypatch.setattr(formats, "RST_SECONDS", 0.2)
     monkeypatch.setattr(formats, "RST_SECONDS_PER_CHAR", 1e-6)
     page = tmp_path / "comments.rst"
