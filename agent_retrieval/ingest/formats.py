@@ -201,7 +201,7 @@ def rst_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
 
     seconds = RST_SECONDS + RST_SECONDS_PER_CHAR * len(text)
     try:
-        return worker.run_within(_read_rst, (path, text), seconds)
+        return worker.run_within(_read_rst, (path, text), seconds, modules=("docutils.",))
     except worker.Overtime:
         raise InvalidRequest(
             f"{path}: docutils could not read this reStructuredText within {seconds:.1f} s (its parser "

@@ -59,13 +59,17 @@ def run_apart(function: Callable[..., T], args: tuple[Any, ...], seconds: float)
     return result
 
 
-def run_within(function: Callable[..., T], args: tuple[Any, ...], seconds: float) -> T:
-    """function(*args) in this thread, stopped with Overtime at the first Python call after `seconds`. A
-    tracer set before (a debugger's, coverage's) is set again afterwards."""
+def run_within(
+    function: Callable[..., T], args: tuple[Any, ...], seconds: float, *, modules: tuple[str, ...]
+) -> T:
+    """function(*args) in this thread, stopped with Overtime at the first call into one of `modules` (by
+    name prefix) after `seconds`. Only there: a call elsewhere may be a garbage collector's callback, where
+    the exception would be swallowed and the watch with it. A tracer set before (a debugger's, coverage's)
+    is set again afterwards."""
     deadline = time.monotonic() + seconds
 
     def watch(frame: FrameType, event: str, arg: Any) -> None:
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline and str(frame.f_globals.get("__name__", "")).startswith(modules):
             raise Overtime
         return None  # no line events: only calls are watched
 
