@@ -121,6 +121,11 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     ingest.add_argument(
+        "--strict",
+        action="store_true",
+        help="count files of types agent-retrieval does not read as failures (exit 1), as a CI check would",
+    )
+    ingest.add_argument(
         "--dry-run",
         action="store_true",
         help="write, embed and delete nothing: say what would be written, renamed and (with --prune) removed",
@@ -353,16 +358,30 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
         print("note: --follow-symlinks reads a folder's symlinks to files outside it", file=sys.stderr)
     for line in describe_unsupported(report.unsupported_files):
         print(f"not a supported type, passed over: {printable(line)}", file=sys.stderr)
+    if args.dry_run:
+        for path in report.left_out:
+            print(
+                f"left out: {printable(path)} (a build folder or tool file; name it to read it)",
+                file=sys.stderr,
+            )
     if not report.documents and not report.skipped_files:
         raise _bad(
             f"nothing to ingest in {', '.join(args.paths)}: no files of a supported type "
             f"({', '.join(SUPPORTED_SUFFIXES)})"
         )
-    passed_over = len(report.skipped_files) + len(report.unsupported_files)
     summary = _dry_run_summary(report) if args.dry_run else report.summary()
-    print(summary + (f"; {passed_over} files not ingested (listed above)" if passed_over else ""))
-    # report.errors (a document the store could not take, an embedding failure) are logged as they happen
-    return 1 if report.unembedded or passed_over or report.errors else 0
+    if report.skipped_files:
+        summary += f"; {len(report.skipped_files)} files not ingested (listed above)"
+    if report.unsupported_files:
+        summary += f"; {len(report.unsupported_files)} files of other types passed over"
+    if report.left_out:
+        summary += f"; {len(report.left_out)} build folders or tool files left out"
+    print(summary)
+    # Files of other types (a docs folder's images) are a folder's ordinary contents: a failure only when
+    # asked (--strict). report.errors (a document the store could not take, an embedding failure) are
+    # logged as they happen.
+    failed = report.skipped_files + (report.unsupported_files if args.strict else [])
+    return 1 if report.unembedded or failed or report.errors else 0
 
 
 def _dry_run_summary(report: IngestReport) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import fnmatch
+import functools
 import io
 import json
 import os
@@ -47,6 +48,11 @@ SUPPORTED_SUFFIXES = tuple(
 # Folders of installed dependencies and build output met inside a folder: other people's code, not this
 # folder's documents (hidden ones, .git and .venv, are passed over too). A folder given by name is read.
 DEPENDENCY_FOLDERS = frozenset({"node_modules", "__pycache__", "site-packages", "venv", "bower_components"})
+# Met inside a folder, left out unless named, and listed (a dry run shows them): what documentation tools
+# build (Sphinx's _build, MkDocs' site, Jekyll's _site, build and dist), and their configuration as code
+# (Sphinx's conf.py), which is no page of the documentation.
+BUILD_FOLDERS = frozenset({"_build", "_site", "site", "build", "dist"})
+TOOL_FILES = frozenset({"conf.py"})
 MAX_METADATA_CHARS = 20_000  # of a document's metadata as JSON: every one of its chunks stores a copy
 MAX_FILE_BYTES = 100 * 1024 * 1024  # of one file read whole (JSONL is read a line at a time)
 MAX_PDF_PAGES = 2_000  # a long manual; 100,000 pages of nothing took 145 s and 435 MB
@@ -62,6 +68,7 @@ def load_documents(
     root: str | Path | None = None,
     skipped: list[str] | None = None,
     unsupported: list[Path] | None = None,
+    left_out: list[Path] | None = None,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     follow_symlinks: bool = False,
@@ -80,10 +87,12 @@ def load_documents(
     same way (a `deploy-key.txt` linking to ~/.ssh is refused by name) unless `follow_symlinks`; a file named
     directly is read wherever it leads. Files of other types met in a folder are passed over and, given
     `unsupported`, listed there; hidden files and folders (".git", ".DS_Store") and DEPENDENCY_FOLDERS
-    ("node_modules") met inside a folder are not looked at.
+    ("node_modules") met inside a folder are not looked at, and BUILD_FOLDERS and TOOL_FILES are left out
+    and, given `left_out`, listed there.
     `include` and `exclude` are shell-style patterns (fnmatch: `*` crosses folders too) matched against a
     folder's files' paths relative to it ("guides/*.md", "*/drafts/*"): with `include`, only files matching
-    one are read; a file matching an `exclude` pattern is not. A file named directly is always read.
+    one are looked at; a file matching an `exclude` pattern is not (of any type). A file named directly is
+    always read.
     """
     inside = Path(os.path.realpath(Path(root).expanduser())) if root is not None else None
 
@@ -98,10 +107,8 @@ def load_documents(
             _inside(path, inside)  # first, so nothing tells whether a path outside exists
         if path.is_dir():
             confined = inside or (None if follow_symlinks else Path(os.path.realpath(path)))
-            for file in _folder_files(path, confined, refuse, unsupported):
-                relative = file.relative_to(path).as_posix()
-                if not _selected(relative, include, exclude):
-                    continue
+            selected = functools.partial(_selected, include=include, exclude=exclude)
+            for file in _folder_files(path, confined, refuse, selected, unsupported, left_out):
                 doc_id = file.relative_to(path).with_suffix("").as_posix()
                 yield from _load_or_refuse(file, doc_id, confined, refuse)
         elif path.is_file():
@@ -119,10 +126,13 @@ def _folder_files(
     folder: Path,
     root: Path | None,
     refuse: Callable[[InvalidRequest], None],
+    selected: Callable[[str], bool],
     unsupported: list[Path] | None = None,
+    left_out: list[Path] | None = None,
 ) -> list[Path]:
-    """The files under `folder` with a supported suffix, sorted, the others added to `unsupported`; hidden
-    ones are skipped. A subfolder that cannot be listed is refused.
+    """The files under `folder` with a supported suffix whose relative path is `selected`, sorted; the other
+    selected files added to `unsupported`, build folders and tool files to `left_out`; hidden ones are
+    skipped. A subfolder that cannot be listed is refused.
 
     Symlinked folders are not followed (a link to a parent would never end); with `root`, one leading out
     of it is refused by name rather than passed over in silence."""
@@ -138,7 +148,14 @@ def _folder_files(
     files: list[Path] = []
     for where, folders, names in os.walk(folder, onerror=unlistable):
         here = Path(where)
-        folders[:] = [name for name in folders if not name.startswith(".") and name not in DEPENDENCY_FOLDERS]
+        built = [name for name in folders if name in BUILD_FOLDERS]
+        if left_out is not None:
+            left_out += [here / name for name in built]
+        folders[:] = [
+            name
+            for name in folders
+            if not name.startswith(".") and name not in DEPENDENCY_FOLDERS and name not in built
+        ]
         for name in folders:
             if root is not None and (here / name).is_symlink():
                 try:
@@ -146,9 +163,12 @@ def _folder_files(
                 except InvalidRequest as problem:
                     refuse(problem)
         for name in names:
-            if name.startswith("."):
+            if name.startswith(".") or not selected((here / name).relative_to(folder).as_posix()):
                 continue
-            if Path(name).suffix.lower() in SUPPORTED_SUFFIXES:
+            if name in TOOL_FILES:
+                if left_out is not None:
+                    left_out.append(here / name)
+            elif Path(name).suffix.lower() in SUPPORTED_SUFFIXES:
                 files.append(here / name)
             elif unsupported is not None:
                 unsupported.append(here / name)

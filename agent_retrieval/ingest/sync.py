@@ -41,7 +41,8 @@ def ingest_paths(
     """Load files and folders (as `agent-retrieval ingest` does) into the store `context` configures.
 
     A file that cannot be loaded is listed in `skipped_files` with its reason, and files of other types met
-    in a folder in `unsupported_files`: the rest are ingested all the same. A path that names nothing raises
+    in a folder in `unsupported_files`, and build folders and tool files left out in `left_out`: the rest
+    are ingested all the same. A path that names nothing raises
     InvalidRequest. With `prune`, documents stored from files under the given paths whose files are gone are
     deleted (`removed`); one whose content reappears under another id is reported in `renamed`. A file that
     exists but could not be loaded is never pruned. See `ingest` for `public` and for what is embedded.
@@ -56,6 +57,7 @@ def ingest_paths(
 
     skipped: list[str] = []
     unsupported: list[Path] = []
+    left_out: list[Path] = []  # build folders and tool files (Sphinx's conf.py), named by a dry run
     with contextlib.nullcontext(retrieval) if retrieval else Retrieval(context) as retrieval:
         context = retrieval.context
         store = retrieval.store
@@ -72,6 +74,7 @@ def ingest_paths(
                     [raw],
                     skipped=skipped,
                     unsupported=unsupported,
+                    left_out=left_out,
                     include=include,
                     exclude=exclude,
                     follow_symlinks=follow_symlinks,
@@ -86,6 +89,7 @@ def ingest_paths(
         _settle(store, documents, stored, report, prune=prune, delete=not dry_run)
     report.skipped_files = skipped
     report.unsupported_files = [str(path) for path in unsupported]
+    report.left_out = [str(path) for path in left_out]
     return report
 
 

@@ -181,13 +181,36 @@ def test_files_of_other_types_are_named_by_type_and_the_rest_ingested(capsys, tm
     (corpus / ".git").mkdir()
     (corpus / ".git" / "HEAD.md").write_text("# not a document\n", encoding="utf-8")
     code, out, err = run(capsys, "ingest", "--db", str(tmp_path / "t.db"), "--no-progress", str(corpus))
-    assert code == 1
-    assert out.startswith("2 documents: 2 written") and "6 files not ingested" in out
+    assert code == 0  # a docs folder holds images: its ordinary contents, not a failure
+    assert out.startswith("2 documents: 2 written") and "6 files of other types passed over" in out
     assert err.splitlines() == [
         "not a supported type, passed over: 5 .png files "
         f"({corpus / 'img0.png'}, {corpus / 'img1.png'}, {corpus / 'img2.png'} and 2 more)",
         f"not a supported type, passed over: 1 .rtf file ({corpus / 'guide.rtf'})",
     ]
+    strict, _, _ = run(
+        capsys, "ingest", "--db", str(tmp_path / "t.db"), "--no-progress", "--strict", str(corpus)
+    )
+    assert strict == 1  # for a CI check that every file is read
+    excluded, out, err = run(
+        capsys, "ingest", "--db", str(tmp_path / "t.db"), "--no-progress", "--exclude", "*.png", "--exclude",
+        "*.rtf", str(corpus),
+    )  # fmt: skip
+    assert excluded == 0 and "other types" not in out and not err  # the patterns reach every file
+
+
+def test_build_folders_and_sphinx_conf_are_left_out_and_a_dry_run_names_them(capsys, tmp_path, corpus):
+    for built in ("_build/html/index.md", "site/index.md", "docs/conf.py"):
+        (corpus / built).parent.mkdir(parents=True, exist_ok=True)
+        (corpus / built).write_text("# Built\n\nA copy of the pages, or code.\n", encoding="utf-8")
+    db = str(tmp_path / "t.db")
+    run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
+    code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", "--dry-run", str(corpus))
+    assert code == 0 and "3 build folders or tool files left out" in out
+    left = sorted(line.split(" (")[0].removeprefix("left out: ") for line in err.splitlines())
+    assert left == sorted(str(corpus / name) for name in ("_build", "site", "docs/conf.py"))
+    code, out, _ = run(capsys, "list", "--db", db)
+    assert "Built" not in out
 
 
 def test_a_folder_with_nothing_to_ingest_is_an_error_naming_the_supported_types(capsys, tmp_path):
