@@ -502,10 +502,7 @@ _BLOCK_MARKS = ("#", "|", "-", "*", "+", ">", "=")  # a line starting with one i
 def tidy_markdown(text: str) -> str:
     """`text` with setext headings as "#" headings, backslash escapes resolved, permalink marks dropped and
     static-site markup read as its words (sitemarkup.py), outside code."""
-    lines = [
-        sitemarkup.code_fence(line) or line if not code else line
-        for line, code in formats.fenced(text.split("\n"))
-    ]
+    lines = sitemarkup.prose_lines(formats.fenced(text.split("\n")))
     out: list[str] = []
     for line, code in formats.fenced(lines):
         if code:

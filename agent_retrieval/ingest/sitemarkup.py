@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterable
 from typing import Any
 
 _ADMONITION = re.compile(r"[ \t]*(?:!!!|\?\?\?\+?)[ \t]*([\w-]+)(?:[ \t]+\"([^\"\n]*)\")?[ \t]*$")
@@ -27,6 +28,7 @@ _SHORTCODE = re.compile(r"\{\{([<%])([^<>%\n]*)[>%]\}\}")
 _TEMPLATE_TAG = re.compile(r"\{%-?[^%\n]*%\}")
 _QUOTED = re.compile(r"\"([^\"\n]*)\"")
 _TAG = re.compile(r"<!--[^<>\n]*-->|</?[A-Za-z][\w.:-]*(?:[ \t][^<>\n]*)?/?>")
+SHORTCODE_LINES = 20  # of one shortcode's parameters written a line each
 # Front matter that is the author's text, and how a page shows it.
 LEAD_FIELDS = ("description", "summary", "subtitle", "abstract", "excerpt", "lead")
 WORD_FIELDS = ("keywords", "tags")
@@ -48,6 +50,33 @@ def code_fence(line: str) -> str | None:
     words = found.group(3).split()
     language = words[0] if found.group(2) == "highlight" and words and "=" not in words[0] else ""
     return "```" + language.strip("\"'")
+
+
+def prose_lines(lines: Iterable[tuple[str, bool]]) -> list[str]:
+    """Lines (each with whether it is code) as the line pass reads them: Hugo's code shortcodes as fences,
+    and a shortcode written over several lines (`{{< img` ... `>}}`, up to SHORTCODE_LINES) on one."""
+    out: list[str] = []
+    opened: int | None = None  # where a shortcode still open was started, in `out`
+    joined = 0
+    for line, code in lines:
+        if opened is not None and not code and joined < SHORTCODE_LINES:
+            out[opened] += " " + line.strip()
+            joined += 1
+            if _closes(line):
+                opened = None
+            continue
+        fence = None if code else code_fence(line)
+        out.append(fence or line)
+        opened, joined = (len(out) - 1, 0) if not code and fence is None and _left_open(line) else (None, 0)
+    return out
+
+
+def _left_open(line: str) -> bool:
+    return max(line.rfind("{{<"), line.rfind("{{%")) > max(line.rfind(">}}"), line.rfind("%}}"))
+
+
+def _closes(line: str) -> bool:
+    return ">}}" in line or "%}}" in line
 
 
 def block_line(line: str) -> str | None:

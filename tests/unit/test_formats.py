@@ -327,6 +327,7 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
         ("typer-app-dir.md",
          ["(Code from docs_src/app_dir/tutorial001_py310.py.)", "Config file doesn't exist yet"],
          ["{*", '<div class="termy">']),
+        ("hugo-sigmoid.md", ["Zion National Park", "Sigmoid"], ["{{<", ">}}", "src="]),
         ("hugo-comments.md",
          ["Disqus comments require you set a single value", "shortname = 'your-disqus-shortname'"],
          ["{{<", "{{</", ">}}"]),
