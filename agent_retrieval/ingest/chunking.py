@@ -12,6 +12,7 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from agent_retrieval.context import Context
 from agent_retrieval.ingest.formats import markdown_sections
+from agent_retrieval.ingest.sitemarkup import without_attributes
 from agent_retrieval.models import Chunk, Document
 
 DOCUMENT_LEAD_CHARS = 1000  # a document is embedded by its title and opening; chunks carry the rest
@@ -45,18 +46,9 @@ def chunk_document(document: Document, chunk_size: int = 1000, chunk_overlap: in
 def _heading_words(heading: str) -> str:
     """A heading as its chunks' heading path shows it: its words, one space apart, at most
     MAX_HEADING_CHARS (every chunk of the section carries a copy, so a 200,000-character heading line would
-    be stored a thousand times over), without an anchor id."""
-    words = " ".join(_without_anchor(heading).split())
+    be stored a thousand times over), without the attribute list or anchor id that ends it."""
+    words = " ".join(without_attributes(heading).split())
     return words if len(words) <= MAX_HEADING_CHARS else words[: MAX_HEADING_CHARS - 1] + "…"
-
-
-def _without_anchor(heading: str) -> str:
-    """A heading without the anchor id that ends it ("Setup {#setup}" -> "Setup"): not part of its words."""
-    kept = heading.rstrip()
-    start = kept.rfind("{#")
-    if kept.endswith("}") and start != -1 and "}" not in kept[start:-1]:
-        return kept[:start].rstrip()
-    return heading
 
 
 def document_text(document: Document) -> str:

@@ -548,9 +548,8 @@ def _code_spans(line: str) -> Iterator[tuple[int, int]]:
     pattern with a backreference, which is cubic on a line of backticks."""
     runs = [(run.start(), run.end()) for run in _BACKTICKS.finditer(line)]
     closer: dict[int, int] = {}  # a run's index -> the index of the next run as long
-    following: dict[
-        int, int
-    ] = {}  # a length -> the index of the nearest run of it seen so far, from the right
+    # a length -> the index of the nearest run of it seen so far, from the right
+    following: dict[int, int] = {}
     for index in range(len(runs) - 1, -1, -1):
         length = runs[index][1] - runs[index][0]
         if length in following:
