@@ -27,7 +27,10 @@ from agent_retrieval.progress import notices, transformers_bars_off
 log = logging.getLogger(__name__)
 
 EXPORT_VERSION = 1  # part of the file name: a change to the export makes a new file
-_BATCH = 64
+# Tokens in one run of the model, padding included: attention's memory grows with texts x tokens², and ONNX
+# Runtime's arena keeps its largest run. 64 texts at the 256-token limit held 2 GB; 4,096 tokens (8 such
+# texts, or 64 of 64 tokens) hold about 500 MB and embed as fast (benchmarks/docsets.py's peak memory).
+_BATCH_TOKENS = 2048
 
 
 def cache_folder(setting: str = "") -> Path:
@@ -160,7 +163,7 @@ class OnnxModel:
         config = json.loads((model_dir / "sentence_bert_config.json").read_text(encoding="utf-8"))
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.enable_truncation(int(config["max_seq_length"]))
-        self.tokenizer.enable_padding()
+        self.tokenizer.no_padding()  # each batch is padded to its own longest text (encode)
         self.path = path
         self.single = _session(path, threads=1)
 
@@ -171,21 +174,37 @@ class OnnxModel:
     def encode(self, texts: list[str]) -> np.ndarray:
         """Unit vectors, one row per text; texts are batched by length, so little of a batch is padding."""
         session = self.single if len(texts) == 1 else self.batch
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        tokens = [e.ids for e in self.tokenizer.encode_batch(texts)]
+        order = sorted(range(len(texts)), key=lambda i: len(tokens[i]))
         vectors = np.empty((len(texts), 0), dtype=np.float32)
         rows: list[np.ndarray] = []
-        for start in range(0, len(order), _BATCH):
-            encoded = self.tokenizer.encode_batch([texts[i] for i in order[start : start + _BATCH]])
-            feed = {
-                "input_ids": np.array([e.ids for e in encoded], dtype=np.int64),
-                "attention_mask": np.array([e.attention_mask for e in encoded], dtype=np.int64),
-                "token_type_ids": np.array([e.type_ids for e in encoded], dtype=np.int64),
-            }
+        for batch in _batches([len(tokens[i]) for i in order]):
+            ids = np.zeros((len(batch), max(len(tokens[order[i]]) for i in batch)), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            for row, i in enumerate(batch):
+                found = tokens[order[i]]
+                ids[row, : len(found)] = found
+                mask[row, : len(found)] = 1
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
             rows.append(session.run(None, feed)[0])
         if rows:
             vectors = np.empty((len(texts), rows[0].shape[1]), dtype=np.float32)
             vectors[order] = np.concatenate(rows)
         return vectors
+
+
+def _batches(lengths: list[int]) -> list[range]:
+    """Consecutive runs of `lengths` (ascending), each padded to its last, within _BATCH_TOKENS (one text at
+    least)."""
+    runs: list[range] = []
+    start = 0
+    for end, length in enumerate(lengths, start=1):
+        if (end - start) * length > _BATCH_TOKENS and end - 1 > start:
+            runs.append(range(start, end - 1))
+            start = end - 1
+    if start < len(lengths):
+        runs.append(range(start, len(lengths)))
+    return runs
 
 
 def _session(path: Path, *, threads: int) -> Any:

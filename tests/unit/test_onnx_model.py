@@ -43,6 +43,27 @@ def test_onnx_vectors_equal_sentence_transformers(cache):
     assert float(np.dot(single, onnx[1])) >= 0.9999  # one thread or all, alone or in a batch: the same
 
 
+def test_each_run_of_the_model_holds_a_bounded_number_of_tokens(cache):
+    """Attention's memory grows with texts x tokens², and ONNX Runtime keeps its largest run: 64 long texts
+    at once held 2 GB. Texts of every length, long ones many times over, still embed alike."""
+    model = onnx_model.load(bundled_model_path(), cache, "onnx")
+    runs: list[tuple[int, int]] = []
+    session = model.batch
+
+    class Recorded:
+        def run(self, names, feed):
+            runs.append(feed["input_ids"].shape)
+            return session.run(names, feed)
+
+    model.batch = Recorded()
+    texts = [TEXTS[2]] * 40 + [TEXTS[1]] * 100 + TEXTS
+    vectors = model.encode(texts)
+    assert max(rows * width for rows, width in runs) <= onnx_model._BATCH_TOKENS
+    assert sum(rows for rows, _ in runs) == len(texts) and len(runs) < len(texts) / 4  # batched
+    alone = np.concatenate([model.encode([text, text])[:1] for text in TEXTS])
+    assert np.sum(vectors[-len(TEXTS) :] * alone, axis=1).min() >= 0.9999
+
+
 def test_the_runtime_is_a_setting_and_torch_stays_the_fallback(cache):
     onnx = make_embedder(Context(local_runtime="onnx", local_model_cache=str(cache)))
     torch = make_embedder(Context(local_runtime="torch"))
