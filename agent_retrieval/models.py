@@ -104,11 +104,12 @@ class Chunk:
 class Hit:
     """One search result, with what each path said about it.
 
-    `content` is the chunk's text, or the opening of a document. `keyword_coverage` is the share of the
-    query's words (each weighted by its idf) that a keyword hit contains; the best keyword hit always
-    carries it, others may, and it also carries `unknown_terms`: how many of the query's words no row the
-    caller may read holds (a question about something never stored asks for words the store has never
-    seen). Ids are unique within a tenant only:
+    `content` is the chunk's text; for a document, the passage it was found by (its `heading_path` then says
+    where), or its opening when its title and opening matched best. `keyword_coverage` is the share of the
+    query's words (each weighted by its idf) that a keyword hit contains; the best keyword hit always carries
+    it, others may, and it also carries `unknown_terms`: how many of the query's words no row the caller may
+    read holds (a question about something never stored asks for words the store has never seen). Ids are
+    unique within a tenant only:
     `tenant` is the row's tenant ("" on a single-tenant store), and (tenant, id) names a hit. `queries`
     names the queries that found it when several ran (query plans).
     """

@@ -143,8 +143,9 @@ class DocumentRetrieverTool(_RetrieverTool):
     name: str = "document_retriever"
     description: str = (
         "Search the document collection and return the most relevant whole documents (id, title, metadata, "
-        "opening text). Use it first to find which documents answer a question; then pass their ids to "
-        "chunk_retriever for the exact passages. Hybrid search: meaning (vector) and exact words (keyword)."
+        "and the passage each was found by, or its opening). Use it first to find which documents answer a "
+        "question; then pass their ids to chunk_retriever for the exact passages. Hybrid search: meaning "
+        "(vector) and exact words (keyword)."
     )
     args_schema: type[SearchRequest] = SearchRequest
     level: ClassVar[Level] = "documents"

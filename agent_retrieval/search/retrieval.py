@@ -23,6 +23,7 @@ from agent_retrieval.fusion import PROFILES, fuse
 from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
 from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.providers.embeddings import Embedder, make_embedder
+from agent_retrieval.search.documents import each_at_best, most_similar
 from agent_retrieval.search.passages import widened
 from agent_retrieval.search.rerank import make_reranker
 from agent_retrieval.search.rerank import rerank as rerank_hits
@@ -186,11 +187,12 @@ class Retrieval:
         )
 
     def _candidates(self, request: SearchRequest, level: Level, store: Store) -> Steps[Candidates]:
-        """Keyword search and the vector side at once, settled at the tool's deadline."""
+        """Keyword search and the vector side at once, settled at the tool's deadline. Documents are also
+        searched by their passages, each at its best (search/documents.py)."""
         keyword = call(
             store.keyword_search,
             store.akeyword_search,
-            level,
+            "chunks",
             request.query,
             self.context.candidates,
             filters=request.filters,
@@ -201,7 +203,10 @@ class Retrieval:
             self.context.tool_timeout_seconds,
             self.resources.search_pool,
         )
-        return self._settle(keyword_outcome, vector_outcome)
+        candidates = self._settle(keyword_outcome, vector_outcome)
+        if level == "chunks":
+            return candidates
+        return replace(candidates, keyword_hits=each_at_best(candidates.keyword_hits))
 
     def _vector_side(self, request: SearchRequest, level: Level) -> Steps[_VectorSide]:
         """The query vector (hyde.py) and vector search; a failure degrades to no vector hits."""
@@ -224,13 +229,13 @@ class Retrieval:
         if vector is not None:
             store = self.store
             try:
-                hits = yield call(
-                    store.vector_search,
-                    store.avector_search,
-                    level,
-                    vector,
-                    **self._vector_arguments(request),
-                )
+                arguments = self._vector_arguments(request)
+                hits = yield call(store.vector_search, store.avector_search, "chunks", vector, **arguments)
+                if level == "documents":
+                    documents = yield call(
+                        store.vector_search, store.avector_search, level, vector, **arguments
+                    )
+                    hits = most_similar(documents, hits)
             except EmbeddingModelMismatch as error:
                 degraded.append(f"vector search skipped: {error}")
         return query_embedding, hits, degraded

@@ -63,7 +63,10 @@ def test_the_demo_command_runs_offline(capsys, tmp_path):
     # the passages shown, not only the documents: paraphrased questions once got a section that shares a
     # word with them (Priority 2 for a boiler in winter) until fusion weighed the keyword side by its trust
     n = len(demo.questions())
-    assert out.count("FOUND: passage") == n
-    assert f"top 3 for {n} of {n} questions, and the answering passage among the 2 shown for {n}." in out
+    # One passage is missed since documents are ranked at their best passage (BENCHMARKS, "Ranked by what the
+    # whole document says"): "money back after I move out" now also brings the client-money policy into the
+    # three documents searched, and its "holding deposits ... refunded" passages come before "2.3 Repayment".
+    assert out.count("FOUND: passage") == n - 1
+    assert f"top 3 for {n} of {n} questions, and the answering passage among the 2 shown for {n - 1}." in out
     # Studio's server reads agent_retrieval.db unless told: the demo says how to open its own store there
     assert f"AGENT_RETRIEVAL_DB={tmp_path / 'demo.db'} langgraph dev" in out
