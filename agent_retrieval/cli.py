@@ -114,6 +114,11 @@ def _parser() -> argparse.ArgumentParser:
         "skipped by name: a link to ~/.ssh/id_rsa must not become a searchable document)",
     )
     ingest.add_argument(
+        "--no-gitignore",
+        action="store_true",
+        help="also read what a folder's .gitignore files name (by default left out, as git leaves it)",
+    )
+    ingest.add_argument(
         "--prune",
         action="store_true",
         help="also delete the documents stored from files under these paths whose files are gone (a file "
@@ -344,6 +349,7 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
         include=args.include,
         exclude=args.exclude,
         follow_symlinks=args.follow_symlinks,
+        gitignore=not args.no_gitignore,
         dry_run=args.dry_run,
     )
     would = "would be " if args.dry_run else ""
@@ -361,7 +367,8 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
     if args.dry_run:
         for path in report.left_out:
             print(
-                f"left out: {printable(path)} (a build folder or tool file; name it to read it)",
+                f"left out: {printable(path)} (a build folder, tool file or .gitignore entry; name it to "
+                "read it)",
                 file=sys.stderr,
             )
     if not report.documents and not report.skipped_files:
@@ -375,7 +382,7 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
     if report.unsupported_files:
         summary += f"; {len(report.unsupported_files)} files of other types passed over"
     if report.left_out:
-        summary += f"; {len(report.left_out)} build folders or tool files left out"
+        summary += f"; {len(report.left_out)} build folders, tool files or .gitignore entries left out"
     print(summary)
     # Files of other types (a docs folder's images) are a folder's ordinary contents: a failure only when
     # asked (--strict). report.errors (a document the store could not take, an embedding failure) are

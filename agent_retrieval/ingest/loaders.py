@@ -22,7 +22,9 @@ import yaml
 
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.ingest import formats, sitemarkup
+from agent_retrieval.ingest.ignore import Ignores
 from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_depth
+from agent_retrieval.progress import bar as progress_bar
 from agent_retrieval.text import has_words
 
 # Files read as text into markdown, and office files read from their bytes (each through an optional extra).
@@ -72,6 +74,8 @@ def load_documents(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     follow_symlinks: bool = False,
+    gitignore: bool = True,
+    progress: bool = False,
 ) -> Iterator[Document]:
     """Documents from files and folders (searched recursively for the supported suffixes).
 
@@ -87,12 +91,13 @@ def load_documents(
     same way (a `deploy-key.txt` linking to ~/.ssh is refused by name) unless `follow_symlinks`; a file named
     directly is read wherever it leads. Files of other types met in a folder are passed over and, given
     `unsupported`, listed there; hidden files and folders (".git", ".DS_Store") and DEPENDENCY_FOLDERS
-    ("node_modules") met inside a folder are not looked at, and BUILD_FOLDERS and TOOL_FILES are left out
-    and, given `left_out`, listed there.
+    ("node_modules") met inside a folder are not looked at, and BUILD_FOLDERS, TOOL_FILES and (with
+    `gitignore`) what the folder's .gitignore files name (ignore.py) are left out and, given `left_out`,
+    listed there.
     `include` and `exclude` are shell-style patterns (fnmatch: `*` crosses folders too) matched against a
     folder's files' paths relative to it ("guides/*.md", "*/drafts/*"): with `include`, only files matching
     one are looked at; a file matching an `exclude` pattern is not (of any type). A file named directly is
-    always read.
+    always read. With `progress`, a bar counts each folder's files as they are read.
     """
     inside = Path(os.path.realpath(Path(root).expanduser())) if root is not None else None
 
@@ -108,9 +113,12 @@ def load_documents(
         if path.is_dir():
             confined = inside or (None if follow_symlinks else Path(os.path.realpath(path)))
             selected = functools.partial(_selected, include=include, exclude=exclude)
-            for file in _folder_files(path, confined, refuse, selected, unsupported, left_out):
-                doc_id = file.relative_to(path).with_suffix("").as_posix()
-                yield from _load_or_refuse(file, doc_id, confined, refuse)
+            found = _folder_files(path, confined, refuse, selected, unsupported, left_out, gitignore)
+            with progress_bar(len(found), unit="file", desc="read", enabled=progress) as bar:
+                for file in found:
+                    doc_id = file.relative_to(path).with_suffix("").as_posix()
+                    yield from _load_or_refuse(file, doc_id, confined, refuse)
+                    bar.update()
         elif path.is_file():
             if path.suffix.lower() not in SUPPORTED_SUFFIXES:
                 raise InvalidRequest(
@@ -129,10 +137,11 @@ def _folder_files(
     selected: Callable[[str], bool],
     unsupported: list[Path] | None = None,
     left_out: list[Path] | None = None,
+    gitignore: bool = True,
 ) -> list[Path]:
     """The files under `folder` with a supported suffix whose relative path is `selected`, sorted; the other
-    selected files added to `unsupported`, build folders and tool files to `left_out`; hidden ones are
-    skipped. A subfolder that cannot be listed is refused.
+    selected files added to `unsupported`, build folders, tool files and what .gitignore names (with
+    `gitignore`) to `left_out`; hidden ones are skipped. A subfolder that cannot be listed is refused.
 
     Symlinked folders are not followed (a link to a parent would never end); with `root`, one leading out
     of it is refused by name rather than passed over in silence."""
@@ -146,16 +155,25 @@ def _folder_files(
         )
 
     files: list[Path] = []
+
+    def entering(ignores: Ignores, where: Path, relative: tuple[str, ...]) -> Ignores:
+        return ignores.entering(where, relative) if gitignore else ignores
+
+    rules = {folder: entering(Ignores(), folder, ())}
     for where, folders, names in os.walk(folder, onerror=unlistable):
         here = Path(where)
-        built = [name for name in folders if name in BUILD_FOLDERS]
-        if left_out is not None:
-            left_out += [here / name for name in built]
-        folders[:] = [
+        relative = here.relative_to(folder).parts
+        ignores = rules.pop(here)
+        folders[:] = [name for name in folders if not name.startswith(".") and name not in DEPENDENCY_FOLDERS]
+        left = [
             name
             for name in folders
-            if not name.startswith(".") and name not in DEPENDENCY_FOLDERS and name not in built
+            if name in BUILD_FOLDERS or ignores.ignored((*relative, name), folder=True)
         ]
+        if left_out is not None:
+            left_out += [here / name for name in left]
+        folders[:] = [name for name in folders if name not in left]
+        rules.update({here / name: entering(ignores, here / name, (*relative, name)) for name in folders})
         for name in folders:
             if root is not None and (here / name).is_symlink():
                 try:
@@ -165,7 +183,7 @@ def _folder_files(
         for name in names:
             if name.startswith(".") or not selected((here / name).relative_to(folder).as_posix()):
                 continue
-            if name in TOOL_FILES:
+            if name in TOOL_FILES or ignores.ignored((*relative, name), folder=False):
                 if left_out is not None:
                     left_out.append(here / name)
             elif Path(name).suffix.lower() in SUPPORTED_SUFFIXES:

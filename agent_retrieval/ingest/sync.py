@@ -35,29 +35,32 @@ def ingest_paths(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     follow_symlinks: bool = False,
+    gitignore: bool = True,
     retrieval: Retrieval | None = None,
     dry_run: bool = False,
 ) -> IngestReport:
     """Load files and folders (as `agent-retrieval ingest` does) into the store `context` configures.
 
-    A file that cannot be loaded is listed in `skipped_files` with its reason, and files of other types met
-    in a folder in `unsupported_files`, and build folders and tool files left out in `left_out`: the rest
-    are ingested all the same. A path that names nothing raises
-    InvalidRequest. With `prune`, documents stored from files under the given paths whose files are gone are
-    deleted (`removed`); one whose content reappears under another id is reported in `renamed`. A file that
-    exists but could not be loaded is never pruned. See `ingest` for `public` and for what is embedded.
-    `include` and `exclude` select a folder's files by pattern (see `load_documents`); a file they leave out
-    is never pruned. A folder's files that lead out of it through a symlink are skipped by name unless
-    `follow_symlinks`. `retrieval` gives the store and embedder to use (default: the ones `context`
-    configures, as the tools'), and is left open. With `dry_run` nothing is written, embedded or deleted:
-    the report says what would be (`written`, `renamed`, `removed`).
+    A file that cannot be loaded is listed in `skipped_files` with its reason, and files of other types met in
+    a folder in `unsupported_files`, and build folders, tool files and what the folder's .gitignore files name
+    (unless not `gitignore`) left out in `left_out`: the rest are ingested all the same. A path that names
+    nothing raises InvalidRequest. With `prune`, documents stored from files under the given paths whose files
+    are gone are deleted (`removed`); one whose content reappears under another id is reported in `renamed`. A
+    file that exists but could not be loaded is never pruned. See `ingest` for `public` and for what is
+    embedded. `include` and `exclude` select a folder's files by pattern (see `load_documents`); a file they
+    leave out is never pruned. A folder's files that lead out of it through a symlink are skipped by name
+    unless `follow_symlinks`. `retrieval` gives the store and embedder to use (default: the ones `context`
+    configures, as the tools'), and is left open. With `dry_run` nothing is written, embedded or deleted: the
+    report says what would be (`written`, `renamed`, `removed`).
     """
     from agent_retrieval.ingest.loaders import load_documents
     from agent_retrieval.search.retrieval import Retrieval
 
     skipped: list[str] = []
     unsupported: list[Path] = []
-    left_out: list[Path] = []  # build folders and tool files (Sphinx's conf.py), named by a dry run
+    left_out: list[
+        Path
+    ] = []  # build folders, tool files (Sphinx's conf.py), .gitignore's: named by a dry run
     with contextlib.nullcontext(retrieval) if retrieval else Retrieval(context) as retrieval:
         context = retrieval.context
         store = retrieval.store
@@ -78,6 +81,8 @@ def ingest_paths(
                     include=include,
                     exclude=exclude,
                     follow_symlinks=follow_symlinks,
+                    gitignore=gitignore,
+                    progress=progress,
                 )
             )
             _name_by_root(loaded, given, states)

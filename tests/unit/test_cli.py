@@ -199,6 +199,26 @@ def test_files_of_other_types_are_named_by_type_and_the_rest_ingested(capsys, tm
     assert excluded == 0 and "other types" not in out and not err  # the patterns reach every file
 
 
+def test_what_a_folders_gitignore_names_is_left_out_unless_asked(capsys, tmp_path, corpus):
+    (corpus / ".gitignore").write_text("drafts/\n*.tmp.md\n!keep.tmp.md\n", encoding="utf-8")
+    (corpus / "guides").mkdir()
+    (corpus / "guides" / ".gitignore").write_text("/local.md\n", encoding="utf-8")
+    for name in ("drafts/plan.md", "notes.tmp.md", "keep.tmp.md", "guides/local.md", "guides/drafts/x.md"):
+        (corpus / name).parent.mkdir(parents=True, exist_ok=True)
+        (corpus / name).write_text(f"# {name}\n\nSome text of {name}.\n", encoding="utf-8")
+    db = str(tmp_path / "t.db")
+    code, out, _ = run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
+    assert code == 0 and out.startswith("3 documents: 3 written")  # the corpus's two, and keep.tmp.md
+    code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", "--dry-run", str(corpus))
+    left = sorted(line.split(" (")[0].removeprefix("left out: ") for line in err.splitlines())
+    assert left == sorted(
+        str(corpus / n) for n in ("drafts", "notes.tmp.md", "guides/local.md", "guides/drafts")
+    )
+    assert code == 0 and "4 build folders, tool files or .gitignore entries left out" in out
+    code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", "--no-gitignore", str(corpus))
+    assert code == 0 and out.startswith("7 documents: 4 written")  # the four .gitignore named
+
+
 def test_build_folders_and_sphinx_conf_are_left_out_and_a_dry_run_names_them(capsys, tmp_path, corpus):
     for built in ("_build/html/index.md", "site/index.md", "docs/conf.py"):
         (corpus / built).parent.mkdir(parents=True, exist_ok=True)
@@ -206,7 +226,7 @@ def test_build_folders_and_sphinx_conf_are_left_out_and_a_dry_run_names_them(cap
     db = str(tmp_path / "t.db")
     run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
     code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", "--dry-run", str(corpus))
-    assert code == 0 and "3 build folders or tool files left out" in out
+    assert code == 0 and "3 build folders, tool files or .gitignore entries left out" in out
     left = sorted(line.split(" (")[0].removeprefix("left out: ") for line in err.splitlines())
     assert left == sorted(str(corpus / name) for name in ("_build", "site", "docs/conf.py"))
     code, out, _ = run(capsys, "list", "--db", db)
@@ -240,6 +260,7 @@ def test_progress_counts_texts_and_the_model_loading_notice_is_one_line(
     assert code == 0
     assert "loading the embedding model test ...\n" in err
     assert "5/5 [" in err and "text/s" in err  # 2 documents and 3 chunks: texts, not batches
+    assert "read: 100%" in err and "2/2 [" in err and "file/s" in err  # the files as they are parsed
 
 
 def test_version_is_the_package_version(capsys):
