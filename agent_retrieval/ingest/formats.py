@@ -253,6 +253,10 @@ def _read_rst(path: Path, text: str) -> tuple[dict[str, Any], str]:
         if isinstance(node, nodes.literal_block):
             language = next((c for c in node.get("classes", []) if c != "code"), "")
             return f"```{language}\n{node.astext()}\n```"
+        if isinstance(node, nodes.Element) and not all(
+            isinstance(child, nodes.Inline | nodes.Text) for child in node.children
+        ):  # a container (a definition list, a quote, an entry's content): its blocks, code still fenced
+            return "\n\n".join(text for child in node.children if (text := block(child).strip()))
         return str(node.astext())
 
     metadata: dict[str, Any] = {}
@@ -274,7 +278,10 @@ def _read_rst(path: Path, text: str) -> tuple[dict[str, Any], str]:
             elif not isinstance(child, nodes.title | nodes.comment):
                 parts.append(block(child))
 
-    walk(tree, 1)
+    try:
+        walk(tree, 1)
+    except RecursionError:  # docutils nests what it was given; past Python's stack, say so
+        raise InvalidRequest(f"{path}: nested too deeply to read; flatten its lists or quotes") from None
     return metadata, "\n\n".join(part.strip() for part in parts if part.strip())
 
 

@@ -288,6 +288,17 @@ def test_sphinx_entries_keep_their_name_options_and_description_and_roles_show_t
     assert "Configuration > Options for figure numbering > numfig" in headings  # an entry is a section
 
 
+def test_code_inside_a_definition_list_stays_fenced_code():
+    """A real Sphinx FAQ entry: a term whose definition holds a code-block. Flattened, the template tags
+    and HTML read as prose, without their lines' indentation."""
+    [page] = load_file(REAL / "sphinx-faq-analytics.rst", "faq")
+    text = page.content
+    assert "Google Analytics\n\nYou can use a custom layout.html template, like this:" in text
+    assert '```html+jinja\n{% extends "!layout.html" %}\n\n{%- block extrahead %}' in text
+    assert "  _gaq.push(['_trackPageview']);\n</script>\n{% endblock %}\n```" in text
+    assert "See sphinx-wiki, a project by Kevin Dunn." in text
+
+
 def test_a_directive_docutils_does_not_know_keeps_its_words_and_no_message_is_stored(tmp_path):
     page = tmp_path / "page.rst"
     page.write_text(
