@@ -60,7 +60,9 @@ RESIDUE = {
 # What the independent reader leaves out of a source file: markup names and targets, never the author's
 # words (front matter values, directive arguments and content, role text, shortcode parameters are kept).
 MARKUP = [
-    re.compile(r"^\w[\w-]*:(?=\s)", re.M),  # front matter and field-list keys
+    re.compile(r"^[ \t]*(?:- )?\w[\w-]*:(?=\s)", re.M),  # front matter keys (nested too), field-list keys
+    re.compile(r"^[ \t]*(?:```|~~~).*$", re.M),  # code fences with their language and attributes
+    re.compile(r"^[ \t]*\.\. _[^\n]*$|^[ \t]*__ \S+$|`__?(?!\w)", re.M),  # rst targets and reference marks
     re.compile(r"\]\([^)\n]*\)|^\[[^\]\n]+\]:\s*\S+", re.M),  # link targets and reference definitions
     re.compile(r"</?[A-Za-z][^>\n]*>"),  # HTML and JSX tags
     re.compile(r"\{\{[<%]\s*/?\s*[\w/.-]*|[>%]\}\}"),  # shortcode delimiters and names
@@ -180,11 +182,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--show-misses", action="store_true", help="print each question whose file is not first"
     )
+    parser.add_argument(
+        "--db", type=Path, help="keep the store here; if it exists, ask it again without ingesting"
+    )
     args = parser.parse_args(argv)
     questions = [q for q in json.loads((DOCSETS / "questions.json").read_text()) if q["set"] in args.sets]
     with tempfile.TemporaryDirectory() as folder:
-        db = Path(folder) / "docsets.db"
-        ingested, retrieval = ingest(args.sets, db)
+        db = args.db or Path(folder) / "docsets.db"
+        if db.exists():
+            ingested, retrieval = {}, Retrieval(Context(db_path=str(db), use_hyde=False))
+        else:
+            ingested, retrieval = ingest(args.sets, db)
         with retrieval:
             files, chunks, documents = stored_files(db)
             answers = [ask(retrieval, files, q) for q in questions]
@@ -198,8 +206,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"- {answer['q']!r}: {answer['set']}/{answer['file']} at {answer['file_rank']}, "
                     f"first {answer['first']}, passage {'yes' if answer['passage_top3'] else 'no'}"
                 )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "docsets.json").write_text(json.dumps(result, indent=1))
+    if ingested:  # a re-asked store has no ingest figures: the results file keeps a whole run
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "docsets.json").write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -232,6 +241,8 @@ def print_table(result: dict[str, Any], toolchains: dict[str, str]) -> None:
         toolchain = toolchains.get(name, "all")
         print(f"| {name} | {toolchain} | {rates['questions']} | {found} | {words_kept} | {residue} |")
     ingested = result["ingest"]
+    if not ingested:
+        return
     print(
         f"\ningest: {ingested['files_stored']:,} files stored ({ingested['chunks']:,} chunks), "
         f"{len(ingested['skipped'])} skipped, {ingested['unsupported']} of other types; "
