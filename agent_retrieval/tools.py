@@ -135,6 +135,13 @@ def _shown_ids_read_back(arguments: dict[str, Any]) -> dict[str, Any]:
     return {**arguments, "document_ids": [unquote_id(i) if isinstance(i, str) else i for i in ids]}
 
 
+# What every search result's header says of its confidence (confidence.py), in the tools' descriptions.
+CONFIDENCE_NOTE = (
+    " The result's header gives the search's confidence (0 to 1) that the documents answer the query; a "
+    "question worded unlike the documents can score low when they do, so judge by the passages."
+)
+
+
 # The tools below are declarations in LangChain's shape (name, the description the model reads, argument
 # schema, level): they look alike by design, and what they do is written once, in _RetrieverTool.
 class DocumentRetrieverTool(_RetrieverTool):
@@ -145,7 +152,7 @@ class DocumentRetrieverTool(_RetrieverTool):
         "Search the document collection and return the most relevant whole documents (id, title, metadata, "
         "and the passage each was found by, or its opening). Use it first to find which documents answer a "
         "question; then pass their ids to chunk_retriever for the exact passages. Hybrid search: meaning "
-        "(vector) and exact words (keyword)."
+        "(vector) and exact words (keyword)." + CONFIDENCE_NOTE
     )
     args_schema: type[SearchRequest] = SearchRequest
     level: ClassVar[Level] = "documents"
@@ -158,7 +165,7 @@ class ChunkRetrieverTool(_RetrieverTool):
     description: str = (
         "Search for the most relevant passages (chunks) of documents, with their heading path. Pass "
         "document_ids from document_retriever to search only inside those documents, or use "
-        "query_type='summarize' with document_ids to read those documents' chunks in order."
+        "query_type='summarize' with document_ids to read those documents' chunks in order." + CONFIDENCE_NOTE
     )
     args_schema: type[SearchRequest] = ChunkSearchRequest
     level: ClassVar[Level] = "chunks"
@@ -256,7 +263,9 @@ def format_result(result: RetrievalResult) -> str:
             "off": "HyDE off",
         }[result.hyde]
         search = "hybrid search, reranked" if result.rerank == "used" else "hybrid search"
-        header = f'{counted(len(result.hits), noun)} for "{quote_attribute(result.query)}" ({search}; {hyde})'
+        sure = "" if result.confidence is None else f"; confidence {result.confidence:.2f}"
+        found = f'{counted(len(result.hits), noun)} for "{quote_attribute(result.query)}"'
+        header = f"{found} ({search}; {hyde}{sure})"
     lines = [header]
     lines += [f"Note: {note}" for note in result.degraded]
     if is_low(result.confidence):

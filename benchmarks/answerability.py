@@ -1,17 +1,24 @@
-"""Calibrating "does the store answer this?": SQuAD v1.1 dev questions against a store holding half of the
-articles, so the other half's questions have no answer in it.
+"""Calibrating "does the store answer this?" across wordings: five datasets, each with questions the store
+answers and questions it does not, and every dataset held out in turn.
 
-Every other article (the even ones, 24 of 48) is stored, chunked as any document is. For seeded questions
-of all 48 articles, one chunk_retriever search gives the four signals `confidence.py` reads: the best
-vector similarity, the best keyword hit's coverage of the question, that hit's vector similarity, and how
-many of the question's words no stored passage holds. A
-logistic regression is fitted on the questions of the first 24 articles and checked on the last 24
-(articles never fitted on): the share of unanswerable questions called answerable (false answers) and of
-answerable ones still answered, at the threshold that keeps 96% of the fitted answerable questions; then
-the same for the calibration the library ships, and the mean over 40 random halves of the articles (one
-split's 300 unanswerable questions move the share by a few points).
+- squad: SQuAD v1.1 dev, the 24 even articles stored; questions of the other 24 have no answer (300 + 300).
+- scifact: SciFact's corpus without the judged abstracts of half its test claims; those claims have no
+  answer (150 + 150). Scientific claims, not questions, in words close to their abstracts.
+- musique: MuSiQue's closed corpus without the supporting paragraphs of half its questions (100 + 100);
+  the paragraphs about the same entities stay, so "not stored" is hard to tell here.
+- docsets: the documentation-set benchmark's Sphinx and Jest trees stored; all 64 questions asked, the Typer
+  and Hugo ones about tools the store does not hold (32 + 32).
+- demo: the bundled demo's 8 paraphrased questions, and 8 a letting agency's client might ask that its
+  documents do not answer (below).
 
-    python -m benchmarks.answerability             # 1,200 questions; prints the coefficients
+For each question one chunk_retriever search (HyDE off) gives the raw signals (`confidence.signals` and the
+candidates they come from), cached in results/answerability/. Then, for each set of signals, a logistic
+model is fitted on four datasets and checked on the fifth, each dataset in turn; the threshold of "low" is
+chosen on those held-out predictions (PRECISION, MAX_FLAGGED, none of the demo's), and each dataset reports
+the share of its answerable questions flagged and of its unanswerable ones caught. The model fitted on all
+five is the one confidence.py ships.
+
+    python -m benchmarks.answerability            # collect (cached) and report
 """
 
 from __future__ import annotations
@@ -19,123 +26,282 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from agent_retrieval.confidence import LOW, calibrated, signals
+from agent_retrieval import demo
+from agent_retrieval.confidence import calibrated, is_low, signals
 from agent_retrieval.context import Context
+from agent_retrieval.evaluation import load_beir
 from agent_retrieval.ingest import ingest
+from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import ChunkSearchRequest
 from agent_retrieval.search.retrieval import Retrieval
-from benchmarks.answers import SQUAD, article_document, flat
+from agent_retrieval.text import entity_terms, keyword_terms
+from benchmarks.answers import MUSIQUE, SQUAD, article_document, flat
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
-KEEP = 0.96  # of the fitted answerable questions at the threshold: unseen ones run about half a point lower
-SPLITS = 40  # random halves of the articles, fitted on one and checked on the other
-SIGNALS = (  # confidence.signals, in order: each row of the report adds one
-    "best vector similarity",
-    "+ the best keyword hit's coverage",
-    "+ that hit's vector similarity",
-    "+ the question's words no stored passage holds",
-)
+CACHE = RESULTS / "answerability"
+SCIFACT = ROOT.parent.parent / "shared" / "datasets" / "scifact"
+DOCSETS = ROOT / "docsets"
+DATASETS = ("squad", "scifact", "musique", "docsets", "demo")
 MODEL = "local/all-MiniLM-L6-v2"  # the default embedder, which the shipped calibration is for
+# What a client of the demo's letting agency might ask that none of its documents answers.
+DEMO_UNANSWERED = [
+    "Can I keep a dog in my flat if the landlord agrees?",
+    "What council tax band is 14 Banda Lane in?",
+    "How do I get a parking permit for my street?",
+    "Which broadband providers serve Wexcombe?",
+    "How much stamp duty will I pay on a first home?",
+    "Can my landlord enter the flat without telling me first?",
+    "What are the branch's opening hours on Saturdays?",
+    "Do you handle commercial property lettings?",
+]
+
+Row = dict[str, Any]  # dataset, question, answerable, and the signals
 
 
-def search_signals(retrieval: Retrieval, question: str) -> tuple[float, ...]:
-    """The signals `confidence.py` reads, from the candidates of one chunk_retriever search."""
-    found = retrieval.candidates(ChunkSearchRequest(query=question, top_k=10, hyde="off"), "chunks")
-    return signals(found.vector_hits, found.keyword_hits)
+def collect(name: str, retrieval: Retrieval, questions: list[tuple[str, bool]]) -> list[Row]:
+    """What one chunk_retriever search says of each question: the signals' raw material."""
+    rows = []
+    for question, answerable in tqdm(questions, desc=name, unit="question"):
+        found = retrieval.candidates(ChunkSearchRequest(query=question, top_k=10, hyde="off"), "chunks")
+        rows.append({"dataset": name, "question": question, "answerable": answerable, **raw(found, question)})
+    return rows
 
 
-def run(questions: int, seed: int = 11, squad: Path = SQUAD, results: Path = RESULTS) -> dict[str, Any]:
-    data = json.loads(squad.read_text(encoding="utf-8"))["data"]
-    stored = [a for n, a in enumerate(data) if n % 2 == 0]
-    pool = [
-        (n, flat(qa["question"]), n % 2 == 0)
-        for n, article in enumerate(data)
-        for paragraph in article["paragraphs"]
-        for qa in paragraph["qas"]
-    ]
-    asked = random.Random(seed).sample(pool, questions)
-    context = Context(db_path=str(results / "squad-half.db"))
-    with Retrieval(context) as retrieval:
-        documents = [article_document(article) for article in stored]
-        ingest(documents, retrieval.store, retrieval.embedder, context, progress=True)
-        rows = [
-            (n, *search_signals(retrieval, q), answerable)
-            for n, q, answerable in tqdm(asked, unit="question")
-        ]
-    features = np.array([r[1:-1] for r in rows])
-    labels = np.array([a for *_, a in rows])
-    articles = [n for n, *_ in rows]
-    fitted = np.array([n < len(data) // 2 for n in articles])
-    shipped = np.array([calibrated(row[1:-1], MODEL) for row in rows]) >= LOW
-    by_signals = {}
-    for count, name in enumerate(SIGNALS, start=1):  # the last, with every signal, is the model to ship
-        some = features[:, :count]
-        model, threshold = fit(some, labels, fitted)
-        answers = model.predict_proba(some)[:, 1] >= threshold
-        by_signals[name] = {
-            "held out": shares(answers, labels, ~fitted),
-            "fitted": shares(answers, labels, fitted),
-            f"mean of {SPLITS} random halves, held out": splits(some, labels, articles),
-        }
+def raw(found: Any, question: str) -> dict[str, Any]:
+    vector, keyword = found.vector_hits, found.keyword_hits
+    texts = " ".join(f"{h.title} {h.heading_path or ''} {h.content}" for h in [*vector, *keyword]).lower()
+    names = entity_terms(question)
+    best = keyword[0] if keyword else None
     return {
-        "questions": questions,
-        "weights": [round(float(w), 2) for w in model.coef_[0]],
-        "intercept": round(float(model.intercept_[0]), 2),
-        "threshold": round(threshold, 3),
-        "shipped (confidence.py), held out": shares(shipped, labels, ~fitted),
-        "by signals": by_signals,
+        "sims": [h.vector_similarity for h in vector[:20]],
+        "keyword_scores": [h.keyword_score for h in keyword[:20]],
+        "coverage": best.keyword_coverage if best else 0.0,
+        "unknown": best.unknown_terms if best else 0,
+        "agreed": next((h.vector_similarity for h in vector if best and h.key == best.key), 0.0),
+        "terms": len(keyword_terms(question)),
+        "names": len(names),
+        "names_missing": sum(name.lower() not in texts for name in names),
+        "signals": list(signals(vector, keyword)),
     }
 
 
-def shares(answers: Any, labels: Any, rows: Any) -> dict[str, float]:
-    """Of the chosen rows: the share of answerable questions answered, and of unanswerable ones."""
-    return {
-        "answerable still answered %": round(100 * float(answers[rows & labels].mean()), 1),
-        "false answers %": round(100 * float(answers[rows & ~labels].mean()), 1),
-    }
+def _store(name: str) -> Retrieval:
+    return Retrieval(Context(db_path=str(CACHE / f"{name}.db")))
 
 
-def fit(features: Any, labels: Any, fitted: Any) -> tuple[Any, float]:
-    """The logistic model fitted on the `fitted` rows, and the threshold keeping KEEP of their answerable."""
+def squad(chance: random.Random) -> Iterator[tuple[Retrieval, list[tuple[str, bool]]]]:
+    data = json.loads(SQUAD.read_text(encoding="utf-8"))["data"]
+    with _store("squad") as retrieval:
+        stored = [article_document(a) for n, a in enumerate(data) if n % 2 == 0]
+        ingest(stored, retrieval.store, retrieval.embedder, retrieval.context, progress=True)
+        asked = {True: [], False: []}  # type: dict[bool, list[str]]
+        for n, article in enumerate(data):
+            for paragraph in article["paragraphs"]:
+                asked[n % 2 == 0] += [flat(qa["question"]) for qa in paragraph["qas"]]
+        yield retrieval, [(q, kind) for kind in (True, False) for q in chance.sample(asked[kind], 300)]
+
+
+def _without(name: str, folder: Path, split: str, chance: random.Random) -> Iterator[Any]:
+    """A BEIR corpus stored whole once, then copied without the judged documents of half its queries."""
+    dataset = load_beir(folder, split)
+    whole = CACHE / f"{name}-whole.db"
+    with Retrieval(Context(db_path=str(whole))) as retrieval:
+        ingest(dataset.documents(), retrieval.store, retrieval.embedder, retrieval.context, progress=True)
+    queries = sorted(dataset.qrels)
+    gone = set(chance.sample(queries, len(queries) // 2))
+    removed = {doc for q in gone for doc in dataset.qrels[q]}
+    kept = [q for q in queries if q not in gone and not removed & set(dataset.qrels[q])]
+    shutil.copy(whole, CACHE / f"{name}.db")
+    with _store(name) as retrieval:
+        retrieval.store.delete_documents(sorted(removed))
+        yield (
+            retrieval,
+            [(dataset.queries[q], True) for q in kept] + [(dataset.queries[q], False) for q in sorted(gone)],
+        )
+
+
+def scifact(chance: random.Random) -> Iterator[Any]:
+    yield from _without("scifact", SCIFACT, "test", chance)
+
+
+def musique(chance: random.Random) -> Iterator[Any]:
+    yield from _without("musique", MUSIQUE, "test", chance)
+
+
+def docsets(chance: random.Random) -> Iterator[Any]:
+    stored = ("sphinx", "jest")
+    with _store("docsets") as retrieval:
+        documents = load_documents([DOCSETS / name for name in stored], skipped=[])
+        ingest(documents, retrieval.store, retrieval.embedder, retrieval.context, progress=True)
+        asked = json.loads((DOCSETS / "questions.json").read_text(encoding="utf-8"))
+        yield retrieval, [(q["q"], q["set"] in stored) for q in asked]
+
+
+def demo_questions(chance: random.Random) -> Iterator[Any]:
+    with _store("demo") as retrieval:
+        documents = load_documents([demo.corpus_dir()])
+        ingest(documents, retrieval.store, retrieval.embedder, retrieval.context, progress=False)
+        answered = [(q["question"], True) for q in demo.questions()]
+        yield retrieval, answered + [(q, False) for q in DEMO_UNANSWERED]
+
+
+SOURCES: dict[str, Callable[[random.Random], Iterator[Any]]] = {
+    "squad": squad,
+    "scifact": scifact,
+    "musique": musique,
+    "docsets": docsets,
+    "demo": demo_questions,
+}
+
+
+def rows(name: str, refresh: bool = False) -> list[Row]:
+    cached = CACHE / f"{name}.json"
+    if cached.exists() and not refresh:
+        return list(json.loads(cached.read_text(encoding="utf-8")))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for retrieval, questions in SOURCES[name](random.Random(11)):
+        found = collect(name, retrieval, questions)
+    cached.write_text(json.dumps(found), encoding="utf-8")
+    return found
+
+
+# Signals measured beside the shipped ones, from the same searches (the ablation in BENCHMARKS).
+CANDIDATES: dict[str, Callable[[Row], float]] = {
+    "best vector similarity": lambda r: r["sims"][0] if r["sims"] else 0.0,
+    "the best keyword hit's similarity": lambda r: r["agreed"],
+    "the best keyword hit's coverage": lambda r: r["coverage"] or 0.0,
+    "words no stored passage holds": lambda r: float(r["unknown"] or 0),
+    "their share of the question's words": lambda r: (r["unknown"] or 0) / max(r["terms"], 1),
+}
+SETS = {
+    "shipped (confidence.signals)": ["best vector similarity", "the best keyword hit's similarity"],
+    "+ coverage": [
+        "best vector similarity",
+        "the best keyword hit's similarity",
+        "the best keyword hit's coverage",
+    ],
+    "+ coverage + unknown words (shipped before)": [
+        "best vector similarity",
+        "the best keyword hit's coverage",
+        "the best keyword hit's similarity",
+        "words no stored passage holds",
+    ],
+    "+ unknown words' share": [
+        "best vector similarity",
+        "the best keyword hit's similarity",
+        "their share of the question's words",
+    ],
+}
+PRECISION = 0.9  # of "low": at least this share of the questions called low has no answer stored
+MAX_FLAGGED = 0.1  # of any dataset's answerable questions called low
+
+
+def fit(features: Any, labels: Any) -> Any:
+    """A logistic model of `features`, the two classes weighted alike."""
     from sklearn.linear_model import LogisticRegression
 
-    model = LogisticRegression(C=10, max_iter=1000).fit(features[fitted], labels[fitted])
-    scores = model.predict_proba(features[fitted & labels])[:, 1]
-    return model, float(np.quantile(scores, 1 - KEEP))
+    return LogisticRegression(C=1.0, max_iter=2000, class_weight="balanced").fit(features, labels)
 
 
-def splits(features: Any, labels: Any, articles: list[int]) -> dict[str, float]:
-    """`shares` on held-out articles, averaged over SPLITS random halves of the stored articles and of the
-    others (both kinds of question in each half)."""
-    found = []
-    for seed in range(SPLITS):
-        chance = random.Random(seed)
-        chosen = [
-            n
-            for kind in (0, 1)
-            for group in [sorted({a for a in articles if a % 2 == kind})]
-            for n in chance.sample(group, len(group) // 2)
+def held_out(features: dict[str, Any], labels: dict[str, Any]) -> dict[str, Any]:
+    """Each dataset's probabilities from a model fitted on the other four."""
+    found = {}
+    for name in features:
+        others = [n for n in features if n != name]
+        model = fit(
+            np.concatenate([features[n] for n in others]), np.concatenate([labels[n] for n in others])
+        )
+        found[name] = model.predict_proba(features[name])[:, 1]
+    return found
+
+
+def threshold(probabilities: dict[str, Any], labels: dict[str, Any]) -> float:
+    """The highest threshold at which held-out "low" has PRECISION, flags at most MAX_FLAGGED of any
+    dataset's answerable questions, and none of the demo's (0 if none does)."""
+    chosen = 0.0
+    for candidate in np.arange(0.01, 0.8, 0.01):
+        low = {n: probabilities[n] < candidate for n in probabilities}
+        caught = sum(int((low[n] & ~labels[n]).sum()) for n in low)
+        called = sum(int(low[n].sum()) for n in low)
+        flagged = {n: float(low[n][labels[n]].mean()) for n in low}
+        if (
+            called
+            and caught / called >= PRECISION
+            and max(flagged.values()) <= MAX_FLAGGED
+            and not flagged["demo"]
+        ):
+            chosen = float(candidate)
+    return round(chosen, 2)
+
+
+def reliability(probabilities: dict[str, Any], labels: dict[str, Any], bins: int = 10) -> dict[str, Any]:
+    """Per dataset, the held-out probabilities in `bins` equal bins: each bin's questions and the share of
+    them the store answers (a calibrated model's share is near its bin's probability)."""
+    out = {}
+    for name, found in probabilities.items():
+        placed = np.minimum((found * bins).astype(int), bins - 1)
+        out[name] = [
+            {
+                "bin": b / bins,
+                "questions": int((placed == b).sum()),
+                "answerable": int(labels[name][placed == b].sum()),
+            }
+            for b in range(bins)
         ]
-        fitted = np.isin(articles, chosen)
-        model, threshold = fit(features, labels, fitted)
-        found.append(shares(model.predict_proba(features)[:, 1] >= threshold, labels, ~fitted))
-    return {key: round(float(np.mean([f[key] for f in found])), 1) for key in found[0]}
+    return out
+
+
+def rates(low: Any, labels: Any) -> dict[str, float]:
+    return {
+        "answerable flagged %": round(100 * float(low[labels].mean()), 1),
+        "unanswerable caught %": round(100 * float(low[~labels].mean()), 1),
+    }
+
+
+def report(data: dict[str, list[Row]]) -> dict[str, Any]:
+    labels = {n: np.array([r["answerable"] for r in rows]) for n, rows in data.items()}
+    out: dict[str, Any] = {
+        "questions": {
+            n: {"answerable": int(y.sum()), "unanswerable": int((~y).sum())} for n, y in labels.items()
+        }
+    }
+    for title, names in SETS.items():
+        features = {
+            n: np.array([[CANDIDATES[c](r) for c in names] for r in rows]) for n, rows in data.items()
+        }
+        probabilities = held_out(features, labels)
+        low = threshold(probabilities, labels)
+        model = fit(np.concatenate(list(features.values())), np.concatenate(list(labels.values())))
+        out[title] = {
+            "threshold (held out)": low,
+            "reliability (held out)": reliability(probabilities, labels),
+            "held out": {n: rates(probabilities[n] < low, labels[n]) for n in data},
+            "weights": [round(float(w), 3) for w in model.coef_[0]],
+            "intercept": round(float(model.intercept_[0]), 3),
+        }
+    out["shipped calibration, each dataset"] = {
+        n: rates(np.array([is_low(calibrated(r["signals"], MODEL)) for r in rows]), labels[n])
+        for n, rows in data.items()
+    }
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--questions", type=int, default=1200)
+    parser.add_argument("--refresh", action="store_true", help="search again instead of reading the cache")
     args = parser.parse_args()
-    report = run(args.questions)
-    (RESULTS / "answerability.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(report, indent=2))
+    result = report({name: rows(name, args.refresh) for name in DATASETS})
+    (RESULTS / "answerability.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

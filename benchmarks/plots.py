@@ -1,6 +1,6 @@
 """The figures of BENCHMARKS.md, drawn from the JSON the benchmark scripts leave in benchmarks/results/.
 
-python benchmarks/plots.py      # benchmarks/figures/: quality.png, latency.png (with growth.json), peers.png
+python benchmarks/plots.py  # benchmarks/figures/: quality, latency (with growth.json), peers, reliability
 """
 
 from __future__ import annotations
@@ -157,6 +157,35 @@ def peers() -> Path:
     return _save(fig, "peers.png")
 
 
+def reliability() -> Path:
+    """The shipped confidence on each dataset held out (`python -m benchmarks.answerability`): in each bin of
+    predicted probability, the share of questions the store answers (a calibrated model's follows the
+    diagonal)."""
+    report = json.loads((RESULTS / "answerability.json").read_text())
+    shipped = report["shipped (confidence.signals)"]
+    fig, ax = plt.subplots(figsize=(6.5, 5))
+    ax.plot([0, 1], [0, 1], color="#9aa5b1", linestyle="--", linewidth=1, label="calibrated")
+    for name, bins in shipped["reliability (held out)"].items():
+        kept = [b for b in bins if b["questions"]]
+        ax.plot(
+            [b["bin"] + 0.05 for b in kept],
+            [b["answerable"] / b["questions"] for b in kept],
+            marker="o",
+            label=f"{name} ({sum(b['questions'] for b in kept)} questions)",
+        )
+    low = shipped["threshold (held out)"]
+    ax.axvline(low, color="#c44e52", linewidth=1)
+    ax.text(low + 0.01, 0.02, f'"probably not covered" below {low}', color="#c44e52", fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("confidence, fitted on the other four datasets")
+    ax.set_ylabel("share of questions the store answers")
+    ax.set_title("Confidence held out, per dataset")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    return _save(fig, "reliability.png")
+
+
 def _save(fig: plt.Figure, name: str) -> Path:
     FIGURES.mkdir(exist_ok=True)
     path = FIGURES / name
@@ -167,7 +196,7 @@ def _save(fig: plt.Figure, name: str) -> Path:
 
 
 if __name__ == "__main__":
-    for figure in (quality, latency, peers):
+    for figure in (quality, latency, peers, reliability):
         try:
             print(figure())
         except FileNotFoundError as missing:

@@ -31,7 +31,7 @@ NOT_FOUND = "The documents I found do not answer this."
 NOTHING_FOUND = (
     "I found nothing in the documents about this. Try other words, or check that the documents were ingested."
 )
-NOTHING_ANSWERS = "Nothing in the documents seems to answer this question."
+PROBABLY_NOT_COVERED = "The documents probably do not cover this question"  # said where confidence is low
 ANSWER_SENTENCES = 6  # an offline answer's sentences: what three passages' two sentences each were before
 SENTENCE_CHARS = 600  # per sentence shown: text without full stops is one long "sentence"
 PASSAGE_CHARS = 4000  # per passage: enough for a chunk, bounded for a pasted giant
@@ -145,8 +145,10 @@ def _retrieval_note(confidence: float | None) -> str:
     """What the answer model is told of the search's confidence ("" when unknown)."""
     if confidence is None:
         return ""
-    verdict = "probably do not answer" if is_low(confidence) else "probably answer"
-    said = f"the documents {verdict} the question (confidence {confidence:.2f})"
+    if is_low(confidence):
+        said = f"the documents probably do not answer the question (confidence {confidence:.2f})"
+    else:  # not low is not "probably answers": a paraphrased question scores low when its answer is stored
+        said = f"confidence that the documents answer the question: {confidence:.2f}"
     return f"{element('retrieval', quote(said))}\n\n"
 
 
@@ -154,15 +156,15 @@ def extractive_answer(
     question: str, hits: list[Hit], note: str, *, confidence: float | None = None
 ) -> Answer:
     """The sentences of the passages that best answer the question (`answer_sentences`), grouped by passage
-    in the passages' order and each group cited; opened by a plain "nothing here answers this" when the
-    search's confidence is low."""
+    in the passages' order and each group cited. Where the search's confidence is low it says the documents
+    probably do not cover the question, and offers the passages as the closest, never as the answer."""
     chosen: dict[int, list[str]] = {}
     for place, sentence in answer_sentences(question, hits):
         chosen.setdefault(place, []).append(sentence)
     lines = [f"- {' '.join(chosen[place])} [{hits[place].id}]" for place in sorted(chosen)]
     opening = "These passages best match the question:"
     if is_low(confidence):
-        opening = f"{NOTHING_ANSWERS} The closest passages:"
+        opening = f"{PROBABLY_NOT_COVERED} (confidence {confidence:.2f}). The closest passages:"
     text = opening + "\n" + "\n".join(lines)
     return Answer(text, [hits[place].id for place in sorted(chosen)], "extractive", [note])
 

@@ -17,7 +17,12 @@ from agent_retrieval.confidence import Calibration, confidence, is_low, signals
 from agent_retrieval.context import Context
 from agent_retrieval.graphs import rag
 from agent_retrieval.models import ChunkSearchRequest, Hit
-from agent_retrieval.planning.answer import NOTHING_ANSWERS, answer_sentences, extractive_answer, write_answer
+from agent_retrieval.planning.answer import (
+    PROBABLY_NOT_COVERED,
+    answer_sentences,
+    extractive_answer,
+    write_answer,
+)
 from agent_retrieval.server.graph_parts import GraphParts
 from agent_retrieval.tools import ChunkRetrieverTool
 from tests.conftest import CountingChatModel
@@ -47,24 +52,26 @@ def calibrated(monkeypatch):
     monkeypatch.setitem(
         confidence_module.CALIBRATIONS,
         "test/word-hash",
-        Calibration(weights=(12.0, 2.0, 2.0, -1.0), intercept=-6.0),
+        Calibration(weights=(12.0, 2.0), intercept=-6.0),
     )
 
 
-def test_the_signals_are_the_best_similarity_the_best_keyword_hits_coverage_its_similarity_and_new_words():
+def test_the_signals_are_the_best_similarity_and_that_of_the_best_keyword_hit():
     vector = [hit("a", 0.61), hit("b", 0.52)]
     keyword = [hit("b", coverage=0.8, unknown=2), hit("c", coverage=0.3)]
-    assert signals(vector, keyword) == (0.61, 0.8, 0.52, 2.0)
-    assert signals([], keyword) == (0.0, 0.8, 0.0, 2.0)  # nothing similar enough
-    assert signals(vector, []) == (0.61, 0.0, 0.0, 0.0)
+    assert signals(vector, keyword) == (0.61, 0.52)
+    assert signals([], keyword) == (0.0, 0.0)  # nothing similar enough
+    assert signals(vector, []) == (0.61, 0.0)
+    assert signals(vector, [hit("c", coverage=0.9)]) == (0.61, 0.0)  # the paths do not agree
 
 
-def test_words_the_store_has_never_seen_lower_the_confidence():
+def test_words_the_store_has_never_seen_do_not_lower_the_confidence():
+    """A paraphrased question asks for words no passage holds and is answered all the same (the demo's); they
+    caught SQuAD's unanswerable questions and flagged the demo's answerable ones (answerability)."""
     found = [hit("a", 0.55)], [hit("a", coverage=0.9, unknown=0)]
-    new_words = [hit("a", 0.55)], [hit("a", coverage=0.9, unknown=2)]
-    known = confidence(*found, "local/all-MiniLM-L6-v2")
-    unknown = confidence(*new_words, "local/all-MiniLM-L6-v2")
-    assert known is not None and unknown is not None and unknown < known
+    new_words = [hit("a", 0.55)], [hit("a", coverage=0.4, unknown=5)]
+    model = "local/all-MiniLM-L6-v2"
+    assert confidence(*found, model) == confidence(*new_words, model)
 
 
 def test_an_uncalibrated_embedder_gives_no_confidence_and_unknown_is_never_low():
@@ -90,17 +97,23 @@ def test_the_offline_answer_says_nothing_answers_and_lists_the_closest_passages(
     graph = rag.build(GraphParts(retrieval=retrieval))
     off = asyncio.run(graph.ainvoke({"messages": [("user", OFF_TOPIC)]}, context=retrieval.context))
     on = asyncio.run(graph.ainvoke({"messages": [("user", ON_TOPIC)]}, context=retrieval.context))
-    assert is_low(off["confidence"]) and off["answer"].startswith(NOTHING_ANSWERS) and off["citations"]
-    assert not is_low(on["confidence"]) and not on["answer"].startswith(NOTHING_ANSWERS)
+    assert is_low(off["confidence"]) and off["answer"].startswith(PROBABLY_NOT_COVERED) and off["citations"]
+    assert not is_low(on["confidence"]) and not on["answer"].startswith(PROBABLY_NOT_COVERED)
 
 
-@pytest.mark.parametrize(("told", "said"), [(0.1, "probably do not answer"), (0.9, "probably answer")])
+@pytest.mark.parametrize(
+    ("told", "said"),
+    [
+        (0.1, "the documents probably do not answer"),
+        (0.3, "confidence that the documents answer the question: 0.30"),
+    ],
+)
 def test_the_answer_model_is_told_how_likely_the_documents_answer(told, said):
     model = CountingChatModel(responses=["Within 30 days [a#0]."])
     passages = [Hit("a#0", "chunks", "a", "A", "Deposits are protected within 30 days.", ordinal=0)]
     written = asyncio.run(write_answer("When?", passages, model, Context(), confidence=told))
     prompt = model.messages[0][-1].content  # the user's message: the question, the note, the passages
-    assert written.mode == "llm" and f"<retrieval>\nthe documents {said} the question" in prompt
+    assert written.mode == "llm" and f"<retrieval>\n{said}" in prompt
     asyncio.run(write_answer("When?", passages, model, Context(), confidence=None))
     assert "<retrieval>" not in model.messages[1][-1].content
 

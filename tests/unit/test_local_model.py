@@ -67,6 +67,9 @@ def test_the_demo_command_runs_offline(capsys, tmp_path):
     # whole document says"): "money back after I move out" now also brings the client-money policy into the
     # three documents searched, and its "holding deposits ... refunded" passages come before "2.3 Repayment".
     assert out.count("FOUND: passage") == n - 1
+    # and no question is said to be uncovered by the documents whose answer the same search then shows
+    for block in out.split("Q: ")[1:]:
+        assert "FOUND" not in block or "probably nothing here answers" not in block, block
     assert f"top 3 for {n} of {n} questions, and the answering passage among the 2 shown for {n - 1}." in out
     # Studio's server reads agent_retrieval.db unless told: the demo says how to open its own store there
     assert f"AGENT_RETRIEVAL_DB={tmp_path / 'demo.db'} langgraph dev" in out
