@@ -257,6 +257,16 @@ def _read_rst(path: Path, text: str) -> tuple[dict[str, Any], str]:
             isinstance(child, nodes.Inline | nodes.Text) for child in node.children
         ):  # a container (a definition list, a quote, an entry's content): its blocks, code still fenced
             return "\n\n".join(text for child in node.children if (text := block(child).strip()))
+        return inline(node)
+
+    def inline(node: Any) -> str:
+        """Running text, its ``literals`` as markdown code spans (as a markdown source writes them)."""
+        if isinstance(node, nodes.literal):
+            text = node.astext()
+            ticks = "``" if "`" in text else "`"
+            return f"{ticks}{text}{ticks}" if text.strip() else text
+        if isinstance(node, nodes.Element):
+            return "".join(inline(child) for child in node.children)
         return str(node.astext())
 
     metadata: dict[str, Any] = {}

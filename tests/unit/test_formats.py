@@ -294,7 +294,7 @@ def test_code_inside_a_definition_list_stays_fenced_code():
     and HTML read as prose, without their lines' indentation."""
     [page] = load_file(REAL / "sphinx-faq-analytics.rst", "faq")
     text = page.content
-    assert "Google Analytics\n\nYou can use a custom layout.html template, like this:" in text
+    assert "Google Analytics\n\nYou can use a custom `layout.html` template, like this:" in text
     assert '```html+jinja\n{% extends "!layout.html" %}\n\n{%- block extrahead %}' in text
     assert "  _gaq.push(['_trackPageview']);\n</script>\n{% endblock %}\n```" in text
     assert "See sphinx-wiki, a project by Kevin Dunn." in text

@@ -73,7 +73,7 @@ def test_rst_sections_become_headings_by_nesting(tmp_path):
         "Deploying > Staging > Smoke tests",
         "Deploying > Production",
     ]
-    assert "Run make smoke." in doc.content
+    assert "Run `make smoke`." in doc.content
 
 
 def test_rst_field_lists_are_metadata_and_lists_and_code_keep_their_shape(tmp_path):
