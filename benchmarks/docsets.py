@@ -43,7 +43,9 @@ from agent_retrieval.search.retrieval import Retrieval
 ROOT = Path(__file__).resolve().parent
 DOCSETS = ROOT / "docsets"
 RESULTS = ROOT / "results"
-FENCED = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1", re.S | re.M)  # indented too: code in a list item
+# Indented or quoted too (code in a list item or a note); a fence closes with at least as many marks as it
+# opened, alone on its line.
+FENCED = re.compile(r"^[ \t>]*(`{3,}|~{3,}).*?^[ \t>]*\1[`~]*[ \t]*$", re.S | re.M)
 CODE = re.compile(FENCED.pattern + r"|`[^`\n]+`", re.S | re.M)
 RESIDUE = {
     "docutils messages": re.compile(r"\((?:DEBUG|INFO|WARNING|ERROR|SEVERE)/\d\)"),
@@ -52,7 +54,9 @@ RESIDUE = {
     "snippet placeholders": re.compile(r"\{\*.*?\*\}|--8<--"),
     "shortcodes": re.compile(r"\{\{[<%]|[>%]\}\}"),
     "template tags": re.compile(r"\{%-?|-?%\}|\{\{-? "),
-    "MDX imports or JSX": re.compile(r"^(?:import|export) .*$|</?[A-Z][A-Za-z]*[ />]", re.M),
+    # a component is PascalCase and stands alone: not a type's parameters (`jest.Mock<T>`) or a placeholder
+    # (`-d <MAXDEPTH>`)
+    "MDX imports or JSX": re.compile(r"^(?:import|export) .*$|(?<![\w.])</?[A-Z][a-z]\w*[ />]", re.M),
     "roles": re.compile(r"(?<![\w`]):[a-z][\w-]*(?::[a-z][\w-]*)?:`"),
     "directives": re.compile(r"^\s*\.\. [\w:-]+::", re.M),
     "entities": re.compile(r"&(?:[a-z]+|#\d+|#x[0-9a-f]+);", re.I),
