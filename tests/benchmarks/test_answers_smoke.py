@@ -92,12 +92,18 @@ def test_the_answers_bench_measures_passages_neighbours_and_offline_answers(tmp_
     }
 
 
-def test_the_answerability_bench_fits_and_checks_held_out_articles(tmp_path, monkeypatch):
-    monkeypatch.setattr(answerability, "SPLITS", 3)
-    report = answerability.run(8, squad=squad_file(tmp_path), results=tmp_path)
-    assert len(report["weights"]) == 4 and 0 < report["threshold"] < 1
-    assert list(report["by signals"]) == list(answerability.SIGNALS)
-    for row in report["by signals"].values():
-        for shares in row.values():
-            assert set(shares) == {"answerable still answered %", "false answers %"}
-            assert all(0 <= share <= 100 for share in shares.values())
+def test_the_answerability_bench_holds_each_dataset_out(tmp_path, monkeypatch):
+    """The demo's questions, searched for real, stand in for all five datasets: each is held out in turn."""
+    monkeypatch.setattr(answerability, "CACHE", tmp_path)
+    found = answerability.rows("demo")
+    assert (tmp_path / "demo.json").exists() and len(found) == 16
+    data = {name: [dict(row, dataset=name) for row in found] for name in answerability.DATASETS}
+    report = answerability.report(data)
+    assert report["questions"]["demo"] == {"answerable": 8, "unanswerable": 8}
+    shipped = report["shipped (confidence.signals)"]
+    assert len(shipped["weights"]) == 2 and 0 <= shipped["threshold (held out)"] < 1
+    for rates in [*shipped["held out"].values(), *report["shipped calibration, each dataset"].values()]:
+        assert set(rates) == {"answerable flagged %", "unanswerable caught %"}
+        assert all(0 <= share <= 100 for share in rates.values())
+    bins = shipped["reliability (held out)"]["demo"]
+    assert sum(b["questions"] for b in bins) == 16 and sum(b["answerable"] for b in bins) == 8
