@@ -466,6 +466,7 @@ def test_rst_that_docutils_would_read_for_minutes_is_stopped_at_a_time_linear_in
     page.write_text("Title\n=====\n\n" + ".. \n\n" * 40_000, encoding="utf-8")
     with pytest.raises(InvalidRequest, match=r"comments\.rst: docutils could not read .* within 0\.4 s"):
         load_file(page, "comments")
+    monkeypatch.undo()  # the shipped budget: a real page of that size reads well within it
     fine = tmp_path / "fine.rst"
     fine.write_text("Title\n=====\n\n" + "A sentence about valves.\n\n" * 2_000, encoding="utf-8")
-    assert "valves" in load_file(fine, "fine")[0].content  # a real page of that size reads in time
+    assert "valves" in load_file(fine, "fine")[0].content
