@@ -80,6 +80,7 @@ def test_the_public_names_are_typed_and_each_is_exported_once():
     import ast
 
     import agent_retrieval
+    import agent_retrieval.errors
 
     tree = ast.parse((ROOT / "agent_retrieval" / "__init__.py").read_text(encoding="utf-8"))
     checked = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
@@ -87,6 +88,10 @@ def test_the_public_names_are_typed_and_each_is_exported_once():
     assert typed == agent_retrieval._EXPORTS and sorted(typed) == agent_retrieval.__all__
     for name in agent_retrieval.__all__:
         assert getattr(agent_retrieval, name).__module__.startswith("agent_retrieval")
+    errors = {name for name, value in vars(agent_retrieval.errors).items() if isinstance(value, type)}
+    assert errors <= set(agent_retrieval.__all__)  # every error a caller may catch, from the top
+    used = {"SearchRequest", "ChunkSearchRequest", "RetrievalResult", "Hit", "Document", "QueryEmbedding"}
+    assert used | {"Embedder", "Store"} <= set(agent_retrieval.__all__)  # what the public signatures take
     # that mypy reads them typed is checked by `make lint` (tests/typing/public_api.py)
 
 
