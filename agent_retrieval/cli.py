@@ -698,11 +698,20 @@ def _demo(args: argparse.Namespace, context: Context) -> int:
                 print(f"\nMISSED: the answer is in {item['expected_document']!r}, under {sections}")
     print(
         f"\nThe answering document was among the top 3 for {documents_found} of {len(questions)} questions, "
-        f"and the answering passage among the 2 shown for {passages_found}.\n"
-        f"To ask the graphs in LangGraph Studio over this store: AGENT_RETRIEVAL_DB={context.db_path} "
-        "langgraph dev"
+        f"and the answering passage among the 2 shown for {passages_found}.\n{_studio_hint(context.db_path)}"
     )
     return 0
+
+
+def _studio_hint(db_path: str) -> str:
+    """How to open this store in LangGraph Studio, from here: the server needs the studio extra, and it
+    serves the graphs langgraph.json names (this repository's), signed in as the operator on this machine."""
+    import importlib.util
+
+    command = f"AGENT_RETRIEVAL_DB={db_path} langgraph dev"
+    if importlib.util.find_spec("langgraph_cli") is None:
+        command = f"pip install 'agent-retrieval[studio]', then {command}"
+    return f"To ask the graphs in LangGraph Studio over this store (from langgraph.json's folder): {command}"
 
 
 def _call(tool: Any, args: dict[str, Any]) -> Any:

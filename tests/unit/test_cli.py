@@ -380,3 +380,14 @@ def test_ask_refuses_an_empty_question_and_a_missing_store(capsys, tmp_path, cor
     assert run(capsys, "ask", "--db", db, "   ")[:2] == (2, "")
     code, _, err = run(capsys, "ask", "--db", str(tmp_path / "none.db"), "deposit?")
     assert code == 2 and err.startswith("error: no store at")
+
+
+def test_the_demos_studio_hint_says_what_to_install_where_the_server_is_missing(monkeypatch):
+    import importlib.util
+
+    assert cli._studio_hint("x.db").endswith(": AGENT_RETRIEVAL_DB=x.db langgraph dev")  # the test env has it
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert (
+        "pip install 'agent-retrieval[studio]', then AGENT_RETRIEVAL_DB=x.db langgraph dev"
+        in cli._studio_hint("x.db")
+    )
