@@ -21,7 +21,7 @@ from typing import IO, Any
 import yaml
 
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.ingest import formats, sitemarkup
+from agent_retrieval.ingest import formats, myst, sitemarkup
 from agent_retrieval.ingest.ignore import Ignores
 from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_depth
 from agent_retrieval.progress import bar as progress_bar
@@ -520,6 +520,8 @@ _BLOCK_MARKS = ("#", "|", "-", "*", "+", ">", "=")  # a line starting with one i
 def tidy_markdown(text: str) -> str:
     """`text` with setext headings as "#" headings, backslash escapes resolved, permalink marks dropped and
     static-site markup read as its words (sitemarkup.py), outside code."""
+    if "{" in text or ")=" in text:  # MyST's directives, roles and labels, before fences are told from prose
+        text = myst.read(text, _eval_rst)
     lines = sitemarkup.prose_lines(formats.fenced(text.split("\n")))
     out: list[str] = []
     for line, code in formats.fenced(lines):
@@ -538,6 +540,14 @@ def tidy_markdown(text: str) -> str:
             line = _IMAGE.sub("", _without_permalink(sitemarkup.without_attributes(line)))
         out.append(_unescaped(line))
     return "\n".join(out)
+
+
+def _eval_rst(body: str) -> str:
+    """A MyST `eval-rst` block as the reStructuredText reader renders it (as written if it cannot)."""
+    try:
+        return formats.rst_to_markdown(Path("eval-rst"), body)[1]
+    except InvalidRequest:
+        return body
 
 
 def _unescaped(line: str) -> str:

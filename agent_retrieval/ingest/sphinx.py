@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+import textwrap
 from typing import Any
 
 _DOMAINS = ("py", "js", "c", "cpp", "rst", "std", "http", "mongodb")
@@ -37,7 +38,9 @@ VERSIONS = {
     "deprecated": "Deprecated since version",
     "versionremoved": "Removed in version",
 }
-CODE = frozenset({"code-block", "sourcecode"})
+CODE = frozenset(
+    {"code-block", "sourcecode", "testcode", "testoutput", "testsetup", "testcleanup", "doctest"}
+)  # sphinx.ext.doctest's hold code too
 CONTENT = frozenset(
     {"seealso", "only", "hlist", "centered", "glossary", "productionlist", "tab", "tabs", "card"}
 )
@@ -167,7 +170,7 @@ def unknown_directive_text(message: Any) -> str | None:
         return None
     first, _, rest = literal.astext().partition("\n")
     arguments = first.split("::", 1)[1].strip() if "::" in first else ""
-    lines = [
-        _NESTED.sub(r"\1", line.strip()) for line in rest.split("\n") if not line.strip().startswith(":")
-    ]
+    # dedented, not stripped: what an extension's directive holds may be code (Click's `click:example`)
+    body = textwrap.dedent("\n".join(line for line in rest.split("\n") if not line.strip().startswith(":")))
+    lines = [_NESTED.sub(r"\1", line) for line in body.split("\n")]
     return shown("\n".join([arguments, *lines]).strip())

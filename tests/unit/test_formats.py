@@ -300,6 +300,22 @@ def test_code_inside_a_definition_list_stays_fenced_code():
     assert "See sphinx-wiki, a project by Kevin Dunn." in text
 
 
+def test_myst_directives_and_roles_read_as_the_built_page_shows_them():
+    """A real page of Click's MyST docs: roles show their words, `eval-rst` is read as reStructuredText (an
+    extension's example keeps its code's indentation), notes and version notes are text, the table of
+    contents and the reference label are left out, and no MyST mark is stored."""
+    [page] = load_file(REAL / "click-options.md", "options")
+    text = page.content
+    assert (
+        "accomplished with the option\ndecorator. At runtime the decorator invokes the Option class" in text
+    )
+    assert "distinct from positional arguments." in text
+    assert "def echo(string_to_echo):\n    click.echo(string_to_echo)" in text
+    assert "Added in version 4.0." in text
+    assert "Note\nMulti-character short option names are not supported." in text
+    assert not re.search(r"```\{|\{\w+\}`|\(options\)=|:depth:|currentmodule", text)
+
+
 def test_a_directive_docutils_does_not_know_keeps_its_words_and_no_message_is_stored(tmp_path):
     page = tmp_path / "page.rst"
     page.write_text(
