@@ -212,7 +212,10 @@ def _parser() -> argparse.ArgumentParser:
         "Embed rows that lack a vector of the configured model (after a failed ingest or a model change).",
     )
 
-    command("config", _config, "Show every setting, its environment variable and current value.")
+    config = command("config", _config, "Show every setting, its environment variable and current value.")
+    config.add_argument(
+        "--markdown", action="store_true", help="print the settings reference (docs/configuration.md) instead"
+    )
 
     evaluate = command(
         "eval",
@@ -603,6 +606,11 @@ def _eval(args: argparse.Namespace, context: Context) -> int:
 
 
 def _config(args: argparse.Namespace, context: Context) -> int:
+    if args.markdown:
+        from agent_retrieval.context import settings_markdown
+
+        print(settings_markdown(), end="")
+        return 0
     for name, env, value, description in context.describe():
         print(f"{name} = {value!r}\n    ${env}: {description}")
     return 0

@@ -515,6 +515,26 @@ RUN_SETTINGS = tuple(f.name for f in fields(RunSettings))
 DEPLOYMENT_SETTINGS = tuple(f.name for f in fields(Context) if f.name not in RUN_SETTINGS)
 
 
+def settings_markdown() -> str:
+    """Every setting as the documentation's two tables (`agent-retrieval config --markdown`): run settings,
+    then deployment settings, each with its variables, default and description."""
+    by_name = {f.name: f for f in fields(Context)}
+    parts = []
+    for title, names in (("Run settings", RUN_SETTINGS), ("Deployment settings", DEPLOYMENT_SETTINGS)):
+        rows = [
+            f"## {title}\n",
+            "| Setting | Environment variable | Default | What it does |",
+            "|---|---|---|---|",
+        ]
+        for name in names:
+            f = by_name[name]
+            variables = " or ".join(f"`{variable}`" for variable in _variables(f).split(" or "))
+            default = f"`{f.default}`" if f.default != "" else "(unset)"
+            rows.append(f"| `{name}` | {variables} | {default} | {f.metadata['description']} |")
+        parts.append("\n".join(rows))
+    return "\n\n".join(parts) + "\n"
+
+
 def _refusal(cls: type, name: str) -> str:
     if cls is not Context and name in DEPLOYMENT_SETTINGS:
         return (
@@ -529,7 +549,7 @@ def _field(name: str) -> Any:
 
 
 def _variables(f: Any) -> str:
-    """A field's variable as the README and `agent-retrieval config` show it: ours, or ours or the
+    """A field's variable as docs/configuration.md and `agent-retrieval config` show it: ours, or ours or the
     provider's own."""
     return " or ".join(name for name in env_names(f) if name != _deprecated(f))
 
