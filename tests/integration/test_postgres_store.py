@@ -738,7 +738,7 @@ def test_files_ingested_inside_an_initial_load_are_searchable_after_it(postgres,
     (tmp_path / "banda.md").write_text("# 14 Banda Lane\n\nThe tenancy deposit of £2,100 is protected.\n")
     retrieval = Retrieval(Context(postgres_dsn=postgres.dsn, db_schema=schema))
     retrieval.store.init(256)
-    with retrieval.store.initial_load():  # as the README shows it
+    with retrieval.store.initial_load():  # as docs/postgres-supabase.md shows it
         report = ingest_paths([tmp_path], retrieval=retrieval)
     assert report.written == 2
     result = retrieval.search(SearchRequest(query="tenancy deposit"), "chunks")
