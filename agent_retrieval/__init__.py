@@ -17,7 +17,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 if TYPE_CHECKING:  # what a type checker sees: the real classes and functions, not __getattr__'s Any
     from agent_retrieval.context import Context as Context
