@@ -112,7 +112,8 @@ def _shown(indent: str, name: str, argument: str, opened: _Open) -> str:
     """The line a directive's opening becomes."""
     if opened.kind == "code":  # a code directive's language; an unknown directive's name as one
         marks = opened.fence if opened.fence[0] == "`" else "```"
-        return indent + marks + (argument.split()[0] if argument else "" if name in CODE else name)
+        language = (argument.split()[0] if argument else "") if name in CODE else name
+        return indent + marks + language
     if name in INCLUDED:
         return f"{indent}({INCLUDED[name]} {argument}.)" if argument else ""
     if opened.kind != "prose":

@@ -316,6 +316,15 @@ def test_myst_directives_and_roles_read_as_the_built_page_shows_them():
     assert not re.search(r"```\{|\{\w+\}`|\(options\)=|:depth:|currentmodule", text)
 
 
+def test_a_fence_named_by_a_directive_myst_does_not_know_stays_code(tmp_path):
+    """R Markdown's and Quarto's chunks look like MyST directives: their code must not become prose."""
+    page = tmp_path / "analysis.md"
+    page.write_text(
+        "# Analysis\n\n```{r} echo=FALSE\nx <- c(1, 2)\n```\n\nThe mean is 1.5.\n", encoding="utf-8"
+    )
+    assert "```r\nx <- c(1, 2)\n```" in load_file(page, "analysis")[0].content
+
+
 def test_a_directive_docutils_does_not_know_keeps_its_words_and_no_message_is_stored(tmp_path):
     page = tmp_path / "page.rst"
     page.write_text(
