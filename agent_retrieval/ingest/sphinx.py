@@ -50,7 +50,9 @@ NO_PROSE = frozenset(
      "todolist", "ifconfig"}
 )  # fmt: skip
 # A role's visible text: `text <target>` shows "text", `~pkg.mod.name` shows "name", `!name` shows "name".
-_NESTED = re.compile(r"^\.\. [\w:-]+::[ \t]*(.*)$")  # a directive inside one no one knows: its arguments
+_NESTED = re.compile(
+    r"^([ \t]*)\.\. [\w:-]+::[ \t]*(.*)$"
+)  # a directive inside one no one knows: its arguments
 ROLE = re.compile(r"(?<![\w`]):(?:[a-z][\w+.-]*:)+`([^`]*)`")
 
 
@@ -172,5 +174,5 @@ def unknown_directive_text(message: Any) -> str | None:
     arguments = first.split("::", 1)[1].strip() if "::" in first else ""
     # dedented, not stripped: what an extension's directive holds may be code (Click's `click:example`)
     body = textwrap.dedent("\n".join(line for line in rest.split("\n") if not line.strip().startswith(":")))
-    lines = [_NESTED.sub(r"\1", line) for line in body.split("\n")]
+    lines = [_NESTED.sub(r"\1\2", line) for line in body.split("\n")]
     return shown("\n".join([arguments, *lines]).strip())

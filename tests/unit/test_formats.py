@@ -339,6 +339,19 @@ def test_a_directive_docutils_does_not_know_keeps_its_words_and_no_message_is_st
     assert "frobnicate" not in text and "Unknown directive" not in text and "/3)" not in text
 
 
+def test_directives_nested_in_an_unknown_one_keep_their_words_at_any_depth(tmp_path):
+    """Its body is dedented, not stripped (it may be code), so a directive inside it is met indented."""
+    page = tmp_path / "page.rst"
+    page.write_text(
+        "Page\n====\n\n.. frobnicate:: the widget\n\n   .. tab:: Python\n\n      .. note:: Careful here.\n\n"
+        "         Body text.\n",
+        encoding="utf-8",
+    )
+    text = load_file(page, "page")[0].content
+    assert "Python" in text and "Careful here." in text and "Body text." in text
+    assert ".. " not in text
+
+
 # --- static sites: front matter is the author's text, markup goes and its words stay ----------------------
 
 
