@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent_retrieval.ingest import sphinx
+from agent_retrieval.ingest.sitemarkup import placeholder
 
 _OPENING = re.compile(r"([ \t]*)(`{3,}|~{3,}|:{3,})(.*)$")
 _NAMED = re.compile(r"[ \t]*\{([\w:.+-]{1,80})\}(.*)$")  # what follows a directive's fence
@@ -35,7 +36,7 @@ PROSE = frozenset(
     """.split()  # noqa: SIM905 - a list of names, as the other sets
 )
 HIDDEN = frozenset({"toctree", "currentmodule", "contents", "index", "tabularcolumns", "raw", "only"})
-INCLUDED = {"literalinclude": "Code from", "include": "Included from"}
+INCLUDED = {"literalinclude": True, "include": False}  # each name: whether what it takes in is code
 
 
 @dataclass
@@ -115,7 +116,7 @@ def _shown(indent: str, name: str, argument: str, opened: _Open) -> str:
         language = (argument.split()[0] if argument else "") if name in CODE else name
         return indent + marks + language
     if name in INCLUDED:
-        return f"{indent}({INCLUDED[name]} {argument}.)" if argument else ""
+        return indent + placeholder(argument, code=INCLUDED[name]) if argument else ""
     if opened.kind != "prose":
         return ""
     if name in sphinx.VERSIONS:

@@ -60,7 +60,7 @@ class IngestReport:
     errors: list[str] = field(default_factory=list)
     skipped_files: list[str] = field(default_factory=list)  # could not be loaded, each with its reason
     unsupported_files: list[str] = field(default_factory=list)  # of other types, in the folders given
-    left_out: list[str] = field(default_factory=list)  # build folders and tool files, left out by default
+    left_out: list[str] = field(default_factory=list)  # build folders, tool files, .gitignore's entries
     renamed: list[tuple[str, str]] = field(default_factory=list)  # (old id, new id): same file or content
     removed: list[str] = field(default_factory=list)  # ids whose files are gone (ingest_paths with prune)
 

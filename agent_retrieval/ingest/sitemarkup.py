@@ -125,11 +125,16 @@ def front_matter_text(metadata: dict[str, Any]) -> str:
     return "\n\n".join(line for line in lines if line)
 
 
+def placeholder(source: str, *, code: bool) -> str:
+    """What a built page shows in place of a file it takes in: "(Code from x.py.)", "(Included from x.)"."""
+    return f"({'Code' if code else 'Included'} from {source}.)"
+
+
 def _placeholder(match: re.Match[str]) -> str:
     if match.group(2) is not None:
-        return f"(Included from {match.group(2)}.)"
+        return placeholder(match.group(2), code=False)
     parts = match.group(1).split()
-    return f"(Code from {parts[0]}.)" if parts else ""
+    return placeholder(parts[0], code=True) if parts else ""
 
 
 def _shortcode(match: re.Match[str]) -> str:

@@ -18,6 +18,8 @@ import re
 import textwrap
 from typing import Any
 
+from agent_retrieval.ingest.sitemarkup import placeholder
+
 _DOMAINS = ("py", "js", "c", "cpp", "rst", "std", "http", "mongodb")
 _KINDS = (
     "function", "class", "method", "attribute", "property", "data", "exception", "module", "decorator",
@@ -143,7 +145,7 @@ def register() -> None:
 
     class Included(Described):
         def run(self) -> list[Any]:
-            return [nodes.paragraph("", f"(Code from {' '.join(self.arguments)}.)")]
+            return [nodes.paragraph("", placeholder(" ".join(self.arguments), code=True))]
 
     class Left(Described):
         def run(self) -> list[Any]:

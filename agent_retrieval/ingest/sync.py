@@ -58,9 +58,8 @@ def ingest_paths(
 
     skipped: list[str] = []
     unsupported: list[Path] = []
-    left_out: list[
-        Path
-    ] = []  # build folders, tool files (Sphinx's conf.py), .gitignore's: named by a dry run
+    # build folders, tool files (Sphinx's conf.py) and what .gitignore names: listed by a dry run
+    left_out: list[Path] = []
     with contextlib.nullcontext(retrieval) if retrieval else Retrieval(context) as retrieval:
         context = retrieval.context
         store = retrieval.store

@@ -316,6 +316,20 @@ def test_myst_directives_and_roles_read_as_the_built_page_shows_them():
     assert not re.search(r"```\{|\{\w+\}`|\(options\)=|:depth:|currentmodule", text)
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("page.rst", "Page\n====\n\n.. literalinclude:: ../src/app.py\n   :lines: 1-9\n"),
+        ("page.md", "# Page\n\n```{literalinclude} ../src/app.py\n:lines: 1-9\n```\n"),
+        ("page.md", "# Page\n\n{* ../src/app.py hl[3] *}\n"),
+    ],
+)
+def test_a_file_taken_in_when_the_page_is_built_is_named_in_its_place(tmp_path, name, text):
+    page = tmp_path / name
+    page.write_text(text, encoding="utf-8")
+    assert "(Code from ../src/app.py.)" in load_file(page, "page")[0].content
+
+
 def test_a_fence_named_by_a_directive_myst_does_not_know_stays_code(tmp_path):
     """R Markdown's and Quarto's chunks look like MyST directives: their code must not become prose."""
     page = tmp_path / "analysis.md"
