@@ -84,7 +84,6 @@ def raw(found: Any, question: str) -> dict[str, Any]:
     best = keyword[0] if keyword else None
     return {
         "sims": [h.vector_similarity for h in vector[:20]],
-        "keyword_scores": [h.keyword_score for h in keyword[:20]],
         "coverage": best.keyword_coverage if best else 0.0,
         "unknown": best.unknown_terms if best else 0,
         "agreed": next((h.vector_similarity for h in vector if best and h.key == best.key), 0.0),
@@ -182,6 +181,10 @@ CANDIDATES: dict[str, Callable[[Row], float]] = {
     "the best keyword hit's coverage": lambda r: r["coverage"] or 0.0,
     "words no stored passage holds": lambda r: float(r["unknown"] or 0),
     "their share of the question's words": lambda r: (r["unknown"] or 0) / max(r["terms"], 1),
+    "the question's names no candidate holds": lambda r: float(r["names_missing"]),
+    "the best similarity less the mean of the next nine": lambda r: (
+        r["sims"][0] - sum(r["sims"][1:10]) / len(r["sims"][1:10]) if len(r["sims"]) > 1 else 0.0
+    ),
 }
 SETS = {
     "shipped (confidence.signals)": ["best vector similarity", "the best keyword hit's similarity"],
@@ -200,6 +203,16 @@ SETS = {
         "best vector similarity",
         "the best keyword hit's similarity",
         "their share of the question's words",
+    ],
+    "+ names missing": [
+        "best vector similarity",
+        "the best keyword hit's similarity",
+        "the question's names no candidate holds",
+    ],
+    "+ the gap to the next nine": [
+        "best vector similarity",
+        "the best keyword hit's similarity",
+        "the best similarity less the mean of the next nine",
     ],
 }
 PRECISION = 0.9  # of "low": at least this share of the questions called low has no answer stored
