@@ -40,16 +40,19 @@ _CODE_SHORTCODE = re.compile(
 )
 
 
-def code_fence(line: str) -> str | None:
-    """A line that opens or closes one of Hugo's code shortcodes, as a markdown fence; else None."""
+def code_fence(line: str) -> list[str] | None:
+    """A line that opens or closes one of Hugo's code shortcodes, as a markdown fence (led by the file it
+    names, which the built page shows as the example's caption); else None."""
     found = _CODE_SHORTCODE.match(line)
     if found is None:
         return None
     if found.group(1):
-        return "```"
+        return ["```"]
     words = found.group(3).split()
     language = words[0] if found.group(2) == "highlight" and words and "=" not in words[0] else ""
-    return "```" + language.strip("\"'")
+    fence = "```" + language.strip("\"'")
+    file = next((word[5:].strip("\"'") for word in words if word.startswith("file=")), "")
+    return [f"`{file}`:", "", fence] if file else [fence]
 
 
 def prose_lines(lines: Iterable[tuple[str, bool]]) -> list[str]:
@@ -66,7 +69,7 @@ def prose_lines(lines: Iterable[tuple[str, bool]]) -> list[str]:
                 opened = None
             continue
         fence = None if code else code_fence(line)
-        out.append(fence or line)
+        out.extend(fence or [line])
         opened, joined = (len(out) - 1, 0) if not code and fence is None and _left_open(line) else (None, 0)
     return out
 
@@ -113,9 +116,10 @@ def without_attributes(heading: str) -> str:
 
 
 def front_matter_text(metadata: dict[str, Any]) -> str:
-    """What a page's front matter says to its readers: its description (or summary ...), then its keywords
-    and tags, as lines to open the page's text."""
+    """What a page's front matter says to its readers: its description (or summary ...), an API entry's
+    syntax, then its keywords and tags, as lines to open the page's text."""
     lines = [str(metadata[key]).strip() for key in LEAD_FIELDS if isinstance(metadata.get(key), str)]
+    lines += _api_entry(metadata)
     for key in WORD_FIELDS:
         words = metadata.get(key)
         if isinstance(words, list) and (
@@ -123,6 +127,27 @@ def front_matter_text(metadata: dict[str, Any]) -> str:
         ):
             lines.append(f"{key.capitalize()}: {', '.join(shown)}.")
     return "\n\n".join(line for line in lines if line)
+
+
+def _api_entry(metadata: dict[str, Any]) -> list[str]:
+    """An API entry's syntax, return type and other names, where front matter holds `signatures` (at the top,
+    in `params`, or in a mapping of `params` such as Hugo's `functions_and_methods`), as its page shows them.
+    Only beside `signatures` are `aliases` a function's other names (at the top they are redirects)."""
+    params = metadata.get("params")
+    places = [metadata, *([params, *params.values()] if isinstance(params, dict) else [])]
+    for place in places:
+        if isinstance(place, dict) and "signatures" in place:
+            return [
+                f"{label}: {'; '.join(f'`{value}`' for value in values)}."
+                for label, key in (("Syntax", "signatures"), ("Returns", "returnType"), ("Aliases", "aliases"))
+                if (values := _strings(place.get(key)))
+            ]
+    return []
+
+
+def _strings(value: Any) -> list[str]:
+    values = value if isinstance(value, list) else [value]
+    return [str(v).strip() for v in values if isinstance(v, str | int | float) and str(v).strip()]
 
 
 def placeholder(source: str, *, code: bool) -> str:

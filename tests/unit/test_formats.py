@@ -377,6 +377,9 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
         "Returns the given string, removing the suffix from the end of the string."
     )
     assert "```go-html-template" in function.content  # the example stays code
+    # the syntax and return type its page shows; the redirects in `aliases` are addresses, not text
+    assert "Syntax: `strings.TrimSuffix SUFFIX STRING`.\n\nReturns: `string`." in function.content
+    assert "/functions/strings.trimsuffix" not in function.content
     [section] = load_file(REAL / "hugo-crypto-index.md", "crypto")
     assert section.content == "Use these functions to create cryptographic hashes."
     assert section.metadata["description"] == section.content  # and still a filterable field
@@ -393,7 +396,7 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
          ["{*", '<div class="termy">']),
         ("hugo-sigmoid.md", ["Zion National Park", "Sigmoid"], ["{{<", ">}}", "src="]),
         ("hugo-comments.md",
-         ["Disqus comments require you set a single value", "shortname = 'your-disqus-shortname'"],
+         ["Disqus comments require you set a single value", "`hugo`:\n\n```\n[services.disqus]\nshortname"],
          ["{{<", "{{</", ">}}"]),
     ],
 )  # fmt: skip
