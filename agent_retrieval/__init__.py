@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # what a type checker sees: the real classes and functions, n
     from agent_retrieval.ingest import IngestReport as IngestReport
     from agent_retrieval.ingest import reembed as reembed
     from agent_retrieval.ingest.loaders import load_documents as load_documents
-    from agent_retrieval.ingest.sync import ingest_paths as ingest_paths
     from agent_retrieval.models import Chunk as Chunk
     from agent_retrieval.models import ChunkSearchRequest as ChunkSearchRequest
     from agent_retrieval.models import Document as Document
@@ -49,6 +48,7 @@ if TYPE_CHECKING:  # what a type checker sees: the real classes and functions, n
     from agent_retrieval.providers.embeddings import make_embedder as make_embedder
     from agent_retrieval.search.resources import SearchResources as SearchResources
     from agent_retrieval.search.retrieval import Retrieval as Retrieval
+    from agent_retrieval.search.retrieval import ingest_paths as ingest_paths
     from agent_retrieval.stores import SQLiteStore as SQLiteStore
     from agent_retrieval.stores import open_store as open_store
     from agent_retrieval.stores.base import Store as Store
@@ -82,7 +82,7 @@ _EXPORTS = {
     "SQLiteStore": "agent_retrieval.stores",
     "load_documents": "agent_retrieval.ingest.loaders",
     "reembed": "agent_retrieval.ingest",
-    "ingest_paths": "agent_retrieval.ingest.sync",
+    "ingest_paths": "agent_retrieval.search.retrieval",
     "IngestReport": "agent_retrieval.ingest",
     # the types public signatures use, and every error
     "SearchRequest": "agent_retrieval.models",

@@ -340,21 +340,21 @@ def _check_store_path(context: Context, *, must_exist: bool) -> None:
 
 def _ingest(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval.ingest.loaders import SUPPORTED_SUFFIXES, describe_unsupported
-    from agent_retrieval.ingest.sync import ingest_paths
+    from agent_retrieval.search.retrieval import Retrieval
 
     _check_store_path(context, must_exist=args.dry_run)  # a dry run compares with a store, never makes one
-    report = ingest_paths(
-        args.paths,
-        context,
-        progress=not args.no_progress,
-        public=args.public,
-        prune=args.prune,
-        include=args.include,
-        exclude=args.exclude,
-        follow_symlinks=args.follow_symlinks,
-        gitignore=not args.no_gitignore,
-        dry_run=args.dry_run,
-    )
+    with Retrieval(context) as retrieval:
+        report = retrieval.ingest(
+            args.paths,
+            progress=not args.no_progress,
+            public=args.public,
+            prune=args.prune,
+            include=args.include,
+            exclude=args.exclude,
+            follow_symlinks=args.follow_symlinks,
+            gitignore=not args.no_gitignore,
+            dry_run=args.dry_run,
+        )
     would = "would be " if args.dry_run else ""
     # File names and ids are the files' authors': printed with their control characters escaped.
     for old, new in report.renamed:

@@ -106,14 +106,14 @@ def generate_hypothetical_documents(
 ) -> list[str]:
     """ONE LLM call writing `num` short passages that answer the question, bounded by the HyDE timeout;
     [] on any failure."""
-    return run(_passages(query, num, llm, context or Context.from_env()))
+    return run(_passages(query, num, llm, context or Context()))
 
 
 async def agenerate_hypothetical_documents(
     query: str, num: int = 2, *, llm: BaseChatModel | None = None, context: Context | None = None
 ) -> list[str]:
     """Async `generate_hypothetical_documents`."""
-    return await arun(_passages(query, num, llm, context or Context.from_env()))
+    return await arun(_passages(query, num, llm, context or Context()))
 
 
 def format_query_for_embedding(
@@ -126,7 +126,7 @@ def format_query_for_embedding(
 ) -> str | None:
     """Rewrite a request into the stored-item template (Inputs / Outputs / Purpose), bounded by the HyDE
     timeout; None on failure."""
-    return run(_schema_text(query, input_schema, output_schema, llm, context or Context.from_env()))
+    return run(_schema_text(query, input_schema, output_schema, llm, context or Context()))
 
 
 async def aformat_query_for_embedding(
@@ -138,7 +138,7 @@ async def aformat_query_for_embedding(
     context: Context | None = None,
 ) -> str | None:
     """Async `format_query_for_embedding`."""
-    return await arun(_schema_text(query, input_schema, output_schema, llm, context or Context.from_env()))
+    return await arun(_schema_text(query, input_schema, output_schema, llm, context or Context()))
 
 
 def _passages(query: str, num: int, llm: BaseChatModel | None, context: Context) -> Steps[list[str]]:
@@ -316,7 +316,7 @@ def _prepare(
     resources: SearchResources | None,
 ) -> Steps[_Job]:
     """Fill in what the caller left out (from the Context) and plan the computation."""
-    context = context or Context.from_env()
+    context = context or Context()
     resources = resources or shared_resources(context)
     # Building an embedder or a chat client reads files (a model, certificates): off the event loop.
     if embedder is None:
@@ -380,7 +380,8 @@ def get_query_embedding_for_retrieval(
     document side, averaged and re-normalised. HyDE empty, failed or past `hyde_timeout_seconds` -> the
     raw query. Embedding failure -> `vector=None`, and the caller returns no vector results. Concurrent
     and repeated calls of one question share one computation through `resources` (by default the
-    process's shared instance).
+    process's shared instance). Without `context`, the default settings (the environment is read only by the
+    apps and `Retrieval.from_env`).
     """
     job = run(_prepare(query, context, embedder, llm, mode, input_schema, output_schema, resources))
     claim = job.cache.claim(job.plan.key)

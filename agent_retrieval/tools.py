@@ -24,7 +24,6 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict, Field, ValidationError
 
 from agent_retrieval.confidence import is_low
-from agent_retrieval.context import Context
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.ingest import IngestReport, ingest_for_caller
 from agent_retrieval.models import (
@@ -43,7 +42,7 @@ from agent_retrieval.models import (
     parse_request,
 )
 from agent_retrieval.quoting import passage, passages, quote_attribute, unquote_id
-from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.search.retrieval import Retrieval, as_retrieval
 from agent_retrieval.text import counted, shorten
 
 _MARKDOWN_HEADING = re.compile(r"(?m)^#{1,6}\s+")
@@ -65,8 +64,8 @@ class _StoreTool(BaseTool):
     handle_tool_error: bool = True
     handle_validation_error: Any = _explain_validation
 
-    def __init__(self, context: Context | None = None, *, retrieval: Retrieval | None = None, **kwargs: Any):
-        super().__init__(retrieval=retrieval or Retrieval(context), **kwargs)
+    def __init__(self, retrieval: Retrieval | None = None, **kwargs: Any):
+        super().__init__(retrieval=as_retrieval(retrieval), **kwargs)
 
     # LangChain writes the arguments out with str() before it validates them, and JSON nested a thousand
     # deep makes that raise RecursionError: such a call is answered with a tool error before it gets there.
@@ -236,16 +235,16 @@ TOOLS: dict[str, type[_StoreTool]] = {
 
 
 def make_retrieval_tools(
-    context: Context | None = None,
-    *,
     retrieval: Retrieval | None = None,
+    *,
     names: Sequence[str] = ("document_retriever", "chunk_retriever"),
 ) -> list[BaseTool]:
-    """The named tools (default: document_retriever and chunk_retriever), sharing one store, embedder and
-    HyDE cache. `names` may also hold "similarity_search" and "index_document"."""
+    """The named tools (default: document_retriever and chunk_retriever), sharing one Retrieval: its store,
+    embedder and HyDE cache (default: `Retrieval()`, the default settings; the operator's are
+    `Retrieval.from_env()`). `names` may also hold "similarity_search" and "index_document"."""
     if isinstance(names, str) or any(name not in TOOLS for name in names):
         raise ValueError(f"names must be a list of tool names from {', '.join(TOOLS)} (got {names!r})")
-    retrieval = retrieval or Retrieval(context)
+    retrieval = as_retrieval(retrieval)
     return [TOOLS[name](retrieval=retrieval) for name in dict.fromkeys(names)]
 
 
@@ -308,9 +307,9 @@ class AgentRetriever(BaseRetriever):
     query_type: str = "general"
     filters: dict[str, Any] | None = None
 
-    def __init__(self, context: Context | None = None, *, retrieval: Retrieval | None = None, **kwargs: Any):
+    def __init__(self, retrieval: Retrieval | None = None, **kwargs: Any):
         # The plugin types BaseRetriever's own fields only; `retrieval` is this subclass's.
-        super().__init__(retrieval=retrieval or Retrieval(context), **kwargs)  # type: ignore[call-arg]
+        super().__init__(retrieval=as_retrieval(retrieval), **kwargs)  # type: ignore[call-arg]
 
     def _request(self, query: str, overrides: dict[str, Any]) -> SearchRequest:
         data = {"query": query, "top_k": self.k, "query_type": self.query_type, "filters": self.filters}

@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent_retrieval import ingest_paths
 from agent_retrieval.context import Context
-from agent_retrieval.ingest.sync import ingest_paths
 from agent_retrieval.models import SearchRequest
 from agent_retrieval.search.retrieval import Retrieval
 

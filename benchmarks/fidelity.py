@@ -45,8 +45,8 @@ from typing import Any
 
 from lxml import html as lxml_html
 
+from agent_retrieval import ingest_paths
 from agent_retrieval.context import Context
-from agent_retrieval.ingest.sync import ingest_paths
 from agent_retrieval.models import SearchRequest
 from agent_retrieval.search.retrieval import Retrieval
 

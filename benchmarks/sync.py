@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from agent_retrieval import ingest_paths
 from agent_retrieval.context import Context
 from agent_retrieval.evaluation import load_beir
-from agent_retrieval.ingest.sync import ingest_paths
 from agent_retrieval.search.retrieval import Retrieval
 
 ROOT = Path(__file__).resolve().parent

@@ -24,6 +24,7 @@ from agent_retrieval.planning import check_request
 from agent_retrieval.planning.answer import NOTHING_FOUND, extractive_answer
 from agent_retrieval.prompts import load_prompt
 from agent_retrieval.quoting import quote_id
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.server.graph_parts import GraphParts, add_nodes, last_question, run_context
 from agent_retrieval.tools import make_retrieval_tools
 
@@ -68,7 +69,7 @@ async def call_model(state: State, runtime: Runtime[RunSettings], *, parts: Grap
     model = await parts.chat(context)
     if model is None:
         return {"messages": [_offline_step(question, state.messages)]}
-    tools = make_retrieval_tools(context)  # for their schemas only: nothing is opened
+    tools = make_retrieval_tools(Retrieval(context))  # for their schemas only: nothing is opened
     messages = [SystemMessage(load_prompt("agent")), *state.messages]
     try:
         reply = await asyncio.wait_for(

@@ -29,12 +29,12 @@ from agent_retrieval.ingest.chunking import (
     digest,
     document_text,
 )
+from agent_retrieval.ingest.turns import NoTurn, shared_turns
 from agent_retrieval.ingest.worker import CALLER_CHUNKING_SECONDS, chunked_apart
 from agent_retrieval.models import Chunk, Document, IndexDocumentRequest, Level, explain
 from agent_retrieval.progress import bar as progress_bar
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.redaction import fingerprint
-from agent_retrieval.search.resources import NoTurn, shared_turns
 from agent_retrieval.steps import Call, Steps
 from agent_retrieval.stores.base import Store, check_rows
 from agent_retrieval.text import counted, has_words
@@ -105,7 +105,7 @@ def ingest(
     With `chunk_seconds`, documents are chunked in a process of their own, stopped after that long
     (ingest.worker): what a server does with a caller's text.
     """
-    context = context or Context.from_env()
+    context = context or Context()
     if mismatch := store.model_mismatch(embedder.model_id):
         raise mismatch
     unique: dict[str, Document] = {}
@@ -182,7 +182,7 @@ def ingest_for_caller(
     (`source` and `where`, one of REQUEST_SOURCES). A value must be an IndexDocumentRequest's fields (title,
     content, optional metadata and id; no reserved metadata); it is written private, and never in place of
     a document the operator ingested or published. Past MAX_CALLER_DOCUMENTS documents or MAX_CALLER_CHARS
-    characters the rest are refused. Callers' writes take turns (resources.Turns) and embed for at most
+    characters the rest are refused. Callers' writes take turns (turns.Turns) and embed for at most
     `caller_write_seconds`, the rest stored without vectors. Each refused item is one line of the report's
     errors, in order, before the ingest's own; a store or embedder that stops the ingest adds a last line
     ("ingest stopped: ..."), and what was written before it stays counted."""

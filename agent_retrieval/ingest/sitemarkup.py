@@ -137,9 +137,10 @@ def _api_entry(metadata: dict[str, Any]) -> list[str]:
     places = [metadata, *([params, *params.values()] if isinstance(params, dict) else [])]
     for place in places:
         if isinstance(place, dict) and "signatures" in place:
+            shown = (("Syntax", "signatures"), ("Returns", "returnType"), ("Aliases", "aliases"))
             return [
                 f"{label}: {'; '.join(f'`{value}`' for value in values)}."
-                for label, key in (("Syntax", "signatures"), ("Returns", "returnType"), ("Aliases", "aliases"))
+                for label, key in shown
                 if (values := _strings(place.get(key)))
             ]
     return []

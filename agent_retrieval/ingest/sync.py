@@ -10,24 +10,33 @@ matter `id:`, JSONL records) are never changed.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import IngestReport, content_fingerprint, ingest
 from agent_retrieval.models import Document
+from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores.base import DocumentState, Store
 
-if TYPE_CHECKING:
-    from agent_retrieval.search.retrieval import Retrieval
+
+class Target(Protocol):
+    """Where files go (a Retrieval is one): its settings, its store, and the embedder, asked for only when
+    something is to be written."""
+
+    @property
+    def context(self) -> Context: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def embedder(self) -> Embedder: ...
 
 
-def ingest_paths(
+def sync_paths(
     paths: Iterable[str | Path],
-    context: Context | None = None,
+    target: Target,
     *,
     progress: bool = False,
     public: bool = False,
@@ -36,61 +45,46 @@ def ingest_paths(
     exclude: Sequence[str] = (),
     follow_symlinks: bool = False,
     gitignore: bool = True,
-    retrieval: Retrieval | None = None,
     dry_run: bool = False,
 ) -> IngestReport:
-    """Load files and folders (as `agent-retrieval ingest` does) into the store `context` configures.
-
-    A file that cannot be loaded is listed in `skipped_files` with its reason, and files of other types met in
-    a folder in `unsupported_files`, and build folders, tool files and what the folder's .gitignore files name
-    (unless not `gitignore`) left out in `left_out`: the rest are ingested all the same. A path that names
-    nothing raises InvalidRequest. With `prune`, documents stored from files under the given paths whose files
-    are gone are deleted (`removed`); one whose content reappears under another id is reported in `renamed`. A
-    file that exists but could not be loaded is never pruned. See `ingest` for `public` and for what is
-    embedded. `include` and `exclude` select a folder's files by pattern (see `load_documents`); a file they
-    leave out is never pruned. A folder's files that lead out of it through a symlink are skipped by name
-    unless `follow_symlinks`. `retrieval` gives the store and embedder to use (default: the ones `context`
-    configures, as the tools'), and is left open. With `dry_run` nothing is written, embedded or deleted: the
-    report says what would be (`written`, `renamed`, `removed`).
-    """
+    """Load files and folders into the target's store, kept in step with them (see the module's docstring):
+    `Retrieval.ingest`, where the options are described."""
     from agent_retrieval.ingest.loaders import load_documents
-    from agent_retrieval.search.retrieval import Retrieval
+
+    context, store = target.context, target.store
 
     skipped: list[str] = []
     unsupported: list[Path] = []
     # build folders, tool files (Sphinx's conf.py) and what .gitignore names: listed by a dry run
     left_out: list[Path] = []
-    with contextlib.nullcontext(retrieval) if retrieval else Retrieval(context) as retrieval:
-        context = retrieval.context
-        store = retrieval.store
-        documents: list[Document] = []
-        stored: dict[str, DocumentState] = {}  # what the store held under the paths given, before this ingest
-        for raw in paths:
-            given = Path(os.path.abspath(Path(raw).expanduser()))
-            states = store.document_states(
-                store.documents_from(str(given) + os.sep if given.is_dir() else str(given))
+    documents: list[Document] = []
+    stored: dict[str, DocumentState] = {}  # what the store held under the paths given, before this ingest
+    for raw in paths:
+        given = Path(os.path.abspath(Path(raw).expanduser()))
+        states = store.document_states(
+            store.documents_from(str(given) + os.sep if given.is_dir() else str(given))
+        )
+        stored.update(states)
+        loaded = list(
+            load_documents(
+                [raw],
+                skipped=skipped,
+                unsupported=unsupported,
+                left_out=left_out,
+                include=include,
+                exclude=exclude,
+                follow_symlinks=follow_symlinks,
+                gitignore=gitignore,
+                progress=progress,
             )
-            stored.update(states)
-            loaded = list(
-                load_documents(
-                    [raw],
-                    skipped=skipped,
-                    unsupported=unsupported,
-                    left_out=left_out,
-                    include=include,
-                    exclude=exclude,
-                    follow_symlinks=follow_symlinks,
-                    gitignore=gitignore,
-                    progress=progress,
-                )
-            )
-            _name_by_root(loaded, given, states)
-            documents += loaded
-        if dry_run:
-            report = _preview(store, documents, context)
-        else:
-            report = ingest(documents, store, retrieval.embedder, context, progress=progress, public=public)
-        _settle(store, documents, stored, report, prune=prune, delete=not dry_run)
+        )
+        _name_by_root(loaded, given, states)
+        documents += loaded
+    if dry_run:
+        report = _preview(store, documents, context)
+    else:
+        report = ingest(documents, store, target.embedder, context, progress=progress, public=public)
+    _settle(store, documents, stored, report, prune=prune, delete=not dry_run)
     report.skipped_files = skipped
     report.unsupported_files = [str(path) for path in unsupported]
     report.left_out = [str(path) for path in left_out]

@@ -8,7 +8,9 @@ may wait on a HyDE call). A path that cannot run degrades the result instead of 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,8 @@ from agent_retrieval.confidence import confidence
 from agent_retrieval.context import Context
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.fusion import PROFILES, fuse
+from agent_retrieval.ingest import IngestReport
+from agent_retrieval.ingest.sync import sync_paths
 from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
 from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.providers.embeddings import Embedder, make_embedder
@@ -46,7 +50,12 @@ class Candidates:
 
 
 class Retrieval:
-    """Hybrid retrieval over one store, configured by a Context.
+    """Hybrid retrieval over one store, configured by a Context: the one way in.
+
+    `Retrieval.from_env(**overrides)` takes the operator's settings from the environment (as the CLI, the
+    graphs and the MCP server do); `Retrieval(context)` uses exactly the Context given, and `Retrieval()` the
+    defaults (the embedded store, the local embedder, no chat model), never the environment. The tools, the
+    vector store, the retriever and `ingest` all take a Retrieval.
 
     The store, embedder and chat model are made on first use (never at construction) and may be
     passed in instead, which is how tests and notebooks share them. `resources` (the sync search
@@ -68,7 +77,7 @@ class Retrieval:
         reranker: BaseDocumentCompressor | None = None,
         process: ProcessState = PROCESS,
     ):
-        self.context = context or Context.from_env()
+        self.context = context or Context()
         self.process = process  # whose threads, caches, pools and models this uses (agent_retrieval.process)
         # The vector side's similarity floor; None: by query type (fusion.PROFILES). A LangChain vector store
         # promises the k nearest whatever their similarity, so it sets -1.
@@ -78,8 +87,53 @@ class Retrieval:
         self._owns_store = store is None
         self._lock = threading.Lock()
 
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Retrieval:
+        """The operator's configuration: each setting not given here is read from its environment variable
+        (`Context.from_env`), which a Retrieval made any other way never reads."""
+        return cls(Context.from_env(**overrides))
+
     def __repr__(self) -> str:
         return f"Retrieval(db_path={self.context.db_path!r})"
+
+    def ingest(
+        self,
+        paths: Iterable[str | Path],
+        *,
+        progress: bool = False,
+        public: bool = False,
+        prune: bool = False,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        follow_symlinks: bool = False,
+        gitignore: bool = True,
+        dry_run: bool = False,
+    ) -> IngestReport:
+        """Load files and folders into this store, as `agent-retrieval ingest` does.
+
+        A file that cannot be loaded is listed in `skipped_files` with its reason, files of other types met in
+        a folder in `unsupported_files`, and build folders, tool files and what the folder's .gitignore files
+        name (unless not `gitignore`) in `left_out`: the rest are ingested all the same. A path that names
+        nothing raises InvalidRequest. With `prune`, documents stored from files under the given paths whose
+        files are gone are deleted (`removed`); one whose content reappears under another id is reported in
+        `renamed`; a file that exists but could not be loaded is never pruned. See `ingest` for `public` and
+        for what is embedded. `include` and `exclude` select a folder's files by pattern (`load_documents`);
+        a file they leave out is never pruned. A folder's files that lead out of it through a symlink are
+        skipped by name unless `follow_symlinks`. With `dry_run` nothing is written, embedded or deleted: the
+        report says what would be (`written`, `renamed`, `removed`).
+        """
+        return sync_paths(
+            paths,
+            self,
+            progress=progress,
+            public=public,
+            prune=prune,
+            include=include,
+            exclude=exclude,
+            follow_symlinks=follow_symlinks,
+            gitignore=gitignore,
+            dry_run=dry_run,
+        )
 
     @property
     def store(self) -> Store:
@@ -373,3 +427,27 @@ def _summary(request: SearchRequest, hits: list[Hit], limit: int) -> RetrievalRe
         hyde_reason="summarize returns chunks in order and embeds nothing",
         truncated=len(hits) > limit,
     )
+
+
+def as_retrieval(given: object) -> Retrieval:
+    """What a tool, retriever or ingest works with: the Retrieval given, else one of the default settings. A
+    Context (taken before 0.3.0) is refused with the way to pass it."""
+    if given is None:
+        return Retrieval()
+    if not isinstance(given, Retrieval):
+        raise TypeError(f"expected a Retrieval, got {type(given).__name__} (a Context: Retrieval(context))")
+    return given
+
+
+def ingest_paths(
+    paths: Iterable[str | Path], retrieval: Retrieval | None = None, **options: Any
+) -> IngestReport:
+    """`Retrieval.ingest` (its options and report) into `retrieval`'s store; without one, into the default
+    settings' store, closed at the end (one given is left open)."""
+    owned = retrieval is None
+    given = as_retrieval(retrieval)
+    try:
+        return given.ingest(paths, **options)
+    finally:
+        if owned:
+            given.close()

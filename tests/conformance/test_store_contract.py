@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agent_retrieval import ingest_paths
 from agent_retrieval.context import Context
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
 from agent_retrieval.ingest import ingest
-from agent_retrieval.ingest.sync import ingest_paths
 from agent_retrieval.models import Chunk, Document, Hit
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.search.retrieval import Retrieval

@@ -11,10 +11,10 @@ import pytest
 
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import ingest
+from agent_retrieval.ingest.turns import NoTurn, shared_turns
 from agent_retrieval.models import Document, SearchRequest
 from agent_retrieval.process import PROCESS
 from agent_retrieval.providers.embeddings import make_embedder
-from agent_retrieval.search.resources import NoTurn, shared_turns
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.supabase import SupabaseStore

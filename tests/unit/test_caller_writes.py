@@ -11,9 +11,9 @@ import pytest
 
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import IngestReport, ingest_for_caller, pipeline
+from agent_retrieval.ingest.turns import NoTurn, Turns
 from agent_retrieval.models import ChunkSearchRequest
 from agent_retrieval.providers.embeddings import Embedder
-from agent_retrieval.search.resources import NoTurn, Turns
 from agent_retrieval.search.retrieval import Retrieval
 from tests.conftest import WordHashEmbeddings
 

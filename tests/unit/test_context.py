@@ -10,6 +10,8 @@ import pytest
 
 from agent_retrieval.context import Context, RunSettings, _variables, settings_markdown
 from agent_retrieval.errors import ConfigError
+from agent_retrieval.providers.embeddings import Embedder
+from tests.conftest import WordHashEmbeddings
 
 
 def test_defaults_match_the_hyde_seed():
@@ -39,6 +41,43 @@ def test_from_env_reads_each_setting_not_given_and_context_reads_nothing(monkeyp
     assert context.embedding_provider == "voyage"
     assert Context.from_env(hyde_num_docs=4).hyde_num_docs == 4  # an explicit value wins
     assert Context() == Context(use_hyde=False, hyde_num_docs=2)  # pure: the environment is not read
+
+
+def test_only_retrieval_from_env_reads_the_environment_below_the_apps(monkeypatch, tmp_path):
+    """Retrieval() and a tool made without one were a trap: they read OPENAI_API_KEY, Context(...) did not."""
+    from agent_retrieval import Retrieval, hyde, make_retrieval_tools
+
+    monkeypatch.setenv("AGENT_RETRIEVAL_DB", str(tmp_path / "from-env.db"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    assert Retrieval.from_env().context.db_path == str(tmp_path / "from-env.db")
+    assert Retrieval.from_env(db_path="given.db").context.db_path == "given.db"  # a given value wins
+    for made in (Retrieval(), make_retrieval_tools()[0].retrieval):
+        assert made.context == Context() and not made.context.openai_api_key
+        made.close()
+    # the query-embedding path's own fallback is the defaults too
+    seen: list[Context] = []
+    embedder = Embedder(WordHashEmbeddings(), "test/word-hash")
+    monkeypatch.setattr(hyde, "make_embedder", lambda context, **_: seen.append(context) or embedder)
+    assert hyde.get_query_embedding_for_retrieval("a question of several words here").hyde == "off"
+    assert seen == [Context()]
+
+
+@pytest.mark.parametrize(
+    "where", ["make_retrieval_tools", "DocumentRetrieverTool", "AgentRetriever", "ingest"]
+)
+def test_a_context_where_a_retrieval_is_taken_is_refused_with_the_way_to_pass_it(where, tmp_path):
+    import agent_retrieval
+    from agent_retrieval import ingest_paths
+
+    context = Context(db_path=str(tmp_path / "x.db"))
+    make = {"ingest": lambda: ingest_paths([tmp_path], context)}.get(
+        where, lambda: getattr(agent_retrieval, where)(context)
+    )
+    with pytest.raises(
+        TypeError, match=r"expected a Retrieval, got Context \(a Context: Retrieval\(context\)\)"
+    ):
+        make()
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_an_explicit_default_beats_the_environment(monkeypatch):

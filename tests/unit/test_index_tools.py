@@ -10,6 +10,7 @@ from blockbuster import blockbuster_ctx
 from agent_retrieval.context import Context
 from agent_retrieval.models import ChunkSearchRequest, title_document_id
 from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.tools import IndexDocumentTool, SimilaritySearchTool, make_retrieval_tools
 from tests.conftest import WordHashEmbeddings
 from tests.unit.test_tools import acall, call, fingerprint
@@ -50,15 +51,15 @@ def test_unknown_tool_names_are_refused_listing_the_allowed_ones(tmp_path, names
     with pytest.raises(
         ValueError, match="document_retriever, chunk_retriever, similarity_search, index_document"
     ):
-        make_retrieval_tools(Context(db_path=str(tmp_path / "x.db")), names=names)
+        make_retrieval_tools(Retrieval(Context(db_path=str(tmp_path / "x.db"))), names=names)
     assert not (tmp_path / "x.db").exists()
 
 
 def test_the_new_tools_build_nothing_until_called(tmp_path):
     path = tmp_path / "lazy.db"
     for tool in (
-        IndexDocumentTool(Context(db_path=str(path))),
-        SimilaritySearchTool(Context(db_path=str(path))),
+        IndexDocumentTool(Retrieval(Context(db_path=str(path)))),
+        SimilaritySearchTool(Retrieval(Context(db_path=str(path)))),
     ):
         assert tool.retrieval._store is None and tool.retrieval._embedder is None
     assert not path.exists()
@@ -253,9 +254,8 @@ def test_a_store_of_another_model_refuses_the_write_naming_reembed(tools, retrie
 
 def test_an_unreadable_store_is_a_readable_tool_error(tmp_path):
     (tmp_path / "not-a-db.db").write_text("this is not sqlite" * 100)
-    result = call(
-        IndexDocumentTool(Context(db_path=str(tmp_path / "not-a-db.db"))), title="T", content="text"
-    )
+    tool = IndexDocumentTool(Retrieval(Context(db_path=str(tmp_path / "not-a-db.db"))))
+    result = call(tool, title="T", content="text")
     assert result.status == "error" and "not a valid agent-retrieval store" in result.content
 
 

@@ -294,7 +294,7 @@ def test_pdf_text_is_loaded_page_after_page(tmp_path: Path):
 
 
 def test_ingest_paths_loads_what_it_can_and_lists_the_rest(tmp_path, folder, monkeypatch):
-    from agent_retrieval import Context, ingest_paths
+    from agent_retrieval import Context, Retrieval
 
     monkeypatch.setattr(
         "agent_retrieval.search.retrieval.make_embedder",
@@ -302,8 +302,8 @@ def test_ingest_paths_loads_what_it_can_and_lists_the_rest(tmp_path, folder, mon
     )
     (folder / "diagram.svg").write_text("<svg/>", encoding="utf-8")
     (folder / "broken.md").write_text("---\nkey: [unclosed\n---\nBody\n", encoding="utf-8")
-    context = Context(db_path=str(tmp_path / "api.db"))
-    report = ingest_paths([folder], context)
+    with Retrieval(Context(db_path=str(tmp_path / "api.db"))) as retrieval:
+        report = retrieval.ingest([folder])
     assert report.written == report.documents == 5  # commission, notes, page and two JSONL records
     assert report.unsupported_files == [str(folder / "diagram.svg"), str(folder / "ignored.bin")]
     assert len(report.skipped_files) == 1 and report.skipped_files[0].startswith(f"{folder / 'broken.md'}:")
@@ -361,8 +361,7 @@ def test_an_interrupted_ingest_of_a_large_file_keeps_what_it_embedded(tmp_path):
 
 
 def test_prune_removes_a_jsonl_record_no_longer_in_its_file(tmp_path, embedder):
-    from agent_retrieval import Context, Retrieval
-    from agent_retrieval.ingest.sync import ingest_paths
+    from agent_retrieval import Context, Retrieval, ingest_paths
 
     records = tmp_path / "docs" / "records.jsonl"
     records.parent.mkdir()

@@ -109,7 +109,7 @@ def test_contributings_map_names_every_module():
 
 # The parts in CONTRIBUTING's order: each imports only its own and earlier ones (hyde is search's, kept at
 # the top where the design names it; the core's modules are the package's other top-level ones).
-PARTS = ["stores", "providers", "search", "ingest", "planning", "tools", "server", "graphs", "cli"]
+PARTS = ["stores", "providers", "ingest", "search", "planning", "tools", "server", "graphs", "cli"]
 PART_OF = {"hyde": "search", "vectorstore": "tools", "evaluation": "cli"}
 
 
@@ -137,6 +137,36 @@ def test_each_part_imports_only_the_core_and_the_parts_before_it():
                 continue
             upward += [f"{module} -> {name}" for name in imported if _part(name) > _part(module)]
     assert not upward, upward
+
+
+# The apps: the command line, the server (its auth and the graphs' entry) read the operator's environment.
+APPS = {"cli.py", "server/auth.py", "server/graph_parts.py", "server/mcp_server.py"}
+
+
+def test_only_the_apps_read_the_environment_for_settings():
+    """One composition root: below the apps everything takes its Context (or Retrieval) from its caller;
+    `Retrieval.from_env` is the library's own door to the same thing."""
+    package = ROOT / "agent_retrieval"
+    readers = []
+    for path in package.rglob("*.py"):
+        where = path.relative_to(package).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        doors = {  # the calls inside a `from_env` of its own delegate to Context's
+            id(call)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef) and node.name == "from_env"
+            for call in ast.walk(node)
+        }
+        readers += [
+            f"{where}:{node.lineno}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "from_env"
+            and id(node) not in doors
+            and where not in APPS
+        ]
+    assert not readers, readers
 
 
 def test_a_moved_modules_old_path_is_the_same_module_and_says_where_it_went():

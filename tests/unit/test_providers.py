@@ -21,6 +21,7 @@ from agent_retrieval.hyde import (
     parse_passages,
 )
 from agent_retrieval.providers.embeddings import make_embedder
+from agent_retrieval.search.retrieval import Retrieval
 from tests.fakeapi import FakeAPI
 
 QUERY = "do estate agents have to disclose referral fees paid by third parties"  # 12 words: HyDE runs
@@ -399,7 +400,7 @@ def slow_embeddings_tools(api, tmp_path):
         request_timeout_seconds=10,
         max_retries=3,
     )
-    tools = make_retrieval_tools(context)
+    tools = make_retrieval_tools(Retrieval(context))
     retrieval = tools[0].retrieval
     ingest(
         [Document(id=i, title=t, content=c) for i, t, c in DEADLINE_DOCS],

@@ -218,14 +218,14 @@ def test_search_syntax_in_the_query_is_just_text(tools, retrieval, query):
 
 def test_tool_errors_from_the_store_are_readable(tmp_path):
     (tmp_path / "not-a-db.db").write_text("this is not sqlite" * 100)
-    tool = DocumentRetrieverTool(Context(db_path=str(tmp_path / "not-a-db.db")))
+    tool = DocumentRetrieverTool(Retrieval(Context(db_path=str(tmp_path / "not-a-db.db"))))
     result = call(tool, query="deposit")
     assert result.status == "error" and "not a valid agent-retrieval store" in result.content
 
 
 def test_tools_build_nothing_until_called(tmp_path):
     path = tmp_path / "lazy.db"
-    tool = ChunkRetrieverTool(Context(db_path=str(path)))
+    tool = ChunkRetrieverTool(Retrieval(Context(db_path=str(path))))
     assert not path.exists() and tool.retrieval._embedder is None
 
 
@@ -290,11 +290,11 @@ def test_ids_as_one_tool_shows_them_scope_the_next_call_exactly(tools, retrieval
     assert call(chunk_retriever, query="quokka", document_ids=plain, top_k=10).status == "success"
 
 
-def test_agent_retriever_searches_the_store_its_context_names(tmp_path, retrieval, monkeypatch):
+def test_agent_retriever_searches_the_store_its_retrieval_names(tmp_path, retrieval, monkeypatch):
     monkeypatch.setattr(
         "agent_retrieval.search.retrieval.make_embedder", lambda context, **_: retrieval.embedder
     )
-    named = AgentRetriever(context=retrieval.context, k=2)
+    named = AgentRetriever(Retrieval(retrieval.context), k=2)
     assert named.retrieval.store.path == retrieval.store.path
     assert [d.metadata["document_id"] for d in named.invoke("referral fee disclosure")]
 
