@@ -8,13 +8,6 @@ _EXPORTS.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
-import sys
-import warnings
-from collections.abc import Sequence
-from importlib.machinery import ModuleSpec
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"
@@ -114,46 +107,3 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'agent_retrieval' has no attribute {name!r}")
     return getattr(importlib.import_module(_EXPORTS[name]), name)
-
-
-# Modules that moved into subpackages in 0.2: their old paths give the same module objects until 1.0.
-_MOVED = {
-    "retrieval": "search.retrieval",
-    "rerank": "search.rerank",
-    "resources": "search.resources",
-    "loaders": "ingest.loaders",
-    "formats": "ingest.formats",
-    "sync": "ingest.sync",
-    "links": "planning.links",
-    "answer": "planning.answer",
-    "embeddings": "providers.embeddings",
-    "onnx_model": "providers.onnx_model",
-    "llm": "providers.llm",
-    "auth": "server.auth",
-    "identity": "server.identity",
-    "graph_parts": "server.graph_parts",
-    "stores.sqlite_schema": "stores.sqlite.schema",
-}
-
-
-class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """`import agent_retrieval.retrieval` gives agent_retrieval.search.retrieval itself (one module object,
-    so patching either patches both), with a DeprecationWarning naming the new path."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
-        old = fullname.removeprefix(__name__ + ".")
-        return importlib.util.spec_from_loader(fullname, self) if old in _MOVED and old != fullname else None
-
-    def create_module(self, spec: ModuleSpec) -> None:
-        return None  # a placeholder, swapped for the real module below
-
-    def exec_module(self, module: ModuleType) -> None:
-        new = f"{__name__}.{_MOVED[module.__name__.removeprefix(__name__ + '.')]}"
-        warnings.warn(f"{module.__name__} is now {new}; the old path works until 1.0", DeprecationWarning, 2)
-        # The import system returns whatever sys.modules holds for the name once this returns.
-        sys.modules[module.__name__] = importlib.import_module(new)
-
-
-sys.meta_path.append(_OldPaths())

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from agent_retrieval import __version__
 from agent_retrieval.context import Context
+from agent_retrieval.core.text import counted, printable
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.models import MAX_LISTED, ChunkSearchRequest, HydeMode, SearchRequest, parse_request
-from agent_retrieval.text import counted, printable
 
 if TYPE_CHECKING:
     from agent_retrieval.ingest import IngestReport
@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(_Printable("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
-    from agent_retrieval.progress import show_notices
+    from agent_retrieval.core.progress import show_notices
 
     # "loading the embedding model ..." and the like, on stderr; `db init` has no --no-progress
     show_notices(not getattr(args, "no_progress", False))

@@ -21,8 +21,8 @@ import warnings
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, Self, get_args, get_origin
 
+from agent_retrieval.core.redaction import check_secret
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.redaction import check_secret
 
 EmbeddingProvider = Literal["local", "voyage", "openai"]
 LocalRuntime = Literal["auto", "onnx", "torch"]

@@ -26,10 +26,10 @@ from tqdm import tqdm
 
 from agent_retrieval import __version__
 from agent_retrieval.context import RUN_SETTINGS, Context
+from agent_retrieval.core.prompts import prompt_files
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import MAX_TOP_K, Document, Hit, Level, SearchRequest, parse_request
 from agent_retrieval.planning import Facets, make_plan, run_plan
-from agent_retrieval.prompts import prompt_files
 from agent_retrieval.search.retrieval import Candidates, Retrieval
 
 T = TypeVar("T")

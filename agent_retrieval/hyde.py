@@ -26,20 +26,20 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from agent_retrieval.context import Context
+from agent_retrieval.core.prompts import load_prompt, prompt_version
+from agent_retrieval.core.quoting import quote_json
+from agent_retrieval.core.redaction import endpoint_id, fingerprint
+from agent_retrieval.core.steps import Steps, arun, blocking, bounded, call, run
 from agent_retrieval.errors import EmbeddingError
 from agent_retrieval.models import HydeMode, HydeStatus
-from agent_retrieval.prompts import load_prompt, prompt_version
 from agent_retrieval.providers.embeddings import Embedder, average, make_embedder
 from agent_retrieval.providers.llm import make_chat_model
-from agent_retrieval.quoting import quote_json
-from agent_retrieval.redaction import endpoint_id, fingerprint
 from agent_retrieval.search.resources import (
     SearchResources,
     SharedValues,
     clear_shared_caches,
     shared_resources,
 )
-from agent_retrieval.steps import Steps, arun, blocking, bounded, call, run
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,7 @@ from pydantic import (
 )
 
 from agent_retrieval.context import FusionMode, HydeMethod
-from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.validation import (
+from agent_retrieval.core.validation import (
     FILTER_KEY_TEXT,
     FILTER_TEXT,
     MAX_ID_CHARS,
@@ -36,7 +35,8 @@ from agent_retrieval.validation import (
     one_line,
     unique_ids,
 )
-from agent_retrieval.validation import is_unicode as is_unicode  # the loaders import it from here
+from agent_retrieval.core.validation import is_unicode as is_unicode  # the loaders import it from here
+from agent_retrieval.errors import InvalidRequest
 
 Level = Literal["documents", "chunks"]
 Path_ = Literal["vector", "keyword"]

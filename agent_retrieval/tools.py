@@ -23,7 +23,8 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict, Field, ValidationError
 
-from agent_retrieval.confidence import is_low
+from agent_retrieval.core.quoting import passage, passages, quote_attribute, unquote_id
+from agent_retrieval.core.text import counted, shorten
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.ingest import IngestReport, ingest_for_caller
 from agent_retrieval.models import (
@@ -41,9 +42,8 @@ from agent_retrieval.models import (
     nesting_depth,
     parse_request,
 )
-from agent_retrieval.quoting import passage, passages, quote_attribute, unquote_id
+from agent_retrieval.search.confidence import is_low
 from agent_retrieval.search.retrieval import Retrieval, as_retrieval
-from agent_retrieval.text import counted, shorten
 
 _MARKDOWN_HEADING = re.compile(r"(?m)^#{1,6}\s+")
 SNIPPET_CHARS = {"documents": 400, "chunks": 1200}  # what the model reads per hit; the artifact has it all

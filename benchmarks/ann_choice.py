@@ -35,9 +35,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from agent_retrieval.context import Context
+from agent_retrieval import Context, make_embedder
 from agent_retrieval.evaluation import load_beir
-from agent_retrieval.providers.embeddings import make_embedder
 from benchmarks.embedded_peers import percentiles, read_rows
 
 ROOT = Path(__file__).resolve().parent

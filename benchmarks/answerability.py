@@ -34,15 +34,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from agent_retrieval import demo
-from agent_retrieval.confidence import calibrated, is_low, signals
-from agent_retrieval.context import Context
+from agent_retrieval import ChunkSearchRequest, Context, Retrieval, demo, load_documents
+from agent_retrieval.core.text import entity_terms, keyword_terms
 from agent_retrieval.evaluation import load_beir
 from agent_retrieval.ingest import ingest
-from agent_retrieval.ingest.loaders import load_documents
-from agent_retrieval.models import ChunkSearchRequest
-from agent_retrieval.search.retrieval import Retrieval
-from agent_retrieval.text import entity_terms, keyword_terms
+from agent_retrieval.search.confidence import calibrated, is_low, signals
 from benchmarks.answers import MUSIQUE, SQUAD, article_document, flat
 
 ROOT = Path(__file__).resolve().parent

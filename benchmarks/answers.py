@@ -27,11 +27,9 @@ from typing import Any
 from pydantic import TypeAdapter
 from tqdm import tqdm
 
-from agent_retrieval.context import Context
+from agent_retrieval import Context, Document, Hit, Retrieval
 from agent_retrieval.graphs import rag
 from agent_retrieval.ingest import ingest
-from agent_retrieval.models import Document, Hit
-from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.server.graph_parts import GraphParts
 
 ROOT = Path(__file__).resolve().parent

@@ -35,10 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_retrieval import ingest_paths
-from agent_retrieval.context import Context
-from agent_retrieval.models import SearchRequest
-from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval import Context, Retrieval, SearchRequest, ingest_paths
 
 ROOT = Path(__file__).resolve().parent
 DOCSETS = ROOT / "docsets"

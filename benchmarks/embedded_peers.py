@@ -43,12 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from agent_retrieval import hyde
-from agent_retrieval.context import Context
+from agent_retrieval import Context, Embedder, Retrieval, hyde, make_embedder
 from agent_retrieval.evaluation import load_beir, score_run
 from agent_retrieval.models import ChunkSearchRequest, parse_request
-from agent_retrieval.providers.embeddings import Embedder, make_embedder
-from agent_retrieval.search.retrieval import Retrieval
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"

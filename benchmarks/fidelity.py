@@ -45,10 +45,7 @@ from typing import Any
 
 from lxml import html as lxml_html
 
-from agent_retrieval import ingest_paths
-from agent_retrieval.context import Context
-from agent_retrieval.models import SearchRequest
-from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval import Context, Retrieval, SearchRequest, ingest_paths
 
 ROOT = Path(__file__).resolve().parent
 CORPUS = ROOT / "fidelity" / "corpus.json"

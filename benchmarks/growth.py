@@ -17,11 +17,7 @@ import argparse
 import json
 import sys
 
-from agent_retrieval.context import Context
-from agent_retrieval.providers.embeddings import make_embedder
-from agent_retrieval.search.retrieval import Retrieval
-from agent_retrieval.stores.postgres import PostgresStore
-from agent_retrieval.tools import ChunkRetrieverTool
+from agent_retrieval import ChunkRetrieverTool, Context, PostgresStore, Retrieval, make_embedder
 from benchmarks.latency import RESULTS, queries
 from benchmarks.postgres import GROWTH_STACK, copy_store, growth_schema, start_postgres_for_loads, timed
 

@@ -28,16 +28,19 @@ from langchain_core.documents import BaseDocumentCompressor
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-from agent_retrieval import demo
-from agent_retrieval.context import Context
+from agent_retrieval import (
+    Context,
+    Embedder,
+    Retrieval,
+    demo,
+    load_documents,
+    make_embedder,
+    make_retrieval_tools,
+)
 from agent_retrieval.graphs import rag
 from agent_retrieval.ingest import ingest
-from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.planning import READING_ON
-from agent_retrieval.providers.embeddings import Embedder, make_embedder
-from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.server.graph_parts import GraphParts
-from agent_retrieval.tools import make_retrieval_tools
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONCURRENT = 16

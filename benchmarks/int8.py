@@ -17,12 +17,11 @@ from pathlib import Path
 
 from langchain_core.embeddings import Embeddings
 
-from agent_retrieval.context import Context
+from agent_retrieval import Context, Retrieval
 from agent_retrieval.evaluation import evaluate, load_beir
 from agent_retrieval.ingest import ingest
 from agent_retrieval.providers import onnx_model
 from agent_retrieval.providers.embeddings import Embedder, bundled_model_path
-from agent_retrieval.search.retrieval import Retrieval
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"

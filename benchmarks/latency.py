@@ -27,13 +27,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from agent_retrieval import Retrieval, SQLiteStore, load_documents
 from agent_retrieval.context import VECTOR_INDEX_ROWS, Context
+from agent_retrieval.core.process import ProcessState
 from agent_retrieval.ingest import ingest
-from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import Chunk, ChunkSearchRequest, Document, parse_request
-from agent_retrieval.process import ProcessState
-from agent_retrieval.search.retrieval import Retrieval
-from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores.sqlite import release_file_caches
 from agent_retrieval.tools import ChunkRetrieverTool, format_result
 from benchmarks.embedded_peers import percentiles
@@ -214,9 +212,9 @@ def keyword_floor(path: Path, texts: list[str]) -> dict[str, float]:
     """What keyword search would cost with every query word's postings in memory, however common: each word
     read once in full (sqlite/keywords.py's reading, through FTS5's bm25), then the kept-postings MaxScore
     alone, p50/p95 over the queries, 100 candidates; and the time and memory of the reading."""
+    from agent_retrieval.core.text import keyword_terms
     from agent_retrieval.stores.postings import Postings, best_of_postings
     from agent_retrieval.stores.sqlite.keywords import _read_postings
-    from agent_retrieval.text import keyword_terms
 
     with SQLiteStore(path) as store, store._db.read() as conn:
         kept: dict[str, Postings] = {}

@@ -22,11 +22,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from agent_retrieval.context import Context
-from agent_retrieval.search.retrieval import Retrieval
-from agent_retrieval.stores.postgres import PostgresStore
-from agent_retrieval.stores.supabase import SupabaseStore
-from agent_retrieval.tools import ChunkRetrieverTool
+from agent_retrieval import ChunkRetrieverTool, Context, PostgresStore, Retrieval, SupabaseStore
 from benchmarks.latency import RESULTS, queries
 from benchmarks.postgres import copy_store
 from tests.stack import start_stack

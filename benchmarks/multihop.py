@@ -18,10 +18,9 @@ import argparse
 import json
 from pathlib import Path
 
-from agent_retrieval.context import Context
+from agent_retrieval import Context, Retrieval
 from agent_retrieval.evaluation import evaluate, load_beir
 from agent_retrieval.ingest import ingest
-from agent_retrieval.search.retrieval import Retrieval
 
 ROOT = Path(__file__).resolve().parent
 RESULTS, FIGURES = ROOT / "results", ROOT / "figures"

@@ -16,11 +16,10 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from agent_retrieval.context import Context
+from agent_retrieval import Context, Retrieval
 from agent_retrieval.evaluation import Dataset, all_gold, evaluate, load_beir, ndcg, read_run
 from agent_retrieval.ingest import ingest
 from agent_retrieval.planning import make_plan, run_plan
-from agent_retrieval.search.retrieval import Retrieval
 
 ROOT = Path(__file__).resolve().parent
 RESULTS, FIGURES = ROOT / "results", ROOT / "figures"

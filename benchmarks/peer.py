@@ -49,14 +49,10 @@ from langchain_core.documents import Document as LCDocument
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import InMemoryVectorStore
 
-from agent_retrieval import hyde
-from agent_retrieval.context import Context
+from agent_retrieval import Context, Embedder, Retrieval, hyde, load_documents, make_embedder
 from agent_retrieval.evaluation import RANKING_SETTINGS, Dataset, DatasetError, load_beir, score_run
 from agent_retrieval.ingest import ingest
-from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import SearchRequest, parse_request
-from agent_retrieval.providers.embeddings import Embedder, make_embedder
-from agent_retrieval.search.retrieval import Retrieval
 
 ROOT = Path(__file__).resolve().parent
 DATASET = ROOT.parent.parent / "shared" / "datasets" / "scifact"

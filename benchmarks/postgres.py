@@ -34,13 +34,17 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from agent_retrieval.context import Context
-from agent_retrieval.models import Chunk, Document, SearchRequest
-from agent_retrieval.search.retrieval import Retrieval
-from agent_retrieval.stores import SQLiteStore
-from agent_retrieval.stores.postgres import PostgresStore
-from agent_retrieval.stores.supabase import SupabaseStore
-from agent_retrieval.tools import ChunkRetrieverTool
+from agent_retrieval import (
+    Chunk,
+    ChunkRetrieverTool,
+    Context,
+    Document,
+    PostgresStore,
+    Retrieval,
+    SearchRequest,
+    SQLiteStore,
+    SupabaseStore,
+)
 from benchmarks.embedded_peers import percentiles
 from benchmarks.latency import DATASET, RESULTS, queries
 from tests.stack import Postgres, start_postgres, start_stack

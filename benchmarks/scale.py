@@ -39,13 +39,10 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 from tqdm import tqdm
 
-from agent_retrieval.context import Context
+from agent_retrieval import Context, Embedder, PostgresStore, Retrieval, make_embedder
+from agent_retrieval.core.process import ProcessState
 from agent_retrieval.evaluation import DatasetError, load_beir
 from agent_retrieval.models import ChunkSearchRequest, parse_request
-from agent_retrieval.process import ProcessState
-from agent_retrieval.providers.embeddings import Embedder, make_embedder
-from agent_retrieval.search.retrieval import Retrieval
-from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.rpc import INDEXED_TEXT
 from benchmarks.latency import DATASET, RESULTS
 from benchmarks.postgres import (

@@ -24,10 +24,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from agent_retrieval.context import Context
+from agent_retrieval import Context, PostgresStore, make_embedder
 from agent_retrieval.evaluation import load_beir
-from agent_retrieval.providers.embeddings import make_embedder
-from agent_retrieval.stores.postgres import PostgresStore
 from benchmarks.embedded_peers import percentiles
 from benchmarks.latency import DATASET, RESULTS
 from benchmarks.postgres import GROWTH_STACK, growth_schema, start_postgres_for_loads

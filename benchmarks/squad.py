@@ -30,15 +30,20 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from agent_retrieval import hyde
-from agent_retrieval.context import Context
+from agent_retrieval import (
+    ChunkRetrieverTool,
+    Context,
+    Document,
+    DocumentRetrieverTool,
+    Embedder,
+    Retrieval,
+    SQLiteStore,
+    Store,
+    hyde,
+    make_embedder,
+)
 from agent_retrieval.evaluation import RANKING_SETTINGS
 from agent_retrieval.ingest import ingest
-from agent_retrieval.models import Document
-from agent_retrieval.providers.embeddings import Embedder, make_embedder
-from agent_retrieval.search.retrieval import Retrieval
-from agent_retrieval.stores import SQLiteStore, Store
-from agent_retrieval.tools import ChunkRetrieverTool, DocumentRetrieverTool
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_DATASET = ROOT.parent.parent / "shared" / "datasets" / "squad"

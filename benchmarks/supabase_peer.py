@@ -23,9 +23,7 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from agent_retrieval.context import Context
-from agent_retrieval.providers.embeddings import make_embedder
-from agent_retrieval.stores.postgres import PostgresStore
+from agent_retrieval import Context, PostgresStore, make_embedder
 from benchmarks.postgres import DATASET, RESULTS, copy_store, ndcg_at_10, qrels, timed
 from tests.stack import start_postgres
 

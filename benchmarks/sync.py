@@ -17,10 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent_retrieval import ingest_paths
-from agent_retrieval.context import Context
+from agent_retrieval import Context, Retrieval, ingest_paths
 from agent_retrieval.evaluation import load_beir
-from agent_retrieval.search.retrieval import Retrieval
 
 ROOT = Path(__file__).resolve().parent
 DATASET = ROOT.parent.parent / "shared" / "datasets" / "scifact"

@@ -12,8 +12,8 @@ import re
 import unicodedata
 from typing import Any
 
+from agent_retrieval.core.quoting import angle_lookalikes
 from agent_retrieval.models import Document, Hit, Level
-from agent_retrieval.quoting import angle_lookalikes
 
 # Each tries to end the passage, the block of passages and codegen's context, then speaks as the system;
 # the plain one also tries to end the attribute it may stand in.

@@ -19,11 +19,11 @@ from langgraph.managed import RemainingSteps
 from langgraph.runtime import Runtime
 
 from agent_retrieval.context import RunSettings
+from agent_retrieval.core.prompts import load_prompt
+from agent_retrieval.core.quoting import quote_id
 from agent_retrieval.models import Hit
 from agent_retrieval.planning import check_request
 from agent_retrieval.planning.answer import NOTHING_FOUND, extractive_answer
-from agent_retrieval.prompts import load_prompt
-from agent_retrieval.quoting import quote_id
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.server.graph_parts import GraphParts, add_nodes, last_question, run_context
 from agent_retrieval.tools import make_retrieval_tools

@@ -24,13 +24,13 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # pydantic validates typing's TypedDict from Python 3.12 on
 
 from agent_retrieval.context import RunSettings
+from agent_retrieval.core.prompts import load_prompt
+from agent_retrieval.core.quoting import element, passage, quote
+from agent_retrieval.core.text import shorten
+from agent_retrieval.core.validation import Question, Text, check_question
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
 from agent_retrieval.models import MAX_TOP_K, ChunkSearchRequest, parse_request
-from agent_retrieval.prompts import load_prompt
-from agent_retrieval.quoting import element, passage, quote
 from agent_retrieval.server.graph_parts import GraphParts, add_nodes, read_state, run_context
-from agent_retrieval.text import shorten
-from agent_retrieval.validation import Question, Text, check_question
 
 MAX_ATTEMPTS = 2  # the first answer and one fix
 MAX_PASSAGE_CHARS = 20_000  # a chunk at the largest chunk_size

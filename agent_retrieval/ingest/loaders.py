@@ -20,12 +20,12 @@ from typing import IO, Any
 
 import yaml
 
+from agent_retrieval.core.progress import bar as progress_bar
+from agent_retrieval.core.text import has_words
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.ingest import formats, myst, sitemarkup
 from agent_retrieval.ingest.ignore import Ignores
 from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_depth
-from agent_retrieval.progress import bar as progress_bar
-from agent_retrieval.text import has_words
 
 # Files read as text into markdown, and office files read from their bytes (each through an optional extra).
 _TEXT_READERS: dict[str, Callable[[Path, str], tuple[dict[str, Any], str]]] = {

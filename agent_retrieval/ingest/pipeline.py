@@ -21,6 +21,10 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from agent_retrieval.context import Context
+from agent_retrieval.core.progress import bar as progress_bar
+from agent_retrieval.core.redaction import fingerprint
+from agent_retrieval.core.steps import Call, Steps
+from agent_retrieval.core.text import counted, has_words
 from agent_retrieval.errors import AgentRetrievalError, EmbeddingError, InvalidRequest, StoreError
 from agent_retrieval.ingest.chunking import (
     chunk_document,
@@ -32,12 +36,8 @@ from agent_retrieval.ingest.chunking import (
 from agent_retrieval.ingest.turns import NoTurn, shared_turns
 from agent_retrieval.ingest.worker import CALLER_CHUNKING_SECONDS, chunked_apart
 from agent_retrieval.models import Chunk, Document, IndexDocumentRequest, Level, explain
-from agent_retrieval.progress import bar as progress_bar
 from agent_retrieval.providers.embeddings import Embedder
-from agent_retrieval.redaction import fingerprint
-from agent_retrieval.steps import Call, Steps
 from agent_retrieval.stores.base import Store, check_rows
-from agent_retrieval.text import counted, has_words
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -9,7 +9,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 
-from agent_retrieval.process import PROCESS
+from agent_retrieval.core.process import PROCESS
 
 
 class NoTurn(TimeoutError):

@@ -17,13 +17,13 @@ from typing import Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from agent_retrieval.confidence import is_low
 from agent_retrieval.context import Context
+from agent_retrieval.core.prompts import load_prompt
+from agent_retrieval.core.quoting import element, passage, passages, quote, quote_id
+from agent_retrieval.core.text import keyword_terms, shorten
 from agent_retrieval.models import Hit
 from agent_retrieval.planning.links import names
-from agent_retrieval.prompts import load_prompt
-from agent_retrieval.quoting import element, passage, passages, quote, quote_id
-from agent_retrieval.text import keyword_terms, shorten
+from agent_retrieval.search.confidence import is_low
 
 log = logging.getLogger(__name__)
 

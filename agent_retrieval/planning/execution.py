@@ -16,8 +16,11 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from agent_retrieval.context import Context
+from agent_retrieval.core.fusion import rrf
+from agent_retrieval.core.prompts import load_prompt
+from agent_retrieval.core.quoting import clean, element, quote, unquote
+from agent_retrieval.core.text import entity_matches
 from agent_retrieval.errors import AgentRetrievalError
-from agent_retrieval.fusion import rrf
 from agent_retrieval.models import (
     MAX_TOP_K,
     ChunkSearchRequest,
@@ -37,10 +40,7 @@ from agent_retrieval.planning.links import (
 )
 from agent_retrieval.planning.planners import Planned, capped
 from agent_retrieval.planning.schema import MAX_ENTITY_CHARS, PLACEHOLDER, PlannedQuery, QueryPlan
-from agent_retrieval.prompts import load_prompt
-from agent_retrieval.quoting import clean, element, quote, unquote
 from agent_retrieval.search.retrieval import Retrieval
-from agent_retrieval.text import entity_matches
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ import logging
 import re
 from typing import Any
 
+from agent_retrieval.core.text import AUXILIARY, AUXILIARY_VERBS
 from agent_retrieval.models import (
     validate_filters,
 )
 from agent_retrieval.planning.schema import Facets, PlannedQuery, QueryPlan, SearchStrategy, check_request
-from agent_retrieval.text import AUXILIARY, AUXILIARY_VERBS
 
 log = logging.getLogger(__name__)
 

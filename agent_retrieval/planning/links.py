@@ -16,9 +16,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from agent_retrieval.core.text import AUXILIARY
 from agent_retrieval.models import Hit
 from agent_retrieval.stores.base import Store
-from agent_retrieval.text import AUXILIARY
 
 # A name: capitalised words (or numbers), joined by the small words that names hold ("Bank of England").
 _WORD = r"[A-Z0-9](?:[\w'’&\-]|\.(?=\w))*"  # a full stop inside ("U.S"), never one ending a sentence

@@ -14,10 +14,10 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import ValidationError
 
 from agent_retrieval.context import Context
+from agent_retrieval.core.prompts import load_prompt
+from agent_retrieval.core.quoting import element, quote, quote_json
 from agent_retrieval.planning.heuristic import heuristic_plan
 from agent_retrieval.planning.schema import Facets, PlannedQuery, QueryPlan, check_request
-from agent_retrieval.prompts import load_prompt
-from agent_retrieval.quoting import element, quote, quote_json
 from agent_retrieval.stores.base import FACET_VALUES
 
 log = logging.getLogger(__name__)

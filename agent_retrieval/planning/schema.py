@@ -9,12 +9,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from agent_retrieval.core.validation import MAX_QUERY_CHARS, check_question, one_line
 from agent_retrieval.models import (
     Level,
     validate_filters,
 )
 from agent_retrieval.stores.base import MetadataValue
-from agent_retrieval.validation import MAX_QUERY_CHARS, check_question, one_line
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from agent_retrieval.context import Context
+from agent_retrieval.core.process import PROCESS, ProcessState
+from agent_retrieval.core.progress import notices, transformers_bars_off
+from agent_retrieval.core.redaction import check_secret, endpoint_id, protect
+from agent_retrieval.core.steps import Call, Steps, arun, call, run
 from agent_retrieval.errors import ConfigError, EmbeddingError
-from agent_retrieval.process import PROCESS, ProcessState
-from agent_retrieval.progress import notices, transformers_bars_off
-from agent_retrieval.redaction import check_secret, endpoint_id, protect
-from agent_retrieval.steps import Call, Steps, arun, call, run
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ class LocalEmbeddings(Embeddings):
         self.model = model
         self.runtime = runtime
         self.cache = cache
-        self.process = process  # where the loaded model is kept (agent_retrieval.process)
+        self.process = process  # where the loaded model is kept (agent_retrieval.core.process)
 
     # The rows are numpy arrays, not lists: Embedder takes them as they are, without a copy into lists.
     def embed_documents(self, texts: list[str]) -> list[list[float]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from langchain_core.language_models import BaseChatModel
 
 from agent_retrieval.context import Context
-from agent_retrieval.redaction import protect
+from agent_retrieval.core.redaction import protect
 
 
 def make_chat_model(

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from agent_retrieval.core.progress import notices, transformers_bars_off
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.progress import notices, transformers_bars_off
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def model_file(model_dir: Path, cache: Path) -> Path:
 def load(model_dir: Path, cache: Path, runtime: str) -> OnnxModel | None:
     """The model on ONNX Runtime, exported first if it is not cached yet. None, with `runtime` "auto", when
     onnxruntime is not installed or the export cannot run (then sentence-transformers serves). Each call
-    loads it: LocalEmbeddings keeps one per process (agent_retrieval.process)."""
+    loads it: LocalEmbeddings keeps one per process (agent_retrieval.core.process)."""
     try:
         import onnxruntime  # noqa: F401
         import tokenizers  # noqa: F401

@@ -18,10 +18,10 @@ from langchain_core.documents import Document as LCDocument
 from pydantic import ConfigDict, PrivateAttr, SecretStr
 
 from agent_retrieval.context import Context
+from agent_retrieval.core.redaction import check_secret, protect, redact
+from agent_retrieval.core.steps import Steps, bounded, call
 from agent_retrieval.errors import ConfigError
 from agent_retrieval.models import Hit
-from agent_retrieval.redaction import check_secret, protect, redact
-from agent_retrieval.steps import Steps, bounded, call
 
 RERANK_ID = "agent_retrieval_candidate"  # the metadata key that carries a candidate's place through
 RERANK_SCORE = "relevance_score"  # where rerankers put their score (Voyage, Cohere, cross-encoders)

@@ -15,7 +15,7 @@ from typing import Any
 from cachetools import TLRUCache
 
 from agent_retrieval.context import Context
-from agent_retrieval.process import PROCESS, ProcessState
+from agent_retrieval.core.process import PROCESS, ProcessState
 
 
 @dataclass(frozen=True)

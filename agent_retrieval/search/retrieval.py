@@ -18,23 +18,23 @@ from langchain_core.documents import BaseDocumentCompressor
 from langchain_core.language_models import BaseChatModel
 
 from agent_retrieval import hyde
-from agent_retrieval.confidence import confidence
 from agent_retrieval.context import Context
+from agent_retrieval.core.fusion import PROFILES, fuse
+from agent_retrieval.core.process import PROCESS, ProcessState
+from agent_retrieval.core.steps import Outcome, Steps, Together, arun, blocking, call, run, single
+from agent_retrieval.core.text import entity_terms
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
-from agent_retrieval.fusion import PROFILES, fuse
 from agent_retrieval.ingest import IngestReport
 from agent_retrieval.ingest.sync import sync_paths
 from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
-from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.providers.embeddings import Embedder, make_embedder
+from agent_retrieval.search.confidence import confidence
 from agent_retrieval.search.documents import each_at_best, most_similar
 from agent_retrieval.search.passages import widened
 from agent_retrieval.search.rerank import make_reranker
 from agent_retrieval.search.rerank import rerank as rerank_hits
 from agent_retrieval.search.resources import SearchResources, shared_resources
-from agent_retrieval.steps import Outcome, Steps, Together, arun, blocking, call, run, single
 from agent_retrieval.stores import Store, open_store
-from agent_retrieval.text import entity_terms
 
 _VectorSide = tuple[hyde.QueryEmbedding | None, list[Hit], list[str]]  # query vector, hits, notes
 
@@ -60,7 +60,7 @@ class Retrieval:
     The store, embedder and chat model are made on first use (never at construction) and may be
     passed in instead, which is how tests and notebooks share them. `resources` (the sync search
     threads and the HyDE cache) default to the shared instance for the Context's sizes; whoever makes
-    SearchResources closes them. `process` owns what is shared between calls (agent_retrieval.process):
+    SearchResources closes them. `process` owns what is shared between calls (agent_retrieval.core.process):
     the process's own by default, or a ProcessState of the caller's, released by its `close()`.
     Thread-safe; use `close()` or a `with` block to release the store.
     """
@@ -78,7 +78,9 @@ class Retrieval:
         process: ProcessState = PROCESS,
     ):
         self.context = context or Context()
-        self.process = process  # whose threads, caches, pools and models this uses (agent_retrieval.process)
+        self.process = (
+            process  # whose threads, caches, pools and models this uses (agent_retrieval.core.process)
+        )
         # The vector side's similarity floor; None: by query type (fusion.PROFILES). A LangChain vector store
         # promises the k nearest whatever their similarity, so it sets -1.
         self.min_similarity = min_similarity

@@ -30,8 +30,8 @@ from typing import Any
 from langgraph_sdk import Auth
 
 from agent_retrieval.context import DEPLOYMENT_SETTINGS, RUN_SETTINGS, Context
+from agent_retrieval.core.redaction import protect
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.redaction import protect
 from agent_retrieval.server.identity import tenant_of_claims
 
 log = logging.getLogger(__name__)

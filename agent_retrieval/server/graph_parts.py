@@ -23,10 +23,10 @@ from langgraph.runtime import Runtime
 from pydantic import TypeAdapter, ValidationError
 
 from agent_retrieval.context import Context, RunSettings
+from agent_retrieval.core.redaction import redact, redact_value
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest, StoreError
 from agent_retrieval.models import explain
 from agent_retrieval.providers.llm import make_chat_model
-from agent_retrieval.redaction import redact, redact_value
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import missing_store
 

@@ -36,8 +36,8 @@ from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent_retrieval.context import Context
+from agent_retrieval.core.redaction import redact, redact_value
 from agent_retrieval.errors import AgentRetrievalError, ConfigError
-from agent_retrieval.redaction import redact, redact_value
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.server.auth import MAX_REQUEST_BYTES, Operator, is_loopback, narrowed, signed_in_user
 from agent_retrieval.server.graph_parts import GraphParts

@@ -8,8 +8,8 @@ import urllib.parse
 from pathlib import Path
 
 from agent_retrieval.context import Context
+from agent_retrieval.core.process import PROCESS, ProcessState
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.stores.base import Store, StoreStats
 from agent_retrieval.stores.sqlite import SQLiteStore
 

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, Self, TypeVar, cast, final
 
 import numpy as np
 
+from agent_retrieval.core.validation import ID, KEYWORD_QUERY, Count, Text, check_ids
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest
 from agent_retrieval.models import (
     MAX_LISTED,
@@ -25,7 +26,6 @@ from agent_retrieval.models import (
     Level,
     validate_filters,
 )
-from agent_retrieval.validation import ID, KEYWORD_QUERY, Count, Text, check_ids
 
 DOCUMENT_PREVIEW_CHARS = 1500  # document hits carry the opening of the text, not all of it
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agent_retrieval.context import STORE_CACHE_MB
+from agent_retrieval.core.process import PROCESS, ProcessState
+from agent_retrieval.core.redaction import check_secret, protect
+from agent_retrieval.core.steps import Steps, arun, blocking, run
 from agent_retrieval.errors import ConfigError, InvalidRequest
-from agent_retrieval.process import PROCESS, ProcessState
-from agent_retrieval.redaction import check_secret, protect
-from agent_retrieval.steps import Steps, arun, blocking, run
 from agent_retrieval.stores.base import Failure, KeywordSearch
 from agent_retrieval.stores.postings import KeptPostings, Postings, PostingsCache, best_of_postings
 from agent_retrieval.stores.rpc import (
@@ -137,7 +137,7 @@ class PostgresStore(RPCStore):
     # --- connections -------------------------------------------------------------------------------
     @property
     def _shared(self) -> _SharedPool:
-        """This process's pool for the store's DSN (agent_retrieval.process): in a forked child, the child's
+        """This process's pool for the store's DSN (core.process): in a forked child, the child's
         own (two processes on one connection garble each other's replies), even for a store the parent
         made."""
         shared = self.process.part(("postgres pool", self._pool_key), _SharedPool, _close_pool)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent_retrieval.process import KeptInMemory
+from agent_retrieval.core.process import KeptInMemory
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,11 @@ from typing import Any
 import numpy as np
 
 from agent_retrieval.context import VECTOR_INDEX_BUILD_DEPTHS, Context
+from agent_retrieval.core.fusion import FULL_KEYWORD_COVERAGE
+from agent_retrieval.core.process import PROCESS, ProcessState
+from agent_retrieval.core.redaction import redact
+from agent_retrieval.core.steps import Steps, arun, call, run
+from agent_retrieval.core.validation import Count
 from agent_retrieval.errors import (
     DimensionMismatch,
     EmbeddingModelMismatch,
@@ -29,11 +34,7 @@ from agent_retrieval.errors import (
     StoreError,
     StoreUnavailable,
 )
-from agent_retrieval.fusion import FULL_KEYWORD_COVERAGE
 from agent_retrieval.models import Chunk, Document, Hit, Level
-from agent_retrieval.process import PROCESS, ProcessState
-from agent_retrieval.redaction import redact
-from agent_retrieval.steps import Steps, arun, call, run
 from agent_retrieval.stores.base import (
     DIMENSION,
     DOCUMENT_PREVIEW_CHARS,
@@ -52,7 +53,6 @@ from agent_retrieval.stores.base import (
     filter_values,
     pending_rows,
 )
-from agent_retrieval.validation import Count
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ class RPCStore(Store):
         process: ProcessState = PROCESS,
     ):
         self.schema = check_schema_name(schema)
-        self.process = process  # whose pools and clients this store uses (agent_retrieval.process)
+        self.process = process  # whose pools and clients this store uses (agent_retrieval.core.process)
         self.tenant = tenant or None
         self.max_retries = max_retries
         self.timeout = timeout

@@ -14,9 +14,9 @@ from typing import Any
 import jwt
 import numpy as np
 
+from agent_retrieval.core.process import PROCESS, ProcessState
+from agent_retrieval.core.redaction import check_secret, protect
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.process import PROCESS, ProcessState
-from agent_retrieval.redaction import check_secret, protect
 from agent_retrieval.stores.base import Failure
 from agent_retrieval.stores.rpc import DEFAULT_SCHEMA, CallError, Json, RPCStore, sqlstate_failure
 

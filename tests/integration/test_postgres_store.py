@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from agent_retrieval import cli
+from agent_retrieval.core.process import ProcessState
 from agent_retrieval.errors import DimensionMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import Chunk, Document
-from agent_retrieval.process import ProcessState
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore

@@ -1,4 +1,4 @@
-"""One owner of process state (agent_retrieval.process): a worker forked from a process that used every
+"""One owner of process state (agent_retrieval.core.process): a worker forked from a process that used every
 store, the search threads, the local model and a held write turn works on its own, through one fork hook."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from agent_retrieval.context import Context
+from agent_retrieval.core.process import PROCESS
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.turns import NoTurn, shared_turns
 from agent_retrieval.models import Document, SearchRequest
-from agent_retrieval.process import PROCESS
 from agent_retrieval.providers.embeddings import make_embedder
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.postgres import PostgresStore

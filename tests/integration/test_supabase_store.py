@@ -16,8 +16,8 @@ import pytest
 
 from agent_retrieval import demo
 from agent_retrieval.context import Context
+from agent_retrieval.core.fusion import fuse, keyword_trust
 from agent_retrieval.errors import StoreError
-from agent_retrieval.fusion import fuse, keyword_trust
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import Chunk, ChunkSearchRequest, Document

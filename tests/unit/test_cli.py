@@ -249,7 +249,7 @@ def test_no_progress_silences_every_bar_and_notice(capsys, tmp_path, corpus):
 def test_progress_counts_texts_and_the_model_loading_notice_is_one_line(
     capsys, tmp_path, corpus, monkeypatch
 ):
-    from agent_retrieval.progress import notices
+    from agent_retrieval.core.progress import notices
 
     def loading(context, **_):
         notices.info("loading the embedding model test ...")

@@ -12,8 +12,6 @@ import asyncio
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from agent_retrieval import confidence as confidence_module
-from agent_retrieval.confidence import Calibration, confidence, is_low, signals
 from agent_retrieval.context import Context
 from agent_retrieval.graphs import rag
 from agent_retrieval.models import ChunkSearchRequest, Hit
@@ -23,6 +21,8 @@ from agent_retrieval.planning.answer import (
     extractive_answer,
     write_answer,
 )
+from agent_retrieval.search import confidence as confidence_module
+from agent_retrieval.search.confidence import Calibration, confidence, is_low, signals
 from agent_retrieval.server.graph_parts import GraphParts
 from agent_retrieval.tools import ChunkRetrieverTool
 from tests.conftest import CountingChatModel

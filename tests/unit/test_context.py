@@ -96,7 +96,7 @@ def test_an_explicit_default_beats_the_environment(monkeypatch):
 
 
 def test_settings_are_frozen_and_building_one_changes_nothing_in_the_process(monkeypatch):
-    from agent_retrieval import redaction
+    from agent_retrieval.core import redaction
 
     monkeypatch.setattr(redaction, "_secrets", frozenset())
     context = Context(openai_api_key="sk-held-not-protected")

@@ -14,6 +14,7 @@ import pytrec_eval
 from agent_retrieval import demo, evaluation, hyde
 from agent_retrieval.cli import main
 from agent_retrieval.context import Context
+from agent_retrieval.core.prompts import prompt_files
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.evaluation import (
     DEPTH,
@@ -32,7 +33,6 @@ from agent_retrieval.evaluation import (
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.models import Document
-from agent_retrieval.prompts import prompt_files
 from agent_retrieval.search.retrieval import Retrieval
 from tests.beir import write_beir
 from tests.conftest import CountingChatModel

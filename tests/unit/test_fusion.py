@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_retrieval.fusion import (
+from agent_retrieval.core.fusion import (
     FULL_KEYWORD_COVERAGE,
     PROFILES,
     convex,
@@ -13,8 +13,8 @@ from agent_retrieval.fusion import (
     rrf,
     zscores,
 )
+from agent_retrieval.core.text import entity_matches, entity_terms
 from agent_retrieval.models import Hit
-from agent_retrieval.text import entity_matches, entity_terms
 
 
 def hit(id_: str, content: str = "", tenant: str = "", **scores: float) -> Hit:

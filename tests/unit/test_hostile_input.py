@@ -23,12 +23,12 @@ from langchain_core.messages import ToolMessage
 
 from agent_retrieval import demo
 from agent_retrieval.context import Context
+from agent_retrieval.core.text import keyword_terms
 from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.search.retrieval import Retrieval
-from agent_retrieval.text import keyword_terms
 from agent_retrieval.tools import make_retrieval_tools
 from tests.conftest import WordHashEmbeddings
 

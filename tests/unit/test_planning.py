@@ -13,6 +13,7 @@ import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from agent_retrieval.context import Context
+from agent_retrieval.core.quoting import unquote
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import Hit, RetrievalResult
 from agent_retrieval.planning import (
@@ -29,7 +30,6 @@ from agent_retrieval.planning import (
 )
 from agent_retrieval.planning.answer import format_passages
 from agent_retrieval.planning.links import compares
-from agent_retrieval.quoting import unquote
 from tests.conftest import CountingChatModel
 from tests.promptcheck import PAYLOADS, assert_quoted, hostile_hit, outline, passages_outline
 

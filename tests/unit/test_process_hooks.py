@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from agent_retrieval import redaction
 from agent_retrieval.context import Context
+from agent_retrieval.core import redaction
+from agent_retrieval.core.process import PROCESS, ProcessState
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import ChunkSearchRequest, Document, parse_request
-from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.providers.embeddings import make_embedder
 from agent_retrieval.providers.llm import make_chat_model
 from agent_retrieval.search.resources import SearchResources

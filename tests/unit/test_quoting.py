@@ -9,11 +9,9 @@ import unicodedata
 
 import pytest
 
-from agent_retrieval import quoting
 from agent_retrieval.context import Context
-from agent_retrieval.models import Hit
-from agent_retrieval.planning.answer import cited_ids, format_passages, write_answer
-from agent_retrieval.quoting import (
+from agent_retrieval.core import quoting
+from agent_retrieval.core.quoting import (
     angle_lookalikes,
     clean,
     element,
@@ -24,6 +22,8 @@ from agent_retrieval.quoting import (
     unquote,
     unquote_id,
 )
+from agent_retrieval.models import Hit
+from agent_retrieval.planning.answer import cited_ids, format_passages, write_answer
 from tests.conftest import CountingChatModel, chat_text
 from tests.promptcheck import PAYLOADS, as_read, assert_quoted, hostile_hit, outline, passages_outline
 

@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agent_retrieval.core.process import ProcessState
+from agent_retrieval.core.text import keyword_terms
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.models import Chunk, Document
-from agent_retrieval.process import ProcessState
 from agent_retrieval.stores import SQLiteStore, postings
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.sqlite import keywords
 from agent_retrieval.stores.sqlite.cache import file_caches
 from agent_retrieval.stores.sqlite.schema import MIGRATIONS, bm25_score
-from agent_retrieval.text import keyword_terms
 
 
 def zipf_corpus(rows: int, seed: int = 3) -> tuple[list[Document], list[Chunk]]:

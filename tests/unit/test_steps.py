@@ -7,7 +7,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from agent_retrieval.steps import Call, Together, arun, bounded, run, single
+from agent_retrieval.core.steps import Call, Together, arun, bounded, run, single
 
 
 def _faced(tag: str, delay: float = 0.0) -> Call[str]:

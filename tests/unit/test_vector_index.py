@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from agent_retrieval.context import Context
+from agent_retrieval.core.process import ProcessState
 from agent_retrieval.ingest import ingest, ingest_for_caller
 from agent_retrieval.models import Document
-from agent_retrieval.process import ProcessState
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores import SQLiteStore
 from agent_retrieval.stores.sqlite import vector_index

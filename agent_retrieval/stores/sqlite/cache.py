@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from agent_retrieval.core.process import PROCESS, KeptInMemory, ProcessState
 from agent_retrieval.models import Level
-from agent_retrieval.process import PROCESS, KeptInMemory, ProcessState
 from agent_retrieval.stores.base import MetadataCount
 from agent_retrieval.stores.postings import PostingsCache
 

@@ -11,8 +11,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from agent_retrieval.core.process import PROCESS, ProcessState
 from agent_retrieval.errors import StoreError
-from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.stores.base import Failure
 from agent_retrieval.stores.sqlite.schema import SCHEMA_VERSION, migrate, schema_version
 

@@ -24,9 +24,10 @@ from typing import Any
 import numpy as np
 
 from agent_retrieval.context import STORE_CACHE_MB, VECTOR_INDEX_ROWS
+from agent_retrieval.core.process import PROCESS, ProcessState
+from agent_retrieval.core.text import keyword_terms
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import FILTER_KEY, Chunk, Document, Hit, Level
-from agent_retrieval.process import PROCESS, ProcessState
 from agent_retrieval.stores.base import (
     DOCUMENT_PREVIEW_CHARS,
     FACET_VALUE_CHARS,
@@ -49,7 +50,6 @@ from agent_retrieval.stores.sqlite.connection import Connections
 from agent_retrieval.stores.sqlite.keywords import best_rows, coverage
 from agent_retrieval.stores.sqlite.schema import NOW, TABLE
 from agent_retrieval.stores.sqlite.vector_index import VectorIndex, refreshed, sidecar
-from agent_retrieval.text import keyword_terms
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class SQLiteStore(Store):
             raise InvalidRequest("the SQLite store needs a file path (each thread opens its own connection)")
         self.path = Path(path).expanduser()
         self.tenant = tenant
-        self.process = process  # whose file caches this store shares (agent_retrieval.process)
+        self.process = process  # whose file caches this store shares (agent_retrieval.core.process)
         self._db = Connections(self.path, timeout, process)
         self._cache_bytes = int(cache_mb * 2**20)
         self._index_rows = index_rows

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agent_retrieval.core.process import PROCESS, ProcessState
+from agent_retrieval.core.progress import bar
 from agent_retrieval.models import Level
-from agent_retrieval.process import PROCESS, ProcessState
-from agent_retrieval.progress import bar
 from agent_retrieval.stores.postings import Postings
 from agent_retrieval.stores.sqlite.cache import FileCache
 from agent_retrieval.stores.sqlite.schema import (

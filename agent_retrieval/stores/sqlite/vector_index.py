@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from agent_retrieval.core.progress import bar
 from agent_retrieval.models import Level
-from agent_retrieval.progress import bar
 from agent_retrieval.stores.sqlite.cache import Matrix
 
 if TYPE_CHECKING:

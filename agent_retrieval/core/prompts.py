@@ -6,8 +6,9 @@ import functools
 import hashlib
 from pathlib import Path
 
-_PACKAGED = Path(__file__).parent / "prompts"  # where the wheel puts them
-_SOURCE = Path(__file__).parent.parent / "prompts"  # a source checkout or editable install
+_PACKAGE = Path(__file__).parent.parent
+_PACKAGED = _PACKAGE / "prompts"  # where the wheel puts them
+_SOURCE = _PACKAGE.parent / "prompts"  # a source checkout or editable install
 
 
 @functools.cache

@@ -8,8 +8,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from agent_retrieval.core.text import entity_matches
 from agent_retrieval.models import Hit, Level
-from agent_retrieval.text import entity_matches
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agent_retrieval.core.process import PROCESS
 from agent_retrieval.errors import ConfigError
-from agent_retrieval.process import PROCESS
 
 MASK = "[redacted]"
 MIN_SECRET_CHARS = 8  # shorter values ("k", "test") would mask ordinary words
