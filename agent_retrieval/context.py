@@ -51,6 +51,10 @@ VECTOR_INDEX_BUILD_DEPTHS = (32, 1000)  # pgvector's bounds: at most 1000, at le
 
 
 ENV_PREFIX = "AGENT_RETRIEVAL_"
+# Variables of earlier releases that chose another setting's value: read until 1.0, with a warning.
+_SHORTCUTS = {
+    "embedding_provider": (("AGENT_RETRIEVAL_USE_VOYAGE_EMBEDDINGS", "USE_VOYAGE_EMBEDDINGS"), "voyage")
+}
 
 
 def setting(
@@ -86,6 +90,20 @@ def _deprecated(f: Any) -> str | None:
     """The bare name earlier releases read a setting from (CANDIDATES), unless it is still its name."""
     bare = f.name.upper()
     return None if f.metadata.get("env") or bare == f.metadata.get("also") else bare
+
+
+def _shortcut(name: str) -> str | None:
+    """The value an earlier release's shortcut variable chooses for this setting, if one is set."""
+    variables, value = _SHORTCUTS.get(name, ((), ""))
+    for variable in variables:
+        if os.environ.get(variable, "").strip().lower() in _TRUE:
+            warnings.warn(
+                f"{variable} is deprecated: set {ENV_PREFIX}{name.upper()}={value} instead (read until 1.0)",
+                FutureWarning,
+                stacklevel=3,
+            )
+            return value
+    return None
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -244,6 +262,8 @@ class RunSettings:
                 continue
             found = next(((name, os.environ[name]) for name in env_names(f) if name in os.environ), None)
             if found is None:
+                if shortcut := _shortcut(f.name):
+                    read[f.name] = shortcut
                 continue
             name, raw = found
             if name == _deprecated(f):
@@ -340,10 +360,8 @@ class Context(RunSettings):
     # --- embeddings and chat models ----------------------------------------------------------
     embedding_provider: EmbeddingProvider = setting(
         "local",
-        "Embedding provider: local (all-MiniLM-L6-v2, offline), voyage or openai "
-        "(use_voyage_embeddings=true selects voyage).",
+        "Embedding provider: local (all-MiniLM-L6-v2, offline), voyage or openai.",
     )
-    use_voyage_embeddings: bool = setting(False, "Shortcut for embedding_provider=voyage.")
     local_embedding_model: str = setting(
         "all-MiniLM-L6-v2",
         "sentence-transformers model name or folder for the local provider; "
@@ -455,8 +473,6 @@ class Context(RunSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.use_voyage_embeddings:
-            object.__setattr__(self, "embedding_provider", "voyage")
         if bool(self.supabase_url) != bool(self.supabase_key) and not self.postgres_dsn:
             missing = "supabase_key" if self.supabase_url else "supabase_url"
             raise ConfigError(

@@ -174,8 +174,8 @@ def local_embedder(context: Context) -> Embedder:
     if embedder.model_id != EMBEDDER_ID:
         raise BenchmarkError(
             f"this benchmark measures {EMBEDDER_ID}, but the environment selects "
-            f"{embedder.model_id}: unset AGENT_RETRIEVAL_EMBEDDING_PROVIDER, "
-            "AGENT_RETRIEVAL_USE_VOYAGE_EMBEDDINGS and AGENT_RETRIEVAL_LOCAL_EMBEDDING_MODEL"
+            f"{embedder.model_id}: unset AGENT_RETRIEVAL_EMBEDDING_PROVIDER "
+            "and AGENT_RETRIEVAL_LOCAL_EMBEDDING_MODEL"
         )
     return embedder
 

@@ -33,7 +33,7 @@ def test_from_env_reads_each_setting_not_given_and_context_reads_nothing(monkeyp
     monkeypatch.setenv("AGENT_RETRIEVAL_HYDE_NUM_DOCS", "3")
     monkeypatch.setenv("AGENT_RETRIEVAL_HYDE_MODEL", "llama3")
     monkeypatch.setenv("AGENT_RETRIEVAL_DB", "/tmp/x.db")
-    monkeypatch.setenv("AGENT_RETRIEVAL_USE_VOYAGE_EMBEDDINGS", "1")
+    monkeypatch.setenv("AGENT_RETRIEVAL_EMBEDDING_PROVIDER", "voyage")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
     context = Context.from_env()
     assert (context.use_hyde, context.hyde_num_docs, context.hyde_chat_model) == (True, 3, "llama3")

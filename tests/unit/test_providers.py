@@ -8,6 +8,7 @@ every request, so the tests check what was sent (input_type, batching, temperatu
 from __future__ import annotations
 
 import time
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -88,11 +89,21 @@ async def test_voyage_async_sides(api):
     assert_unit_rows(docs, api, ["one text", "another text"])
 
 
-def test_use_voyage_embeddings_env_selects_voyage(api, monkeypatch):
-    monkeypatch.setenv("AGENT_RETRIEVAL_USE_VOYAGE_EMBEDDINGS", "true")
+@pytest.mark.parametrize("variable", ["AGENT_RETRIEVAL_USE_VOYAGE_EMBEDDINGS", "USE_VOYAGE_EMBEDDINGS"])
+def test_the_earlier_use_voyage_embeddings_variable_still_selects_voyage_with_a_warning(
+    api, monkeypatch, variable
+):
+    """The setting is gone (embedding_provider says it); the seed's variable still works until 1.0."""
+    monkeypatch.setenv(variable, "true")
     monkeypatch.setenv("VOYAGE_API_KEY", "k")
     monkeypatch.setenv("AGENT_RETRIEVAL_VOYAGE_BASE_URL", api.voyage_url)
-    embedder = make_embedder(Context.from_env())
+    with pytest.warns(
+        FutureWarning, match=f"{variable} is deprecated: set AGENT_RETRIEVAL_EMBEDDING_PROVIDER=voyage"
+    ):
+        context = Context.from_env()
+    assert "use_voyage_embeddings" not in {f.name for f in fields(Context)}
+    assert Context.from_env(embedding_provider="local").embedding_provider == "local"  # a given value wins
+    embedder = make_embedder(context)
     assert embedder.model_id == "voyage/voyage-3.5"
     vector = embedder.embed_query("hello")
     assert [r.path for r in api.requests] == ["/voyage/v1/embeddings"]

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 PROGRAMS = ("make", "agent-retrieval", "pip", "langgraph", "mkdocs", "jupyter")
 
-HERE, MCP = "tests/unit/test_readme.py", "tests/integration/test_mcp_server.py"
+HERE, EVAL = "tests/unit/test_readme.py", "tests/unit/test_evaluation.py"
+MCP = "tests/integration/test_mcp_server.py"
 # Each command, and where it runs: "ci" (a step of .ci/run), "make:<text>" (the Makefile holds the text: its
 # target, or the install recipe running the same line) or a test "file::name".
 RUN_BY = {
@@ -36,6 +37,7 @@ RUN_BY = {
     "jupyter lab notebooks/": "pyproject.toml::--nbmake",  # the suite runs the notebooks top to bottom
     "agent-retrieval ingest docs/": f"{HERE}::test_the_readmes_ingest_and_config_commands_run",
     "agent-retrieval config --markdown": f"{HERE}::test_the_readmes_ingest_and_config_commands_run",
+    "agent-retrieval eval": f"{EVAL}::test_the_cli_evaluates_a_scifact_sample_and_a_rerun_embeds_nothing",
     "agent-retrieval mcp": f"{MCP}::test_bad_arguments_get_the_langchain_tools_own_message",
     "langgraph dev": "tests/integration/test_langgraph_server.py::test_rag_answers_on_a_thread_citing_a_hit",
 }  # fmt: skip
