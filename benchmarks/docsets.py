@@ -9,6 +9,11 @@ page shows it. Everything is ingested as a user would (`ingest_paths` on the fol
 local embedder, HyDE off), then:
 
 - right file @1/@3/@10: where document_retriever ranks the question's file;
+- answering file @1/@3: where it ranks the first file that states the answer: the question's own, or one of
+  its `also` files. Those were judged by pooling, as TREC judges runs: every file ranked above the
+  question's own on 2026-11-29 was read, and kept only with a quote of it that states the answer, which
+  this script checks is in the file (so a judgment cannot outlive the text it rests on). Files never ranked
+  above were not judged, so this is a floor;
 - answering passage @3: the file's passage holding the phrase among chunk_retriever's first three;
 - words kept: the share of each file's words (its front matter values and text, markup names left out by an
   independent reader below) found in what the store holds of it;
@@ -131,21 +136,34 @@ def stored_files(db: Path) -> tuple[dict[str, str], dict[str, list[tuple[str, st
     return files, chunks, documents
 
 
+def answering_files(question: dict[str, Any]) -> dict[str, str]:
+    """Each file that states the answer, with the words that do: the question's own file and its phrase, then
+    each `also` file judged to state it and its quote, checked to be in the file."""
+    found = {f"{question['set']}/{question['file']}": " ".join(words(question["answer"]))}
+    for judged in question.get("also", []):
+        path = DOCSETS / question["set"] / judged["file"]
+        if " ".join(judged["quote"].split()) not in " ".join(path.read_text(encoding="utf-8").split()):
+            raise SystemExit(f"{path}: the quote judging it an answer to {question['q']!r} is not in it")
+        found[f"{question['set']}/{judged['file']}"] = " ".join(words(judged["quote"]))
+    return found
+
+
 def ask(retrieval: Retrieval, files: dict[str, str], question: dict[str, Any]) -> dict[str, Any]:
     wanted = f"{question['set']}/{question['file']}"
     documents = retrieval.search(SearchRequest(query=question["q"], top_k=10), "documents").hits
     chunks = retrieval.search(SearchRequest(query=question["q"], top_k=3), "chunks").hits
     ranked = [files.get(hit.document_id) for hit in documents]
-    answer = " ".join(words(question["answer"]))
+    answering = answering_files(question)
+    passages = [
+        (files.get(hit.document_id), " ".join(words(f"{hit.heading_path}\n{hit.content}"))) for hit in chunks
+    ]
     return {
         **question,
         "file_rank": ranked.index(wanted) + 1 if wanted in ranked else None,
         "first": ranked[0] if ranked else None,
-        "passage_top3": any(
-            files.get(hit.document_id) == wanted
-            and answer in " ".join(words(f"{hit.heading_path}\n{hit.content}"))
-            for hit in chunks
-        ),
+        "passage_top3": any(file == wanted and answering[wanted] in text for file, text in passages),
+        "answer_rank": min((rank for rank, file in enumerate(ranked, 1) if file in answering), default=None),
+        "answer_passage_top3": any(file in answering and answering[file] in text for file, text in passages),
     }
 
 
@@ -226,19 +244,26 @@ def summary(sets: list[str], answers: list[dict[str, Any]]) -> dict[str, dict[st
             "file@3": share(sum(r is not None and r <= 3 for r in ranks)),
             "file@10": share(sum(r is not None for r in ranks)),
             "passage@3": share(sum(a["passage_top3"] for a in group)),
+            "answer@1": share(sum(a["answer_rank"] == 1 for a in group)),
+            "answer@3": share(sum(a["answer_rank"] is not None and a["answer_rank"] <= 3 for a in group)),
+            "answer passage@3": share(sum(a["answer_passage_top3"] for a in group)),
         }
 
     return {**{name: rates([a for a in answers if a["set"] == name]) for name in sets}, "all": rates(answers)}
 
 
 def print_table(result: dict[str, Any], toolchains: dict[str, str]) -> None:
-    print("\n| set | toolchain | questions | file @1 | @3 | @10 | passage @3 | words kept | residue |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    print(
+        "\n| set | toolchain | questions | file @1 | @3 | @10 | passage @3 | answering file @1 | @3 "
+        "| passage @3 | words kept | residue |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for name, rates in result["summary"].items():
         kept = result["sets"].get(name)
         residue = (", ".join(f"{n} {kind}" for kind, n in kept["residue"].items()) or "none") if kept else ""
         words_kept = f"{kept['kept']:.1f}%" if kept else ""
-        found = " | ".join(f"{rates[k]:.1f}%" for k in ("file@1", "file@3", "file@10", "passage@3"))
+        measures = ("file@1", "file@3", "file@10", "passage@3", "answer@1", "answer@3", "answer passage@3")
+        found = " | ".join(f"{rates[k]:.1f}%" for k in measures)
         toolchain = toolchains.get(name, "all")
         print(f"| {name} | {toolchain} | {rates['questions']} | {found} | {words_kept} | {residue} |")
     ingested = result["ingest"]
