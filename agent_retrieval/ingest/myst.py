@@ -26,16 +26,18 @@ _NAMED = re.compile(r"[ \t]*\{([\w:.+-]{1,80})\}(.*)$")  # what follows a direct
 _OPTION = re.compile(r"[ \t]*:[\w-]{1,80}:(?:[ \t].*)?$")
 _TARGET = re.compile(r"\([\w.:-]{1,200}\)=[ \t]*$")  # "(options)=": a label for references, not text
 _ROLE = re.compile(r"(?<!`)\{([\w:.+-]{1,80})\}`([^`\n]{1,2000})`")
-CODE = frozenset({"code-block", "code", "sourcecode", "code-cell"})
+# Sphinx's directives are read as sphinx.py reads them in reStructuredText, from its lists; MyST adds its own.
+CODE = sphinx.CODE | {"code", "code-cell"}
 # Directives whose body is text; a name not known here is kept as code (R Markdown's and Quarto's ```{r}).
-PROSE = frozenset(
+ADMONITIONS = frozenset(
     """
-    note warning tip important caution danger attention hint error seealso admonition todo
-    figure dropdown tab-set tab-item card grid grid-item-card topic sidebar glossary rubric epigraph
+    note warning tip important caution danger attention hint error admonition todo
+    figure dropdown tab-set tab-item grid grid-item-card topic sidebar rubric epigraph
     highlights pull-quote margin div container
     """.split()  # noqa: SIM905 - a list of names, as the other sets
 )
-HIDDEN = frozenset({"toctree", "currentmodule", "contents", "index", "tabularcolumns", "raw", "only"})
+PROSE = ADMONITIONS | sphinx.CONTENT | sphinx.DESCRIPTIONS
+HIDDEN = sphinx.NO_PROSE | {"contents", "raw"}
 INCLUDED = {"literalinclude": True, "include": False}  # each name: whether what it takes in is code
 
 
@@ -123,6 +125,10 @@ def _shown(indent: str, name: str, argument: str, opened: _Open) -> str:
         return f"{indent}{sphinx.VERSIONS[name]} {argument}".rstrip() + "."
     if name == "admonition":
         return indent + argument
+    if name in sphinx.DESCRIPTIONS:  # an API entry: its signature, a paragraph of its own
+        return indent + (sphinx.shown(argument) or name) + "\n"
+    if name in sphinx.CONTENT:  # as sphinx.py shows them: `only`'s builder tag is not text
+        return indent + argument if name != "only" else ""
     title = name.split(":")[-1].replace("-", " ").capitalize()
     return f"{indent}{title}: {argument}" if argument else indent + title
 

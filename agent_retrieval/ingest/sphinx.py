@@ -134,7 +134,8 @@ def register() -> None:
 
     class Content(Described):
         def run(self) -> list[Any]:
-            arguments = " ".join(self.arguments).strip()
+            # `only`'s argument is the builders it is for (html, latex), not text the page shows
+            arguments = " ".join(self.arguments).strip() if self.name != "only" else ""
             return ([nodes.paragraph("", shown(arguments))] if arguments else []) + self._content()
 
     class Code(Described):

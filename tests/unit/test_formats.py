@@ -330,6 +330,30 @@ def test_a_file_taken_in_when_the_page_is_built_is_named_in_its_place(tmp_path, 
     assert "(Code from ../src/app.py.)" in load_file(page, "page")[0].content
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("page.rst",
+         "Page\n====\n\n.. testcode::\n\n   print(add(1, 2))\n\n"
+         ".. only:: html\n\n   Shown on the web page.\n\n"
+         ".. py:function:: add(a, b)\n\n   Adds two numbers.\n\n.. autosummary::\n\n   add\n"),
+        ("page.md",
+         "# Page\n\n```{testcode}\nprint(add(1, 2))\n```\n\n```{only} html\nShown on the web page.\n```\n\n"
+         "```{py:function} add(a, b)\nAdds two numbers.\n```\n\n```{autosummary}\nadd\n```\n"),
+    ],
+)  # fmt: skip
+def test_sphinx_directives_read_alike_in_restructuredtext_and_myst(tmp_path, name, text):
+    """One list of Sphinx's directives for both: doctest's code is code, `only`'s body is shown without its
+    builder tag, an API entry shows its signature and text, and an autosummary table is left out."""
+    page = tmp_path / name
+    page.write_text(text, encoding="utf-8")
+    content = load_file(page, "page")[0].content
+    assert re.search(r"```\w*\nprint\(add\(1, 2\)\)\n```", content)
+    assert "Shown on the web page." in content and "html" not in content
+    assert "add(a, b)" in content and "Adds two numbers." in content
+    assert "autosummary" not in content and "\nadd\n" not in content
+
+
 def test_a_fence_named_by_a_directive_myst_does_not_know_stays_code(tmp_path):
     """R Markdown's and Quarto's chunks look like MyST directives: their code must not become prose."""
     page = tmp_path / "analysis.md"
