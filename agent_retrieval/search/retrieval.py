@@ -78,9 +78,8 @@ class Retrieval:
         process: ProcessState = PROCESS,
     ):
         self.context = context or Context()
-        self.process = (
-            process  # whose threads, caches, pools and models this uses (agent_retrieval.core.process)
-        )
+        # whose threads, caches, pools and models this uses (agent_retrieval.core.process)
+        self.process = process
         # The vector side's similarity floor; None: by query type (fusion.PROFILES). A LangChain vector store
         # promises the k nearest whatever their similarity, so it sets -1.
         self.min_similarity = min_similarity
