@@ -20,6 +20,7 @@ process holding the embedder) and the size of its files on disk are its own.
 
     python -m benchmarks.embedded_peers                 # SciFact, 10K, 100K -> results/embedded-peers.json
     python -m benchmarks.embedded_peers --sizes 10000   # one size
+    python -m benchmarks.embedded_peers --sizes 100000 --systems ours chroma --no-quality   # two, speed only
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -287,12 +288,14 @@ def documents_of(ranked: dict[str, list[str]], document_of: dict[str, str]) -> d
     return {qid: list(dict.fromkeys(document_of[c] for c in chunks)) for qid, chunks in ranked.items()}
 
 
-def quality(store: Path, dataset: Path, work: Path, queries: int | None) -> dict[str, Any]:
+def quality(
+    store: Path, dataset: Path, work: Path, queries: int | None, systems: Sequence[str]
+) -> dict[str, Any]:
     data = load_beir(dataset, "test", limit=queries)
     rows = read_rows(store)
     document_of = dict(zip(rows.ids, rows.documents, strict=True))
     report = {}
-    for system in SYSTEMS:
+    for system in systems:
         found = in_process(system, store, work / f"quality-{system}", data.queries, DEPTH)
         scores = score_run(documents_of(found.pop("ranked"), document_of), data.qrels)
         report[system] = {
@@ -303,9 +306,11 @@ def quality(store: Path, dataset: Path, work: Path, queries: int | None) -> dict
     return report
 
 
-def speed(size: int, store: Path, queries: dict[str, str], work: Path) -> dict[str, Any]:
+def speed(
+    size: int, store: Path, queries: dict[str, str], work: Path, systems: Sequence[str]
+) -> dict[str, Any]:
     report = {}
-    for system in SYSTEMS:
+    for system in systems:
         found = in_process(system, store, work / f"{size}-{system}", queries, TOP_K)
         found.pop("ranked")
         report[system] = {key: round(value, 2) for key, value in found.items()}
@@ -322,6 +327,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--queries", type=int, default=None, help="the first N judged test queries")
     parser.add_argument("--work", type=Path, default=RESULTS / "embedded-peers", help="peers' files, kept")
     parser.add_argument("--out", type=Path, default=RESULTS / "embedded-peers.json")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=SYSTEMS, help="some, in one run")
+    parser.add_argument("--no-quality", action="store_true", help="speed only (quality needs no rerun)")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # a child: one system, one store
     args = parser.parse_args(argv)
     if args.one:
@@ -338,10 +345,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ]
     if missing:
         sys.exit(f"missing {', '.join(map(str, missing))}: run benchmarks/latency.py first")
-    report: dict[str, Any] = {"quality": quality(args.quality_store, args.dataset, args.work, args.queries)}
+    report: dict[str, Any] = {}
+    if not args.no_quality:
+        report["quality"] = quality(args.quality_store, args.dataset, args.work, args.queries, args.systems)
     timed = load_beir(args.dataset, "test", limit=args.queries).queries
     for size in args.sizes:
-        report[f"{size} chunks"] = speed(size, Path(args.store.format(size=size)), timed, args.work)
+        store = Path(args.store.format(size=size))
+        report[f"{size} chunks"] = speed(size, store, timed, args.work, args.systems)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
     return report

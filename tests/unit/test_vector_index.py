@@ -233,3 +233,24 @@ print("loaded", onnxruntime.get_device())
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "loaded" in done.stdout, done.stderr[-2000:]
+
+
+def test_the_graphs_memory_is_measured_once_per_row_count(tmp_path, vectors, monkeypatch):
+    """Every keyword search weighs the caches against their budget; usearch measures a graph's memory in
+    half a millisecond at 100K rows, so it is measured again only when the graph's rows change."""
+    with SQLiteStore(tmp_path / "s.db", index_rows=1000) as store:
+        store.upsert(documents(vectors), [], "m")
+        store.refresh_indexes()
+        graph = store._cache.indexes["documents"].graph
+        measured: list[int] = []
+        usage = type(graph).memory_usage
+        monkeypatch.setattr(
+            type(graph), "memory_usage", property(lambda g: measured.append(1) or usage.fget(g))
+        )
+        for _ in range(3):
+            store.keyword_search("documents", "text title", 5)
+        assert store._cache.nbytes > 0 and len(measured) <= 1
+        store.upsert(documents(unit(-vectors[:5]), ROWS), [], "m")
+        store.refresh_indexes()
+        store.keyword_search("documents", "text title", 5)
+        assert store._cache.indexes["documents"].nbytes >= 0 and len(measured) <= 3

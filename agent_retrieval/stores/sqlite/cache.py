@@ -52,7 +52,7 @@ class FileCache:
     @property
     def nbytes(self) -> int:
         matrices = sum(m.vectors.nbytes + m.rowids.nbytes for m in tuple(self.matrices.values()))
-        indexes = sum(index.graph.memory_usage for index in tuple(self.indexes.values()))
+        indexes = sum(index.nbytes for index in tuple(self.indexes.values()))
         stored = sum(s.nbytes for _, s in tuple(self.stored.values()) if s is not None)
         return matrices + indexes + stored + sum(p.nbytes for p in tuple(self.postings.values()))
 

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +49,18 @@ class VectorIndex:
 
     graph: Index  # usearch is imported when first needed: small stores never load it
     matrix: Matrix
+    # the graph's bytes at its last measured row count: usearch measures them slowly (half a millisecond
+    # at 100K rows), and every keyword search weighs the caches against their budget
+    _measured: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        """The graph's memory, measured again only when its row count has changed."""
+        rows = len(self.graph)
+        if rows not in self._measured:
+            self._measured.clear()
+            self._measured[rows] = int(self.graph.memory_usage)
+        return self._measured[rows]
 
     def search(self, query: np.ndarray, k: int) -> np.ndarray:
         """The positions in `matrix` of the (approximately) k nearest rows, best first."""
