@@ -24,9 +24,11 @@ five is the one confidence.py ships.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import shutil
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -67,10 +69,29 @@ Row = dict[str, Any]  # dataset, question, answerable, and the signals
 def collect(name: str, retrieval: Retrieval, questions: list[tuple[str, bool]]) -> list[Row]:
     """What one chunk_retriever search says of each question: the signals' raw material."""
     rows = []
+    spread = store_spread(Path(retrieval.context.db_path))
     for question, answerable in tqdm(questions, desc=name, unit="question"):
         found = retrieval.candidates(ChunkSearchRequest(query=question, top_k=10, hyde="off"), "chunks")
-        rows.append({"dataset": name, "question": question, "answerable": answerable, **raw(found, question)})
+        row = {"dataset": name, "question": question, "answerable": answerable, **raw(found, question)}
+        if found.query_embedding is not None and found.query_embedding.vector is not None:
+            row["standing"] = standing(row["sims"], np.asarray(found.query_embedding.vector), *spread)
+        rows.append(row)
     return rows
+
+
+def store_spread(db: Path) -> tuple[Any, Any]:
+    """The mean and covariance of a store's passage vectors: a query's similarity to a random passage has
+    mean q.mu and variance q'Sq, which tell how far its best match stands above the store as a whole."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT embedding FROM chunks WHERE embedding IS NOT NULL").fetchall()
+    vectors = np.array([np.frombuffer(blob, dtype=np.float32) for (blob,) in rows])
+    return vectors.mean(axis=0), np.cov(vectors, rowvar=False)
+
+
+def standing(sims: list[float], query: Any, mean: Any, covariance: Any) -> float:
+    """The best similarity in standard deviations above the query's mean similarity to the store."""
+    best = sims[0] if sims else 0.0
+    return float((best - query @ mean) / np.sqrt(max(float(query @ covariance @ query), 1e-9)))
 
 
 def raw(found: Any, question: str) -> dict[str, Any]:
@@ -181,6 +202,7 @@ CANDIDATES: dict[str, Callable[[Row], float]] = {
     "the best similarity less the mean of the next nine": lambda r: (
         r["sims"][0] - sum(r["sims"][1:10]) / len(r["sims"][1:10]) if len(r["sims"]) > 1 else 0.0
     ),
+    "the best similarity's standing in the store": lambda r: r.get("standing", 0.0),
 }
 SETS = {
     "shipped (confidence.signals)": ["best vector similarity", "the best keyword hit's similarity"],
@@ -209,6 +231,15 @@ SETS = {
         "best vector similarity",
         "the best keyword hit's similarity",
         "the best similarity less the mean of the next nine",
+    ],
+    "+ the best similarity's standing in the store": [
+        "best vector similarity",
+        "the best keyword hit's similarity",
+        "the best similarity's standing in the store",
+    ],
+    "the standing in place of the best similarity": [
+        "the best similarity's standing in the store",
+        "the best keyword hit's similarity",
     ],
 }
 PRECISION = 0.9  # of "low": at least this share of the questions called low has no answer stored
