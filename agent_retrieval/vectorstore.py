@@ -28,12 +28,11 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
-from agent_retrieval.context import Context
 from agent_retrieval.errors import InvalidRequest
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import ChunkSearchRequest, Document, Hit, Level, SearchRequest, parse_request
 from agent_retrieval.providers.embeddings import Embedder
-from agent_retrieval.search.retrieval import Retrieval
+from agent_retrieval.search.retrieval import Retrieval, as_retrieval
 from agent_retrieval.stores.base import MAX_SEARCH_K, check_rows
 
 ANY_SIMILARITY = -1.0  # a vector store returns the k nearest, however far: no similarity floor
@@ -44,28 +43,27 @@ class AgentRetrievalVectorStore(VectorStore):
 
     def __init__(
         self,
-        context: Context | None = None,
+        retrieval: Retrieval | None = None,
         *,
         embedding: Embeddings | None = None,
         model_id: str | None = None,
-        retrieval: Retrieval | None = None,
         level: Level = "documents",
         public: bool = False,
     ):
-        """`embedding`: any LangChain Embeddings (default: the embedder `context` configures), recorded in the
-        store as `model_id` (default: its class name, and its `model` when it has one). `retrieval` gives the
-        store, embedder and search settings instead (it is then the caller's to close)."""
+        """`retrieval` gives the store, embedder and search settings, and stays the caller's to close
+        (default: one of the default settings, `Retrieval()`). `embedding`, any LangChain Embeddings, takes
+        the embedder's place over the same settings, recorded in the store as `model_id` (default: its class
+        name, and its `model` when it has one)."""
         if level not in ("documents", "chunks"):
             raise InvalidRequest(f"level: must be 'documents' or 'chunks' (got {level!r})")
-        if retrieval is not None and (context is not None or embedding is not None):
-            raise InvalidRequest("give either retrieval, or context and embedding: not both")
-        if retrieval is None:
+        # its own Retrieval (closed by close()) unless one is given to use as it is
+        self._owns_retrieval = retrieval is None or embedding is not None
+        if self._owns_retrieval:
+            settings = as_retrieval(retrieval).context if retrieval is not None else None
             embedder = Embedder(embedding, model_id or _model_id(embedding)) if embedding else None
-            retrieval = Retrieval(context, embedder=embedder, min_similarity=ANY_SIMILARITY)
-            self._owns_retrieval = True
+            self.retrieval = Retrieval(settings, embedder=embedder, min_similarity=ANY_SIMILARITY)
         else:
-            self._owns_retrieval = False
-        self.retrieval = retrieval
+            self.retrieval = as_retrieval(retrieval)
         self.level: Level = level
         self.public = public
 
@@ -254,8 +252,9 @@ class AgentRetrievalVectorStore(VectorStore):
         ids: list[str] | None = None,
         **kwargs: Any,
     ) -> AgentRetrievalVectorStore:
-        """A store over `kwargs["context"]` (default: the configured one), with these texts added."""
-        store = cls(kwargs.pop("context", None), embedding=embedding, **kwargs)
+        """A store over `kwargs["retrieval"]`'s settings (default: the default settings) embedding with
+        `embedding`, with these texts added."""
+        store = cls(kwargs.pop("retrieval", None), embedding=embedding, **kwargs)
         store.add_texts(texts, metadatas, ids=ids)
         return store
 

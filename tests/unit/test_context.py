@@ -63,7 +63,14 @@ def test_only_retrieval_from_env_reads_the_environment_below_the_apps(monkeypatc
 
 
 @pytest.mark.parametrize(
-    "where", ["make_retrieval_tools", "DocumentRetrieverTool", "AgentRetriever", "ingest"]
+    "where",
+    [
+        "make_retrieval_tools",
+        "DocumentRetrieverTool",
+        "AgentRetriever",
+        "AgentRetrievalVectorStore",
+        "ingest",
+    ],
 )
 def test_a_context_where_a_retrieval_is_taken_is_refused_with_the_way_to_pass_it(where, tmp_path):
     import agent_retrieval
