@@ -24,9 +24,9 @@ from agent_retrieval.core.process import PROCESS, ProcessState
 from agent_retrieval.core.steps import Outcome, Steps, Together, arun, blocking, call, run, single
 from agent_retrieval.core.text import entity_terms
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
-from agent_retrieval.ingest import IngestReport
+from agent_retrieval.ingest import IngestReport, ingest
 from agent_retrieval.ingest.sync import sync_paths
-from agent_retrieval.models import Hit, Level, RetrievalResult, SearchRequest
+from agent_retrieval.models import Document, Hit, Level, RetrievalResult, SearchRequest
 from agent_retrieval.providers.embeddings import Embedder, make_embedder
 from agent_retrieval.search.confidence import confidence
 from agent_retrieval.search.documents import each_at_best, most_similar
@@ -96,6 +96,14 @@ class Retrieval:
 
     def __repr__(self) -> str:
         return f"Retrieval(db_path={self.context.db_path!r})"
+
+    def ingest_documents(
+        self, documents: Iterable[Document], *, progress: bool = False, public: bool = False
+    ) -> IngestReport:
+        """Write documents and their chunks into this store, embedding only texts whose vectors it does not
+        hold yet (`agent_retrieval.ingest.ingest` with this Retrieval's store, embedder and settings);
+        `public` publishes them to every tenant (Postgres and Supabase: the operator's act)."""
+        return ingest(documents, self.store, self.embedder, self.context, progress=progress, public=public)
 
     def ingest(
         self,

@@ -371,3 +371,19 @@ def test_prune_removes_a_jsonl_record_no_longer_in_its_file(tmp_path, embedder):
         records.write_text('{"id": "r1", "text": "One."}\n', encoding="utf-8")
         report = ingest_paths([records.parent], retrieval=retrieval, prune=True)
         assert report.removed == ["r2"] and sorted(retrieval.store.document_states(["r1", "r2"])) == ["r1"]
+
+
+def test_a_retrieval_ingests_documents_into_its_own_store_embedding_only_what_changed(tmp_path, monkeypatch):
+    from agent_retrieval import Context, Document, Retrieval
+
+    monkeypatch.setattr(
+        "agent_retrieval.search.retrieval.make_embedder",
+        lambda context, **_: Embedder(WordHashEmbeddings(), "test/word-hash"),
+    )
+    documents = [Document(id="fees", title="Fees", content="Our fee is 1.5% of the sale price.")]
+    with Retrieval(Context(db_path=str(tmp_path / "docs.db"))) as retrieval:
+        first = retrieval.ingest_documents(documents)
+        again = retrieval.ingest_documents(documents)
+        assert (first.written, first.embedded > 0) == (1, True)
+        assert (again.unchanged, again.embedded) == (1, 0)
+        assert retrieval.store.stats().documents == 1
