@@ -39,7 +39,6 @@ from tqdm import tqdm
 from agent_retrieval import ChunkSearchRequest, Context, Retrieval, demo, load_documents
 from agent_retrieval.core.text import entity_terms, keyword_terms
 from agent_retrieval.evaluation import load_beir
-from agent_retrieval.ingest import ingest
 from agent_retrieval.search.confidence import calibrated, is_low, signals
 from benchmarks.answers import MUSIQUE, SQUAD, article_document, flat
 
@@ -119,7 +118,7 @@ def squad(chance: random.Random) -> Iterator[tuple[Retrieval, list[tuple[str, bo
     data = json.loads(SQUAD.read_text(encoding="utf-8"))["data"]
     with _store("squad") as retrieval:
         stored = [article_document(a) for n, a in enumerate(data) if n % 2 == 0]
-        ingest(stored, retrieval.store, retrieval.embedder, retrieval.context, progress=True)
+        retrieval.ingest_documents(stored, progress=True)
         asked = {True: [], False: []}  # type: dict[bool, list[str]]
         for n, article in enumerate(data):
             for paragraph in article["paragraphs"]:
@@ -132,7 +131,7 @@ def _without(name: str, folder: Path, split: str, chance: random.Random) -> Iter
     dataset = load_beir(folder, split)
     whole = CACHE / f"{name}-whole.db"
     with Retrieval(Context(db_path=str(whole))) as retrieval:
-        ingest(dataset.documents(), retrieval.store, retrieval.embedder, retrieval.context, progress=True)
+        retrieval.ingest_documents(dataset.documents(), progress=True)
     queries = sorted(dataset.qrels)
     gone = set(chance.sample(queries, len(queries) // 2))
     removed = {doc for q in gone for doc in dataset.qrels[q]}
@@ -158,7 +157,7 @@ def docsets(chance: random.Random) -> Iterator[Any]:
     stored = ("sphinx", "jest")
     with _store("docsets") as retrieval:
         documents = load_documents([DOCSETS / name for name in stored], skipped=[])
-        ingest(documents, retrieval.store, retrieval.embedder, retrieval.context, progress=True)
+        retrieval.ingest_documents(documents, progress=True)
         asked = json.loads((DOCSETS / "questions.json").read_text(encoding="utf-8"))
         yield retrieval, [(q["q"], q["set"] in stored) for q in asked]
 
@@ -166,7 +165,7 @@ def docsets(chance: random.Random) -> Iterator[Any]:
 def demo_questions(chance: random.Random) -> Iterator[Any]:
     with _store("demo") as retrieval:
         documents = load_documents([demo.corpus_dir()])
-        ingest(documents, retrieval.store, retrieval.embedder, retrieval.context, progress=False)
+        retrieval.ingest_documents(documents, progress=False)
         answered = [(q["question"], True) for q in demo.questions()]
         yield retrieval, answered + [(q, False) for q in DEMO_UNANSWERED]
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from agent_retrieval import Context, Retrieval
 from agent_retrieval.evaluation import evaluate, load_beir
-from agent_retrieval.ingest import ingest
 
 ROOT = Path(__file__).resolve().parent
 RESULTS, FIGURES = ROOT / "results", ROOT / "figures"
@@ -42,7 +41,7 @@ def run(folder: Path, limit: int | None = None) -> dict:
     name = folder.name + (f"-{limit}" if limit else "")
     report: dict = {"questions": len(dataset.queries), "paths": {}}
     with Retrieval(Context(db_path=str(RESULTS / f"{folder.name}.db"))) as retrieval:
-        ingest(dataset.documents(), retrieval.store, retrieval.embedder, retrieval.context, progress=False)
+        retrieval.ingest_documents(dataset.documents(), progress=False)
         for level in ("documents", "chunks"):
             modes = [mode for lvl, mode in PATHS if lvl == level]
             out = RESULTS / "eval" / f"{name}-{level}"

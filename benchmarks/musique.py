@@ -18,7 +18,6 @@ from pathlib import Path
 
 from agent_retrieval import Context, Retrieval
 from agent_retrieval.evaluation import Dataset, all_gold, evaluate, load_beir, ndcg, read_run
-from agent_retrieval.ingest import ingest
 from agent_retrieval.planning import make_plan, run_plan
 
 ROOT = Path(__file__).resolve().parent
@@ -76,7 +75,7 @@ def main(dataset_folder: Path = DATASET, results: Path = RESULTS) -> dict:
     results.mkdir(parents=True, exist_ok=True)
     with Retrieval(Context(db_path=str(results / "musique.db"))) as retrieval:
         # the corpus, once: a rerun finds every paragraph unchanged and embeds nothing
-        ingest(dataset.documents(), retrieval.store, retrieval.embedder, retrieval.context, progress=False)
+        retrieval.ingest_documents(dataset.documents(), progress=False)
         for level in ("documents", "chunks"):
             modes = [mode for lvl, mode in PATHS if lvl == level]
             out = results / "eval" / f"musique-{level}"
