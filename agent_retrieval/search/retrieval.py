@@ -125,11 +125,11 @@ class Retrieval:
         name (unless not `gitignore`) in `left_out`: the rest are ingested all the same. A path that names
         nothing raises InvalidRequest. With `prune`, documents stored from files under the given paths whose
         files are gone are deleted (`removed`); one whose content reappears under another id is reported in
-        `renamed`; a file that exists but could not be loaded is never pruned. See `ingest` for `public` and
-        for what is embedded. `include` and `exclude` select a folder's files by pattern (`load_documents`);
-        a file they leave out is never pruned. A folder's files that lead out of it through a symlink are
-        skipped by name unless `follow_symlinks`. With `dry_run` nothing is written, embedded or deleted: the
-        report says what would be (`written`, `renamed`, `removed`).
+        `renamed`; a file that exists but could not be loaded is never pruned. `public` and what is embedded
+        are as `ingest_documents` has them. `include` and `exclude` select a folder's files by pattern
+        (`load_documents`); a file they leave out is never pruned. A folder's files that lead out of it
+        through a symlink are skipped by name unless `follow_symlinks`. With `dry_run` nothing is written,
+        embedded or deleted: the report says what would be (`written`, `renamed`, `removed`).
         """
         return sync_paths(
             paths,
