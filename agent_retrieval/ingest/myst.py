@@ -127,8 +127,8 @@ def _shown(indent: str, name: str, argument: str, opened: _Open) -> str:
         return indent + argument
     if name in sphinx.DESCRIPTIONS:  # an API entry: its signature, a paragraph of its own
         return indent + (sphinx.shown(argument) or name) + "\n"
-    if name in sphinx.CONTENT:  # as sphinx.py shows them: `only`'s builder tag is not text
-        return indent + argument if name != "only" else ""
+    if name in sphinx.CONTENT:  # as sphinx.py shows them
+        return "" if name in sphinx.UNSHOWN_ARGUMENT else indent + argument
     title = name.split(":")[-1].replace("-", " ").capitalize()
     return f"{indent}{title}: {argument}" if argument else indent + title
 

@@ -46,6 +46,8 @@ CODE = frozenset(
 CONTENT = frozenset(
     {"seealso", "only", "hlist", "centered", "glossary", "productionlist", "tab", "tabs", "card"}
 )
+# Content directives whose argument the page does not show: `only`'s names the builders it is for (html)
+UNSHOWN_ARGUMENT = frozenset({"only"})
 NO_PROSE = frozenset(
     {"toctree", "index", "currentmodule", "highlight", "tabularcolumns", "autosummary", "default-role",
      "default-domain", "codeauthor", "sectionauthor", "moduleauthor", "graphviz", "inheritance-diagram",
@@ -134,8 +136,7 @@ def register() -> None:
 
     class Content(Described):
         def run(self) -> list[Any]:
-            # `only`'s argument is the builders it is for (html, latex), not text the page shows
-            arguments = " ".join(self.arguments).strip() if self.name != "only" else ""
+            arguments = "" if self.name in UNSHOWN_ARGUMENT else " ".join(self.arguments).strip()
             return ([nodes.paragraph("", shown(arguments))] if arguments else []) + self._content()
 
     class Code(Described):
