@@ -233,19 +233,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def summary(sets: list[str], answers: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     def rates(group: list[dict[str, Any]]) -> dict[str, float]:
-        ranks = [a["file_rank"] for a in group]
-
         def share(hits: int) -> float:
             return round(100 * hits / len(group), 1) if group else 0.0
 
+        def within(rank: str, k: int) -> float:  # ranks are of the first 10, or None
+            return share(sum(a[rank] is not None and a[rank] <= k for a in group))
+
         return {
             "questions": len(group),
-            "file@1": share(sum(r == 1 for r in ranks)),
-            "file@3": share(sum(r is not None and r <= 3 for r in ranks)),
-            "file@10": share(sum(r is not None for r in ranks)),
+            "file@1": within("file_rank", 1),
+            "file@3": within("file_rank", 3),
+            "file@10": within("file_rank", 10),
             "passage@3": share(sum(a["passage_top3"] for a in group)),
-            "answer@1": share(sum(a["answer_rank"] == 1 for a in group)),
-            "answer@3": share(sum(a["answer_rank"] is not None and a["answer_rank"] <= 3 for a in group)),
+            "answer@1": within("answer_rank", 1),
+            "answer@3": within("answer_rank", 3),
             "answer passage@3": share(sum(a["answer_passage_top3"] for a in group)),
         }
 
