@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.2.0"
 
 if TYPE_CHECKING:  # what a type checker sees: the real classes and functions, not __getattr__'s Any
+    from agent_retrieval.context import ChatSettings as ChatSettings
     from agent_retrieval.context import Context as Context
+    from agent_retrieval.context import EmbeddingSettings as EmbeddingSettings
+    from agent_retrieval.context import IngestSettings as IngestSettings
+    from agent_retrieval.context import RerankSettings as RerankSettings
+    from agent_retrieval.context import ResourceSettings as ResourceSettings
+    from agent_retrieval.context import RunSettings as RunSettings
+    from agent_retrieval.context import ServerSettings as ServerSettings
+    from agent_retrieval.context import StoreSettings as StoreSettings
     from agent_retrieval.errors import AgentRetrievalError as AgentRetrievalError
     from agent_retrieval.errors import ConfigError as ConfigError
     from agent_retrieval.errors import DimensionMismatch as DimensionMismatch
@@ -57,6 +65,15 @@ if TYPE_CHECKING:  # what a type checker sees: the real classes and functions, n
 
 _EXPORTS = {
     "Context": "agent_retrieval.context",
+    # its sections: what each part is given (open_store a StoreSettings, make_embedder EmbeddingSettings)
+    "ChatSettings": "agent_retrieval.context",
+    "EmbeddingSettings": "agent_retrieval.context",
+    "IngestSettings": "agent_retrieval.context",
+    "RerankSettings": "agent_retrieval.context",
+    "ResourceSettings": "agent_retrieval.context",
+    "RunSettings": "agent_retrieval.context",
+    "ServerSettings": "agent_retrieval.context",
+    "StoreSettings": "agent_retrieval.context",
     "Retrieval": "agent_retrieval.search.retrieval",
     "SearchResources": "agent_retrieval.search.resources",
     "make_retrieval_tools": "agent_retrieval.tools",

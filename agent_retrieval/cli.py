@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
@@ -12,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, get_args
 
 from agent_retrieval import __version__
-from agent_retrieval.context import Context
+from agent_retrieval.context import Context, EmbeddingSettings
 from agent_retrieval.core.text import counted, printable
 from agent_retrieval.errors import AgentRetrievalError
 from agent_retrieval.models import MAX_LISTED, ChunkSearchRequest, HydeMode, SearchRequest, parse_request
@@ -327,14 +326,15 @@ def _retrieval(context: Context, *, store_must_exist: bool = False) -> Any:
 
 
 def _check_store_path(context: Context, *, must_exist: bool) -> None:
-    if context.store_backend != "sqlite":
+    settings = context.store
+    if settings.backend != "sqlite":
         return
     from agent_retrieval.stores import missing_store, sqlite_path
 
-    path = sqlite_path(context)
-    if must_exist and (problem := missing_store(context)):
+    path = sqlite_path(settings)
+    if must_exist and (problem := missing_store(settings)):
         raise _bad(problem)
-    if not context.tenant_id and not path.parent.is_dir():  # a tenant's folder is the store's to make
+    if not settings.tenant_id and not path.parent.is_dir():  # a tenant's folder is the store's to make
         raise _bad(f"{path}: the folder {path.parent} does not exist; create it, or choose another --db")
 
 
@@ -410,7 +410,7 @@ def _delete(args: argparse.Namespace, context: Context) -> int:
     if args.prefix == "":
         raise _bad("--prefix '' would delete every document; give the start of their ids")
     _check_store_path(context, must_exist=True)
-    with open_store(context) as store:
+    with open_store(context.store) as store:
         deleted = set(store.document_states(args.ids))
         store.delete_documents(sorted(deleted))
         while args.prefix and (under := [doc.id for doc in store.list_documents(args.prefix, MAX_LISTED)]):
@@ -435,7 +435,7 @@ def _list(args: argparse.Namespace, context: Context) -> int:
     if not 1 <= args.limit < MAX_LISTED:  # one more is asked for, to tell whether there are more
         raise _bad(f"--limit must be 1 to {MAX_LISTED - 1:,} (got {args.limit})")
     _check_store_path(context, must_exist=True)
-    with open_store(context) as store:
+    with open_store(context.store) as store:
         listed = store.list_documents(args.prefix, args.limit + 1)
     shown = listed[: args.limit]
     if args.json:
@@ -536,9 +536,9 @@ def _stats(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval.stores import open_store
 
     _check_store_path(context, must_exist=True)
-    with open_store(context) as store:
+    with open_store(context.store) as store:
         stats = asdict(store.stats())
-    stats["embedder"] = _embedder_status(context)
+    stats["embedder"] = _embedder_status(context.embeddings)
     if args.json:
         print(json.dumps(stats, indent=2))
     else:
@@ -551,17 +551,17 @@ def _stats(args: argparse.Namespace, context: Context) -> int:
     return 0
 
 
-def _embedder_status(context: Context) -> str:
+def _embedder_status(settings: EmbeddingSettings) -> str:
     """Which embedder this configuration uses and how it runs (nothing is loaded to say so)."""
-    if context.embedding_provider != "local":
-        return context.embedding_provider
+    if settings.embedding_provider != "local":
+        return settings.embedding_provider
     from agent_retrieval.providers import onnx_model
     from agent_retrieval.providers.embeddings import BUNDLED_LOCAL_MODEL, bundled_model_path
 
-    name = f"local {context.local_embedding_model}"
-    if context.local_runtime == "torch" or context.local_embedding_model != BUNDLED_LOCAL_MODEL:
+    name = f"local {settings.local_embedding_model}"
+    if settings.local_runtime == "torch" or settings.local_embedding_model != BUNDLED_LOCAL_MODEL:
         return f"{name} on sentence-transformers (torch)"
-    cache = onnx_model.cache_folder(context.local_model_cache)
+    cache = onnx_model.cache_folder(settings.local_model_cache)
     return f"{name} on {onnx_model.status(bundled_model_path(), cache)}"
 
 
@@ -587,9 +587,9 @@ def _eval(args: argparse.Namespace, context: Context) -> int:
     dataset = load_beir(args.folder, args.split, limit=args.limit, max_documents=args.max_documents)
     root = Path(args.out)
     name = dataset.folder.name + (f"-{dataset.corpus_size}" if dataset.subset is not None else "")
-    if context.store_backend == "sqlite" and not args.db:
+    if context.store.backend == "sqlite" and not args.db:
         root.mkdir(parents=True, exist_ok=True)
-        context = dataclasses.replace(context, db_path=str(root / f"{name}.db"))
+        context = context.replace(db_path=str(root / f"{name}.db"))
     modes = [m.strip() for m in args.modes.split(",") if m.strip()] if args.modes else None
     with _retrieval(context) as retrieval:
         report = ingest(
@@ -619,20 +619,21 @@ def _config(args: argparse.Namespace, context: Context) -> int:
 def _db_init(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval.stores.rpc import render_sql
 
-    schema, dimension = args.schema or context.db_schema, args.dimension
+    store, dimension = context.store, args.dimension
+    schema = args.schema or store.db_schema
     if dimension is None:
         from agent_retrieval.providers.embeddings import make_embedder
 
-        embedder = make_embedder(context)
+        embedder = make_embedder(context.embeddings)
         dimension = len(embedder.embed_query("dimension probe"))
         print(f"embedding dimension {dimension} (from {embedder.model_id})", file=sys.stderr)
     if args.print_sql:
-        print(render_sql(schema, dimension, context.vector_index_build_depth))
+        print(render_sql(schema, dimension, store.vector_index_build_depth))
         return 0
-    if not context.postgres_dsn:
+    if not store.backend_dsn:
         where = (
             "Supabase's API cannot create tables: "
-            if context.supabase_url
+            if store.supabase_url
             else "No database is configured (the embedded SQLite store needs no setup): "
         )
         raise _bad(
@@ -641,10 +642,10 @@ def _db_init(args: argparse.Namespace, context: Context) -> int:
         )
     from agent_retrieval.stores.postgres import PostgresStore
 
-    with PostgresStore(context.postgres_dsn, schema=schema) as store:
-        for change in store.init(dimension, build_depth=context.vector_index_build_depth):
+    with PostgresStore(store.backend_dsn, schema=schema) as postgres:
+        for change in postgres.init(dimension, build_depth=store.vector_index_build_depth):
             print(change)
-        print(f"schema {schema} is ready for {dimension}-dimensional vectors at {store.location}")
+        print(f"schema {schema} is ready for {dimension}-dimensional vectors at {postgres.location}")
     return 0
 
 
@@ -673,8 +674,8 @@ def _demo(args: argparse.Namespace, context: Context) -> int:
     from agent_retrieval.tools import make_retrieval_tools
 
     if not args.db:
-        context = dataclasses.replace(context, db_path=DEMO_DB)
-    print(f"Ingesting the demo corpus into {context.db_path} ...")
+        context = context.replace(db_path=DEMO_DB)
+    print(f"Ingesting the demo corpus into {context.store.db_path} ...")
     if not context.use_hyde:
         print(
             "HyDE is off: set AGENT_RETRIEVAL_USE_HYDE=true with OPENAI_API_KEY or OPENAI_BASE_URL "
@@ -706,7 +707,8 @@ def _demo(args: argparse.Namespace, context: Context) -> int:
                 print(f"\nMISSED: the answer is in {item['expected_document']!r}, under {sections}")
     print(
         f"\nThe answering document was among the top 3 for {documents_found} of {len(questions)} questions, "
-        f"and the answering passage among the 2 shown for {passages_found}.\n{_studio_hint(context.db_path)}"
+        f"and the answering passage among the 2 shown for {passages_found}.\n"
+        f"{_studio_hint(context.store.db_path)}"
     )
     return 0
 

@@ -1,25 +1,42 @@
-"""Every setting of agent-retrieval, split by who may set it.
+"""Every setting of agent-retrieval, split by who may set it and by what uses it.
 
 `RunSettings` are the search and answer knobs (top-k depth, fusion, HyDE on or off, timeouts, all bounded):
 what a caller may choose per run, including the caller of a run on a LangGraph server, whose `context` is
-read as RunSettings and nothing else. `Context` adds the deployment settings only the operator sets: where
-the store is and its credentials, provider endpoints and keys, the schema, the tenant. A server run's
-deployment settings come from the server's environment and the run's authenticated user
-(agent_retrieval.server.auth), never from the run's caller.
+read as RunSettings and nothing else. `Context` adds the deployment settings only the operator sets, in one
+section per part that uses them: `store` (where the documents are and its credentials, the tenant),
+`embeddings`, `chat`, `rerank`, `resources` (what a process shares between searches), `ingest` and `server`.
+Each part receives its own section, so a store never sees a chat key. A server run's deployment settings
+come from the server's environment and the run's authenticated user (agent_retrieval.server.auth), never
+from the run's caller.
 
-Both are frozen and pure: `Context(...)` holds what it is given and the defaults, reads nothing and changes
-nothing in the process. `Context.from_env(...)` is the operator's: each setting not given is read from its
-variable, `AGENT_RETRIEVAL_<NAME>` (a provider's own name, such as `OPENAI_API_KEY`, also works; the bare
-`<NAME>` is read for one more release, with a warning).
+All are frozen pydantic-settings models, and pure: `Context(...)` holds what it is given and the defaults,
+reads nothing and changes nothing in the process; a deployment setting may be given by its own name
+(`Context(db_path=...)` fills the store section). `Context.from_env(...)` is the operator's: each setting not
+given is read from its variable, `AGENT_RETRIEVAL_<NAME>` (a provider's own name, such as `OPENAI_API_KEY`,
+also works; the bare `<NAME>` is read until 1.0, with a warning).
 """
 
 from __future__ import annotations
 
 import os
-import typing
 import warnings
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, Self, get_args, get_origin
+from typing import Annotated, Any, Literal, Self, get_args
+
+from annotated_types import Ge, Le
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    AliasGenerator,
+    Field,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from agent_retrieval.core.redaction import check_secret
 from agent_retrieval.errors import ConfigError
@@ -31,8 +48,6 @@ FusionMode = Literal["rrf", "convex"]
 ServerAuth = Literal["supabase", "off"]
 Reranker = Literal["off", "voyage"]
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
 MAX_SETTING_CHARS = 4096
 # An endpoint and its key are configured together: a key from the environment is never sent to an endpoint
 # set somewhere else (code, or a notebook), nor the other way round.
@@ -55,59 +70,115 @@ ENV_PREFIX = "AGENT_RETRIEVAL_"
 _SHORTCUTS = {
     "embedding_provider": (("AGENT_RETRIEVAL_USE_VOYAGE_EMBEDDINGS", "USE_VOYAGE_EMBEDDINGS"), "voyage")
 }
+# Variables of earlier releases whose setting is gone: a deployment still setting one hears what replaced it.
+_REMOVED = {"AGENT_RETRIEVAL_HYDE_MODEL": "HyDE uses the chat model, AGENT_RETRIEVAL_OPENAI_CHAT_MODEL"}
 
 
 def setting(
-    default: Any,
-    description: str,
-    *,
-    env: str | None = None,
-    also: str | None = None,
-    secret: bool = False,
-    bounds: tuple[float, float] | None = None,
-    url: bool = False,
+    default: Any, description: str, *, env: tuple[str, ...] = (), bounds: tuple[float, float] | None = None
 ) -> Any:
-    """A settings field: its description is what LangGraph Studio shows. Its variable is
-    AGENT_RETRIEVAL_<NAME> unless `env` names another; `also` is a provider's own variable for the same
-    value (OPENAI_API_KEY), read when ours is not set."""
-    metadata = {"description": description, "env": env, "also": also, "secret": secret, "bounds": bounds}
-    return field(default=default, repr=not secret, metadata={**metadata, "url": url})
+    """A settings field: its description is what LangGraph Studio and the configuration page show. It is read
+    from AGENT_RETRIEVAL_<NAME> unless `env` names its variables, first found wins (ours, then a provider's
+    own, such as OPENAI_API_KEY)."""
+    low, high = bounds or (None, None)
+    return Field(
+        default,
+        description=description,
+        ge=low,
+        le=high,
+        validation_alias=AliasChoices(*env) if env else None,
+    )
 
 
-def env_name(f: Any) -> str:
-    """The environment variable a settings field is read from."""
-    return str(f.metadata.get("env") or ENV_PREFIX + f.name.upper())
+def _http_url(value: str, info: ValidationInfo) -> str:
+    if value and not value.startswith(("http://", "https://")):
+        raise ConfigError(f"{info.field_name} must be an http:// or https:// URL (got {value[:60]!r})")
+    return value
 
 
-def env_names(f: Any) -> tuple[str, ...]:
-    """Every variable a settings field is read from, first found wins: ours, the provider's own, then the
-    bare name of earlier releases (deprecated)."""
-    names = [env_name(f), f.metadata.get("also"), _deprecated(f)]
-    return tuple(name for name in names if name)
+def _clean_secret(value: SecretStr, info: ValidationInfo) -> SecretStr:
+    # Keys and tokens travel in HTTP headers; the DSN (and its password) only to the database.
+    name = str(info.field_name)
+    return SecretStr(check_secret(name, value.get_secret_value(), header=name != "postgres_dsn"))
 
 
-def _deprecated(f: Any) -> str | None:
-    """The bare name earlier releases read a setting from (CANDIDATES), unless it is still its name."""
-    bare = f.name.upper()
-    return None if f.metadata.get("env") or bare == f.metadata.get("also") else bare
+URL = Annotated[str, AfterValidator(_http_url)]
+Secret = Annotated[SecretStr, AfterValidator(_clean_secret)]
+NO_SECRET = SecretStr("")
 
 
-def _shortcut(name: str) -> str | None:
-    """The value an earlier release's shortcut variable chooses for this setting, if one is set."""
-    variables, value = _SHORTCUTS.get(name, ((), ""))
-    for variable in variables:
-        if os.environ.get(variable, "").strip().lower() in _TRUE:
-            warnings.warn(
-                f"{variable} is deprecated: set {ENV_PREFIX}{name.upper()}={value} instead (read until 1.0)",
-                FutureWarning,
-                stacklevel=3,
-            )
-            return value
-    return None
+class Settings(BaseSettings):
+    """The shape of every settings model: frozen, strict, its errors a ConfigError naming the setting and
+    what is allowed. Built from what code gives and the defaults; only `from_env` reads the environment."""
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        strict=True,
+        hide_input_in_errors=True,
+        validate_by_name=True,
+        validate_by_alias=False,  # the aliases are the variables from_env reads, not names code may pass
+        alias_generator=AliasGenerator(validation_alias=lambda name: AliasChoices(ENV_PREFIX + name.upper())),
+    )
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise _explained(type(self), error) from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)  # pure: the environment is read by from_env, the operator's door, alone
+
+    @classmethod
+    def settings(cls) -> dict[str, FieldInfo]:
+        """Every setting by the name code passes and from_env reads."""
+        return dict(cls.model_fields)
+
+    @classmethod
+    def from_env(cls, **given: Any) -> Self:
+        """The operator's settings: each one not `given` read from its environment variable (`env_names`),
+        else its default. An endpoint and its key come from one place: if `given` holds either, neither is
+        read from the environment."""
+        for variable, instead in _REMOVED.items():
+            if variable in os.environ:
+                warnings.warn(f"{variable} is no longer read: {instead}", FutureWarning, stacklevel=2)
+        # a section given in code gives each of its settings
+        taken = set(given).union(*(type(v).model_fields for v in given.values() if isinstance(v, Settings)))
+        taken |= {name for group in _CONFIGURED_TOGETHER if taken & set(group) for name in group}
+        read: dict[str, Any] = {}
+        for name, f in cls.settings().items():
+            if name not in taken:
+                value = _from_environment(name, f)
+                if value is not None:
+                    read[name] = value
+        return cls(**read, **given)
+
+    def replace(self, **changes: Any) -> Self:
+        """These settings with `changes`, validated as a new object (dataclasses.replace for settings)."""
+        kept = {name: getattr(self, name) for name in self.model_fields_set if name not in changes}
+        return type(self)(**kept, **changes)
+
+    @property
+    def given(self) -> frozenset[str]:
+        """The settings this object was built with, as against left at their defaults: what a run chose."""
+        return frozenset(self.model_fields_set)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _one_line_of_text(cls, value: Any, info: ValidationInfo) -> Any:
+        return _check_text(str(info.field_name), value) if isinstance(value, str) else value
 
 
-@dataclass(kw_only=True, frozen=True)
-class RunSettings:
+class RunSettings(Settings):
     """The search and answer knobs a run may set, each within bounds.
 
     A run on a LangGraph server may set these and nothing else: an endpoint, key, store path or tenant in a
@@ -228,94 +299,81 @@ class RunSettings:
         bounds=(0.1, 600),
     )
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        # A dataclass would answer an unknown field with a TypeError; say what may be set instead.
-        allowed = {f.name for f in fields(cls)}
-        for name in kwargs:
-            if name not in allowed:
-                raise ConfigError(_refusal(cls, name))
-        settings = super().__new__(cls)
-        object.__setattr__(settings, "_given", frozenset(kwargs))
-        return settings
 
-    def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in fields(self):
-            object.__setattr__(self, f.name, _check(f, getattr(self, f.name), hints[f.name]))
-
-    @property
-    def given(self) -> frozenset[str]:
-        """The settings this object was built with, as against left at their defaults: what a run chose."""
-        given: frozenset[str] = self.__dict__.get("_given", frozenset())
-        return given
-
-    @classmethod
-    def from_env(cls, **given: Any) -> Self:
-        """The operator's settings: each one not `given` read from its environment variable (`env_names`),
-        else its default. An endpoint and its key come from one place: if `given` holds either, neither is
-        read from the environment."""
-        hints = typing.get_type_hints(cls)
-        code_only = {name for group in _CONFIGURED_TOGETHER if set(given) & set(group) for name in group}
-        read: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name in given or f.name in code_only:
-                continue
-            found = next(((name, os.environ[name]) for name in env_names(f) if name in os.environ), None)
-            if found is None:
-                if shortcut := _shortcut(f.name):
-                    read[f.name] = shortcut
-                continue
-            name, raw = found
-            if name == _deprecated(f):
-                warnings.warn(
-                    f"{name} is deprecated: set {env_name(f)} instead (the bare name is read until 1.0)",
-                    FutureWarning,
-                    stacklevel=2,
-                )
-            read[f.name] = _parse(f.name, raw, hints[f.name], name)
-        return cls(**read, **given)
+# --- the deployment settings, one section per part that uses them ---------------------------------------
+# A setting two parts use (an endpoint's key, request timeouts) is declared once, here, and read from the
+# same variable into each section that has it: Context(openai_api_key=...) sets it for embeddings and chat.
 
 
-@dataclass(kw_only=True, frozen=True)
-class Context(RunSettings):
-    """Every setting: the deployment settings (store, providers, keys, tenant) and the run settings.
-
-    Only the operator builds a Context: `Context.from_env()` reads the environment, `Context(...)` holds
-    exactly what code gives it.
-    """
-
-    # --- store: Postgres by DSN, else Supabase by URL and key, else the embedded SQLite file ---------
-    db_path: str = setting(
-        "agent_retrieval.db",
-        "Embedded SQLite store file (relative paths are under the working directory).",
-        env="AGENT_RETRIEVAL_DB",
+class _Requests(Settings):
+    request_timeout_seconds: float = setting(
+        30.0,
+        "Timeout of one provider request or store call, in seconds (Postgres: the statement timeout).",
+        bounds=(0.1, 600),
     )
-    postgres_dsn: str = setting(
+    max_retries: int = setting(
+        3,
+        "Retries, with exponential backoff, of provider requests and store calls "
+        "that fail transiently (rate limits, server errors, lost connections).",
+        bounds=(0, 10),
+    )
+
+
+class _OpenAI(Settings):
+    openai_api_key: Secret = setting(
+        NO_SECRET,
+        "OpenAI (or compatible server) API key.",
+        env=("AGENT_RETRIEVAL_OPENAI_API_KEY", "OPENAI_API_KEY"),
+    )
+    openai_base_url: URL = setting(
         "",
-        "Postgres connection string (postgresql://user:password@host:5432/db); "
-        "when set, the store is Postgres + pgvector.",
-        env="AGENT_RETRIEVAL_DSN",
-        secret=True,
+        "OpenAI-compatible base URL, e.g. http://localhost:11434/v1 for "
+        "Ollama or a vLLM server (blank: OpenAI).",
+        env=("AGENT_RETRIEVAL_OPENAI_BASE_URL", "OPENAI_BASE_URL"),
     )
-    supabase_url: str = setting(
+
+
+class _Voyage(Settings):
+    voyage_api_key: Secret = setting(
+        NO_SECRET, "Voyage AI API key.", env=("AGENT_RETRIEVAL_VOYAGE_API_KEY", "VOYAGE_API_KEY")
+    )
+    voyage_base_url: URL = setting("", "Voyage API base URL (blank: Voyage's own).")
+
+
+class _SupabaseProject(Settings):
+    supabase_url: URL = setting(
         "",
         "Supabase project URL (https://<project>.supabase.co); with a key, the "
         "store is Supabase, searched by RPC.",
-        url=True,
-        also="SUPABASE_URL",
+        env=("AGENT_RETRIEVAL_SUPABASE_URL", "SUPABASE_URL"),
     )
-    supabase_key: str = setting(
-        "",
+
+
+class StoreSettings(_SupabaseProject, _Requests):
+    """Where the documents are kept: Postgres by DSN, else Supabase by URL and key, else the embedded SQLite
+    file; and whose rows (the tenant) a search reads."""
+
+    db_path: str = setting(
+        "agent_retrieval.db",
+        "Embedded SQLite store file (relative paths are under the working directory).",
+        env=("AGENT_RETRIEVAL_DB",),
+    )
+    postgres_dsn: Secret = setting(
+        NO_SECRET,
+        "Postgres connection string (postgresql://user:password@host:5432/db); "
+        "when set, the store is Postgres + pgvector.",
+        env=("AGENT_RETRIEVAL_DSN",),
+    )
+    supabase_key: Secret = setting(
+        NO_SECRET,
         "Supabase API key: the service role key to ingest, or the anon key "
         "(with a user token) to search as a user.",
-        secret=True,
-        also="SUPABASE_KEY",
+        env=("AGENT_RETRIEVAL_SUPABASE_KEY", "SUPABASE_KEY"),
     )
-    supabase_user_token: str = setting(
-        "",
+    supabase_user_token: Secret = setting(
+        NO_SECRET,
         "A signed-in user's access token (JWT): searches see only what "
         "row-level security lets this user read.",
-        secret=True,
     )
     store_cache_mb: int = setting(
         STORE_CACHE_MB,
@@ -324,7 +382,6 @@ class Context(RunSettings):
         "and keyword statistics; the least recently opened file goes first), and as much again the Postgres "
         "store's for the words' keyword postings it read (the least recently searched scope goes first). "
         "0 keeps nothing.",
-        env="AGENT_RETRIEVAL_STORE_CACHE_MB",
         bounds=(0, 1_000_000),
     )
     vector_index_rows: int = setting(
@@ -332,7 +389,6 @@ class Context(RunSettings):
         "Rows (documents, or chunks) past which the embedded store searches a level's vectors through an "
         "approximate HNSW index saved beside the file (built at the end of an ingest) instead of reading "
         "every vector; searches inside a filter's or a document list's rows stay exact. 0: never.",
-        env="AGENT_RETRIEVAL_VECTOR_INDEX_ROWS",
         bounds=(0, 1_000_000_000),
     )
     vector_index_build_depth: int = setting(
@@ -341,23 +397,45 @@ class Context(RunSettings):
         "ef_construction), applied by `db init`, which builds an index of another depth again. Deeper finds "
         "more of the true nearest rows in a large store (recall@10 over a million vectors: 0.93 at 64, 0.986 "
         "at 200) and makes the build and every insert slower.",
-        env="AGENT_RETRIEVAL_VECTOR_INDEX_BUILD_DEPTH",
         bounds=VECTOR_INDEX_BUILD_DEPTHS,
     )
     db_schema: str = setting(
         "agent_retrieval",
         "Postgres schema holding the store's tables and functions.",
-        env="AGENT_RETRIEVAL_SCHEMA",
+        env=("AGENT_RETRIEVAL_SCHEMA",),
     )
     tenant_id: str = setting(
         "",
         "Tenant whose rows ingestion writes and searches read (besides public rows); "
         "blank: the user token's tenant, or the whole store. On the embedded store each "
         "tenant has its own file beside db_path.",
-        env="AGENT_RETRIEVAL_TENANT",
+        env=("AGENT_RETRIEVAL_TENANT",),
     )
 
-    # --- embeddings and chat models ----------------------------------------------------------
+    @model_validator(mode="after")
+    def _supabase_needs_both(self) -> Self:
+        if bool(self.supabase_url) != bool(self.supabase_key.get_secret_value()) and not self.backend_dsn:
+            missing = "supabase_key" if self.supabase_url else "supabase_url"
+            raise ConfigError(
+                f"Supabase needs both supabase_url and supabase_key; {missing} is not set "
+                f"({_variables(missing)})"
+            )
+        return self
+
+    @property
+    def backend_dsn(self) -> str:
+        """The Postgres connection string, revealed: only the Postgres store is given it."""
+        return self.postgres_dsn.get_secret_value()
+
+    @property
+    def backend(self) -> str:
+        """Which store these settings select: postgres, supabase or sqlite."""
+        return "postgres" if self.backend_dsn else "supabase" if self.supabase_url else "sqlite"
+
+
+class EmbeddingSettings(_OpenAI, _Voyage, _Requests):
+    """Which model embeds stored texts and queries, and how it is reached."""
+
     embedding_provider: EmbeddingProvider = setting(
         "local",
         "Embedding provider: local (all-MiniLM-L6-v2, offline), voyage or openai.",
@@ -371,47 +449,42 @@ class Context(RunSettings):
         "auto",
         "How the bundled local model runs: onnx (ONNX Runtime, no torch import; exported once from the "
         "bundled weights), torch (sentence-transformers), or auto (onnx when onnxruntime is installed).",
-        env="AGENT_RETRIEVAL_LOCAL_RUNTIME",
     )
     local_model_cache: str = setting(
         "",
         "Folder for the exported ONNX model (blank: agent-retrieval/ in $XDG_CACHE_HOME or ~/.cache).",
-        env="AGENT_RETRIEVAL_MODEL_CACHE",
+        env=("AGENT_RETRIEVAL_MODEL_CACHE",),
     )
+    voyage_embedding_model: str = setting("voyage-3.5", "Voyage embedding model.")
+    openai_embedding_model: str = setting("text-embedding-3-small", "OpenAI embedding model.")
+    embedding_batch_size: int = setting(64, "Texts per embedding request.", bounds=(1, 2048))
+
+
+class ChatSettings(_OpenAI, _Requests):
+    """The chat model that writes HyDE passages, plans and answers: OpenAI or a compatible server."""
+
+    openai_chat_model: str = setting("gpt-4o-mini", "Chat model for HyDE, planning and answers.")
+
+    @property
+    def configured(self) -> bool:
+        """Whether a chat model is reachable by configuration (a key, or a self-hosted compatible server)."""
+        return bool(self.openai_api_key.get_secret_value() or self.openai_base_url)
+
+
+class RerankSettings(_Voyage, _Requests):
+    """The rerank stage after fusion."""
+
     reranker: Reranker = setting(
         "off",
         "Rerank stage after fusion: off, or voyage (Voyage's rerank API, VOYAGE_API_KEY). A LangChain "
         "BaseDocumentCompressor passed as Retrieval(reranker=...) takes its place.",
     )
     voyage_rerank_model: str = setting("rerank-2.5-lite", "Voyage rerank model.")
-    voyage_api_key: str = setting("", "Voyage AI API key.", secret=True, also="VOYAGE_API_KEY")
-    voyage_embedding_model: str = setting("voyage-3.5", "Voyage embedding model.")
-    voyage_base_url: str = setting("", "Voyage API base URL (blank: Voyage's own).", url=True)
-    openai_api_key: str = setting(
-        "", "OpenAI (or compatible server) API key.", secret=True, also="OPENAI_API_KEY"
-    )
-    openai_base_url: str = setting(
-        "",
-        "OpenAI-compatible base URL, e.g. http://localhost:11434/v1 for "
-        "Ollama or a vLLM server (blank: OpenAI).",
-        url=True,
-        also="OPENAI_BASE_URL",
-    )
-    openai_chat_model: str = setting("gpt-4o-mini", "Chat model for HyDE and planning.")
-    openai_embedding_model: str = setting("text-embedding-3-small", "OpenAI embedding model.")
-    hyde_model: str = setting("", "Chat model for HyDE (blank: openai_chat_model).")
-    embedding_batch_size: int = setting(64, "Texts per embedding request.", bounds=(1, 2048))
-    request_timeout_seconds: float = setting(
-        30.0,
-        "Timeout of one provider request or store call, in seconds (Postgres: the statement timeout).",
-        bounds=(0.1, 600),
-    )
-    max_retries: int = setting(
-        3,
-        "Retries, with exponential backoff, of provider requests and store calls "
-        "that fail transiently (rate limits, server errors, lost connections).",
-        bounds=(0, 10),
-    )
+
+
+class ResourceSettings(Settings):
+    """What the searches of one process share: threads and the HyDE cache (SearchResources)."""
+
     hyde_cache_ttl_seconds: float = setting(
         45.0,
         "How long one HyDE embedding is reused, so document_retriever and chunk_retriever share it.",
@@ -427,73 +500,60 @@ class Context(RunSettings):
         32,
         "Threads sync searches run their keyword and vector paths in (two per call until both finish or "
         "the deadline passes), shared by the Retrievals of one SearchResources; async searches use none.",
-        env="AGENT_RETRIEVAL_SEARCH_THREADS",
         bounds=(1, 1024),
     )
 
-    # --- ingestion ---------------------------------------------------------------------------
+
+class IngestSettings(Settings):
+    """How documents are cut into chunks, and how much writing one caller of a server may do."""
+
     chunk_size: int = setting(1000, "Characters per chunk.", bounds=(100, 20000))
     chunk_overlap: int = setting(150, "Characters shared by neighbouring chunks.", bounds=(0, 5000))
-
-    # --- serving the graphs (langgraph dev, a deployment) --------------------------------------
     caller_write_seconds: float = setting(
         120.0,
         "Most seconds one caller's write (an indexer run, an index_document call) embeds for; what is left "
         "is stored without vectors (keyword search finds it at once; `agent-retrieval reembed` adds them). "
         "Callers' writes take turns, one at a time per process, the next turn to whoever wrote least "
         "recently; a caller's second write while the first runs is refused, and none waits longer than this.",
-        env="AGENT_RETRIEVAL_CALLER_WRITE_SECONDS",
         bounds=(1, 86_400),
     )
+    ingest_root: str = setting(
+        "",
+        "Folder whose files the indexer graph may load when a server run names paths (blank: server "
+        "runs may not load files).",
+    )
+
+    @model_validator(mode="after")
+    def _overlap_inside_a_chunk(self) -> Self:
+        if self.chunk_overlap >= self.chunk_size:
+            raise ConfigError(
+                "chunk_overlap must be smaller than chunk_size "
+                f"(got {self.chunk_overlap} >= {self.chunk_size})"
+            )
+        return self
+
+
+class ServerSettings(_SupabaseProject):
+    """Who may run the graphs on a LangGraph server (and the MCP server over HTTP); how tokens are checked."""
+
     server_auth: ServerAuth = setting(
         "supabase",
         "Who may run the graphs on a LangGraph server: supabase (each request carries a user's "
         "Supabase access token; the run searches as that user, in their tenant) or off (every caller is "
         "trusted as the operator: only for a server nobody else can reach).",
-        env="AGENT_RETRIEVAL_AUTH",
+        env=("AGENT_RETRIEVAL_AUTH",),
     )
-    supabase_jwt_secret: str = setting(
-        "",
+    supabase_jwt_secret: Secret = setting(
+        NO_SECRET,
         "The Supabase project's JWT secret (Settings > API), to verify HS256 access tokens; tokens "
         "signed with the project's asymmetric keys are verified by its JWKS at SUPABASE_URL.",
-        secret=True,
-        also="SUPABASE_JWT_SECRET",
+        env=("AGENT_RETRIEVAL_SUPABASE_JWT_SECRET", "SUPABASE_JWT_SECRET"),
     )
     supabase_jwt_issuer: str = setting(
         "",
         "The issuer (iss) an access token must name (blank: SUPABASE_URL/auth/v1, as Supabase Auth signs "
         "them); a token of another issuer is refused even when its signature checks out.",
     )
-    ingest_root: str = setting(
-        "",
-        "Folder whose files the indexer graph may load when a server run names paths (blank: server "
-        "runs may not load files).",
-        env="AGENT_RETRIEVAL_INGEST_ROOT",
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if bool(self.supabase_url) != bool(self.supabase_key) and not self.postgres_dsn:
-            missing = "supabase_key" if self.supabase_url else "supabase_url"
-            raise ConfigError(
-                f"Supabase needs both supabase_url and supabase_key; {missing} is not set "
-                f"({env_name(_field(missing))} or {_field(missing).metadata['also']})"
-            )
-        if self.chunk_overlap >= self.chunk_size:
-            raise ConfigError(
-                f"chunk_overlap must be smaller than chunk_size "
-                f"(got {self.chunk_overlap} >= {self.chunk_size})"
-            )
-
-    def with_run(self, run: RunSettings | None) -> Context:
-        """These settings with the knobs a run chose (`run.given`); the rest stay as they are."""
-        chosen = {name: getattr(run, name) for name in run.given if name in RUN_SETTINGS} if run else {}
-        return replace(self, **chosen) if chosen else self
-
-    @property
-    def store_backend(self) -> str:
-        """Which store the settings select: postgres, supabase or sqlite."""
-        return "postgres" if self.postgres_dsn else "supabase" if self.supabase_url else "sqlite"
 
     @property
     def token_issuer(self) -> str:
@@ -502,121 +562,219 @@ class Context(RunSettings):
             return self.supabase_jwt_issuer
         return f"{self.supabase_url.rstrip('/')}/auth/v1"
 
-    @property
-    def hyde_chat_model(self) -> str:
-        """The chat model HyDE calls."""
-        return self.hyde_model or self.openai_chat_model
 
-    @property
-    def has_chat_model(self) -> bool:
-        """Whether an LLM is reachable by configuration (a key, or a self-hosted compatible server)."""
-        return bool(self.openai_api_key or self.openai_base_url)
+SECTIONS: dict[str, type[Settings]] = {
+    "store": StoreSettings,
+    "embeddings": EmbeddingSettings,
+    "chat": ChatSettings,
+    "rerank": RerankSettings,
+    "resources": ResourceSettings,
+    "ingest": IngestSettings,
+    "server": ServerSettings,
+}
+
+
+class Context(RunSettings):
+    """Every setting: the run settings, and the deployment settings in their sections.
+
+    Only the operator builds a Context: `Context.from_env()` reads the environment, `Context(...)` holds
+    exactly what code gives it. A deployment setting is given by its own name (`Context(db_path=...)`) or
+    as a section (`Context(store=StoreSettings(...))`); a name two sections share sets both.
+    """
+
+    store: StoreSettings = Field(default_factory=StoreSettings, description=StoreSettings.__doc__)
+    embeddings: EmbeddingSettings = Field(
+        default_factory=EmbeddingSettings, description=EmbeddingSettings.__doc__
+    )
+    chat: ChatSettings = Field(default_factory=ChatSettings, description=ChatSettings.__doc__)
+    rerank: RerankSettings = Field(default_factory=RerankSettings, description=RerankSettings.__doc__)
+    resources: ResourceSettings = Field(
+        default_factory=ResourceSettings, description=ResourceSettings.__doc__
+    )
+    ingest: IngestSettings = Field(default_factory=IngestSettings, description=IngestSettings.__doc__)
+    server: ServerSettings = Field(default_factory=ServerSettings, description=ServerSettings.__doc__)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sections_from_names(cls, values: Any) -> Any:
+        """A deployment setting given by name goes to each section that has it (over a section given too)."""
+        if not isinstance(values, dict):
+            return values
+        named = {name: values[name] for name in DEPLOYMENT_SETTINGS if name in values}
+        values = {key: value for key, value in values.items() if key not in named}
+        for section, kind in SECTIONS.items():
+            part = {name: value for name, value in named.items() if name in kind.model_fields}
+            if part:
+                given = values.get(section)
+                values[section] = given.replace(**part) if isinstance(given, Settings) else kind(**part)
+        return values
+
+    @classmethod
+    def settings(cls) -> dict[str, FieldInfo]:
+        """The run settings, then each section's settings (a shared one once), by name."""
+        found = {name: f for name, f in cls.model_fields.items() if name not in SECTIONS}
+        for kind in SECTIONS.values():
+            found.update(kind.model_fields)
+        return found
+
+    def with_run(self, run: RunSettings | None) -> Context:
+        """These settings with the knobs a run chose (`run.given`); the rest stay as they are."""
+        chosen = {name: getattr(run, name) for name in run.given if name in RUN_SETTINGS} if run else {}
+        return self.replace(**chosen) if chosen else self
+
+    def get(self, name: str) -> Any:
+        """A setting's value by its name, from whichever section holds it (for reports and `describe`)."""
+        if name in RUN_SETTINGS:
+            return getattr(self, name)
+        section = next(s for s, kind in SECTIONS.items() if name in kind.model_fields)
+        return getattr(getattr(self, section), name)
 
     def secrets(self) -> list[str]:
         """The values of the secret settings that are set (keys, tokens, the DSN): what the redactor masks."""
-        return [value for f in fields(self) if f.metadata.get("secret") and (value := getattr(self, f.name))]
+        values = (self.get(name) for name in DEPLOYMENT_SETTINGS)
+        return [value.get_secret_value() for value in values if isinstance(value, SecretStr) and value]
 
     def describe(self) -> list[tuple[str, str, Any, str]]:
-        """(field, environment variables, value, description) for every setting, secrets masked."""
+        """(setting, environment variables, value, description) for every setting, secrets masked."""
         rows = []
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.metadata.get("secret"):
+        for name, f in self.settings().items():
+            value = self.get(name)
+            if isinstance(value, SecretStr):
                 value = "***" if value else ""
-            rows.append((f.name, _variables(f), value, f.metadata["description"]))
+            rows.append((name, _variables(name), value, str(f.description)))
         return rows
 
 
-RUN_SETTINGS = tuple(f.name for f in fields(RunSettings))
-DEPLOYMENT_SETTINGS = tuple(f.name for f in fields(Context) if f.name not in RUN_SETTINGS)
+RUN_SETTINGS = tuple(RunSettings.model_fields)
+SETTINGS = Context.settings()
+DEPLOYMENT_SETTINGS = tuple(name for name in SETTINGS if name not in RUN_SETTINGS)
+
+
+def env_names(name: str) -> tuple[str, ...]:
+    """Every variable a setting is read from, first found wins: ours, the provider's own, then the bare name
+    of earlier releases (deprecated)."""
+    declared = _declared(SETTINGS[name])
+    bare = _deprecated(name)
+    return (*declared, bare) if bare else declared
+
+
+def _declared(f: FieldInfo) -> tuple[str, ...]:
+    alias = f.validation_alias
+    return tuple(str(choice) for choice in alias.choices) if isinstance(alias, AliasChoices) else ()
+
+
+def _deprecated(name: str) -> str | None:
+    """The bare name earlier releases read a setting from (CANDIDATES), unless it is still one of its names
+    or the setting has a variable of its own (AGENT_RETRIEVAL_DB)."""
+    declared, bare = _declared(SETTINGS[name]), name.upper()
+    return None if declared[0] != ENV_PREFIX + bare or bare in declared else bare
+
+
+def _variables(name: str) -> str:
+    """A setting's variables as docs/configuration.md and `agent-retrieval config` show them."""
+    return " or ".join(_declared(SETTINGS[name]))
 
 
 def settings_markdown() -> str:
-    """Every setting as the documentation's two tables (`agent-retrieval config --markdown`): run settings,
-    then deployment settings, each with its variables, default and description."""
-    by_name = {f.name: f for f in fields(Context)}
+    """Every setting as the documentation's tables (`agent-retrieval config --markdown`): the run settings,
+    then each deployment section, with its variables, default and description."""
+    tables = [("Run settings", "", RunSettings.model_fields)]
+    tables += [
+        (f"Deployment settings: `{section}`", f"{kind.__doc__}\n\n", kind.model_fields)
+        for section, kind in SECTIONS.items()
+    ]
     parts = []
-    for title, names in (("Run settings", RUN_SETTINGS), ("Deployment settings", DEPLOYMENT_SETTINGS)):
-        rows = [
-            f"## {title}\n",
-            "| Setting | Environment variable | Default | What it does |",
-            "|---|---|---|---|",
-        ]
-        for name in names:
-            f = by_name[name]
-            variables = " or ".join(f"`{variable}`" for variable in _variables(f).split(" or "))
-            default = f"`{f.default}`" if f.default != "" else "(unset)"
-            rows.append(f"| `{name}` | {variables} | {default} | {f.metadata['description']} |")
+    for title, lead, found in tables:
+        header = "| Setting | Environment variable | Default | What it does |\n|---|---|---|---|"
+        rows = [f"## {title}\n", lead + header]
+        for name, f in found.items():
+            variables = " or ".join(f"`{variable}`" for variable in _declared(f))
+            rows.append(f"| `{name}` | {variables} | {_shown_default(f)} | {f.description} |")
         parts.append("\n".join(rows))
     return "\n\n".join(parts) + "\n"
 
 
-def _refusal(cls: type, name: str) -> str:
-    if cls is not Context and name in DEPLOYMENT_SETTINGS:
-        return (
-            f"{name} is a deployment setting: a run may set only {', '.join(RUN_SETTINGS)}. The operator "
-            f"sets {name} in the server's environment ({env_name(_field(name))})."
+def _shown_default(f: FieldInfo) -> str:
+    default = f.default.get_secret_value() if isinstance(f.default, SecretStr) else f.default
+    return f"`{default}`" if default != "" else "(unset)"
+
+
+def _from_environment(name: str, f: FieldInfo) -> Any:
+    """A setting's value from the first of its variables that is set, in the setting's type, or None."""
+    found = next(((v, os.environ[v]) for v in env_names(name) if v in os.environ), None)
+    if found is None:
+        return _shortcut(name)
+    variable, raw = found
+    if variable == _deprecated(name):
+        warnings.warn(
+            f"{variable} is deprecated: set {ENV_PREFIX}{variable} instead (the bare name is read until 1.0)",
+            FutureWarning,
+            stacklevel=4,
         )
-    return f"unknown setting {name[:60]!r}; the settings are {', '.join(f.name for f in fields(cls))}"
-
-
-def _field(name: str) -> Any:
-    return next(f for f in fields(Context) if f.name == name)
-
-
-def _variables(f: Any) -> str:
-    """A field's variable as docs/configuration.md and `agent-retrieval config` show it: ours, or ours or the
-    provider's own."""
-    return " or ".join(name for name in env_names(f) if name != _deprecated(f))
-
-
-def _parse(name: str, raw: str, kind: Any, env: str) -> Any:
-    """Turn an environment string into the field's type, or say which values are allowed."""
     try:
         raw.encode("utf-8")
     except UnicodeEncodeError:  # the variable's bytes were not UTF-8: Python kept them as lone surrogates
-        raise ConfigError(f"{env} is not valid UTF-8 text (setting {name}); set it again in UTF-8") from None
+        raise ConfigError(
+            f"{variable} is not valid UTF-8 text (setting {name}); set it again in UTF-8"
+        ) from None
     raw = raw.strip()
+    if f.annotation not in (bool, int, float):
+        return raw
+    if not raw:
+        return None  # set but empty: as if unset
     try:
-        if kind is bool:
-            if raw.lower() in _TRUE | _FALSE:
-                return raw.lower() in _TRUE
-            raise ValueError
-        if kind is int:
-            return int(raw)
-        if kind is float:
-            return float(raw)
-    except ValueError:
-        raise ConfigError(f"{env}={raw[:40]!r} is not a valid {kind.__name__} (setting {name})") from None
-    return raw
+        return TypeAdapter(f.annotation).validate_strings(raw)
+    except ValidationError:
+        kind = getattr(f.annotation, "__name__", "value")
+        raise ConfigError(f"{variable}={raw[:40]!r} is not a valid {kind} (setting {name})") from None
 
 
-def _check(f: Any, value: Any, kind: Any) -> Any:
-    """Validate one setting's type, choices, range and text, naming what is allowed (never a secret)."""
-    name, secret = f.name, f.metadata.get("secret")
+def _shortcut(name: str) -> str | None:
+    """The value an earlier release's shortcut variable chooses for this setting, if one is set."""
+    variables, value = _SHORTCUTS.get(name, ((), ""))
+    for variable in variables:
+        if os.environ.get(variable, "").strip().lower() in {"1", "true", "yes", "on"}:
+            warnings.warn(
+                f"{variable} is deprecated: set {ENV_PREFIX}{name.upper()}={value} instead (read until 1.0)",
+                FutureWarning,
+                stacklevel=5,
+            )
+            return value
+    return None
+
+
+def _explained(kind: type[Settings], error: ValidationError) -> ConfigError:
+    """pydantic's first complaint as a ConfigError naming the setting and what is allowed (never a secret)."""
+    first = error.errors(include_url=False)[0]
+    cause = first.get("ctx", {}).get("error")
+    if isinstance(cause, ConfigError):
+        return cause
+    name = str(first["loc"][0]) if first["loc"] else ""
+    if first["type"] == "extra_forbidden":
+        return ConfigError(_refusal(kind, name))
+    f = kind.model_fields[name]
+    value, secret = first.get("input"), f.annotation is SecretStr
     shown = "a secret" if secret else repr(value)[:80]
-    if get_origin(kind) is Literal:
-        choices = get_args(kind)
-        if value not in choices:
-            raise ConfigError(f"{name} must be one of {', '.join(choices)} (got {shown})")
-        return value
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        got = type(value).__name__ if secret else shown
-        raise ConfigError(f"{name} must be a {kind.__name__} (got {got})")
-    bounds = f.metadata.get("bounds")
-    if bounds and not bounds[0] <= value <= bounds[1]:
-        raise ConfigError(f"{name} must be between {bounds[0]:g} and {bounds[1]:g} (got {value!r})")
-    if kind is str:
-        # Keys and tokens travel in HTTP headers; the DSN (and its password) only to the database.
-        if secret:
-            value = check_secret(name, value, header=name != "postgres_dsn")
-        else:
-            value = _check_text(name, value)
-        if f.metadata.get("url") and value and not value.startswith(("http://", "https://")):
-            raise ConfigError(f"{name} must be an http:// or https:// URL (got {value[:60]!r})")
-    return value
+    if first["type"] == "literal_error":
+        choices = ", ".join(map(str, get_args(f.annotation)))
+        return ConfigError(f"{name} must be one of {choices} (got {shown})")
+    low = next((m.ge for m in f.metadata if isinstance(m, Ge)), None)
+    high = next((m.le for m in f.metadata if isinstance(m, Le)), None)
+    if first["type"] in ("greater_than_equal", "less_than_equal"):
+        return ConfigError(f"{name} must be between {low:g} and {high:g} (got {value!r})")
+    wanted = "secret string" if secret else getattr(f.annotation, "__name__", "settings section")
+    got = type(value).__name__ if secret else shown
+    return ConfigError(f"{name} must be a {wanted} (got {got})")
+
+
+def _refusal(kind: type, name: str) -> str:
+    if kind is RunSettings and name in DEPLOYMENT_SETTINGS:
+        return (
+            f"{name} is a deployment setting: a run may set only {', '.join(RUN_SETTINGS)}. The operator "
+            f"sets {name} in the server's environment ({_declared(SETTINGS[name])[0]})."
+        )
+    names = list(kind.settings()) if issubclass(kind, Settings) else []
+    return f"unknown setting {name[:60]!r}; the settings are {', '.join(names)}"
 
 
 def _check_text(name: str, value: str) -> str:

@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Coroutine, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -332,7 +332,7 @@ def _rows(scores: dict[str, dict[str, float]]) -> list[str]:
 
 def available_modes(context: Context) -> list[str]:
     """Every mode this configuration can run: hyde+hybrid only with a chat model."""
-    return [m for m in MODES if m != "hyde+hybrid" or context.has_chat_model]
+    return [m for m in MODES if m != "hyde+hybrid" or context.chat.configured]
 
 
 def evaluate(
@@ -352,7 +352,7 @@ def evaluate(
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise InvalidRequest(f"unknown mode(s) {', '.join(unknown)}; the modes are {', '.join(MODES)}")
-    if "hyde+hybrid" in modes and not retrieval.context.has_chat_model:
+    if "hyde+hybrid" in modes and not retrieval.context.chat.configured:
         raise InvalidRequest("hyde+hybrid needs a chat model: set OPENAI_API_KEY or OPENAI_BASE_URL")
     stats = retrieval.store.stats()
     held = stats.documents
@@ -369,7 +369,7 @@ def evaluate(
         )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    deep = replace(retrieval.context, candidates=max(retrieval.context.candidates, DEPTH))
+    deep = retrieval.context.replace(candidates=max(retrieval.context.candidates, DEPTH))
     searcher = Retrieval(
         deep,
         store=retrieval.store,
@@ -399,7 +399,7 @@ def evaluate(
         qrels = {q: g for q, g in dataset.qrels.items() if dataset.types.get(q) == kind}
         by_type[kind] = {m: score_run(runs[m], qrels, MODE_DEPTH.get(m, DEPTH)) for m in modes}
     _write_per_query(out / "per_query.json", dataset, runs, trails)
-    settings = {key: getattr(deep, key) for key in (*RANKING_SETTINGS, "embedding_provider")}
+    settings = {key: deep.get(key) for key in (*RANKING_SETTINGS, "embedding_provider")}
     if "plan" in modes and level == "documents":
         notes.append("plan ranks passages at either level: its documents are ranked at their best passage")
     return EvalReport(
@@ -428,9 +428,9 @@ def _run_key(dataset: Dataset, searcher: Retrieval, level: Level) -> dict[str, A
         "version": __version__,
         "code": _code_digest(),
         "embedder": searcher.embedder.model_id,
-        "chat_model": context.hyde_chat_model if context.has_chat_model else None,
-        "chunking": [context.chunk_size, context.chunk_overlap],
-        "reranker": context.reranker,
+        "chat_model": context.chat.openai_chat_model if context.chat.configured else None,
+        "chunking": [context.ingest.chunk_size, context.ingest.chunk_overlap],
+        "reranker": context.rerank.reranker,
         "settings": {name: getattr(context, name) for name in RUN_SETTINGS},
     }
 
@@ -486,12 +486,12 @@ def _rank_modes(
     )
     found = searcher.candidates(request, level)
     context = searcher.context
-    alone = replace(context, entity_boost=0.0)  # a single path is scored as it is, without the entity boost
+    alone = context.replace(entity_boost=0.0)  # a single path is scored as it is, without the entity boost
     views = {
         "keyword": (Candidates([], found.keyword_hits, found.query_embedding, found.degraded), alone),
         "vector": (Candidates(found.vector_hits, [], found.query_embedding, found.degraded), alone),
-        "hybrid-rrf": (found, replace(context, fusion="rrf")),
-        "hybrid-convex": (found, replace(context, fusion="convex")),
+        "hybrid-rrf": (found, context.replace(fusion="rrf")),
+        "hybrid-convex": (found, context.replace(fusion="convex")),
     }
     ranked = {}
     for mode in modes:
@@ -499,7 +499,7 @@ def _rank_modes(
             candidates, fusion = views[mode]
             ranked[mode] = searcher.rank(request, level, candidates, context=fusion).hits
     if "plan" in modes:  # as the rag graph retrieves: plan, run the searches hop by hop, fuse the passages
-        llm = searcher.llm if searcher.context.has_chat_model else None
+        llm = searcher.llm if searcher.context.chat.configured else None
         planned = _run_async(make_plan(query, searcher.context, llm, facets=facets))
         ranked["plan"] = _run_async(run_plan(planned.plan, searcher, top_k=MAX_TOP_K, llm=llm)).chunks
     if "hyde+hybrid" in modes:

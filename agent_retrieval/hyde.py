@@ -165,7 +165,7 @@ def _ask(llm: BaseChatModel | None, messages: list[Any], context: Context, what:
     """The chat model's reply, or None when no model is configured, the call fails, or it takes longer than
     hyde_timeout_seconds (HyDE is best-effort: the raw query serves instead)."""
     if llm is None:
-        if not context.has_chat_model:
+        if not context.chat.configured:
             return None
         llm = yield blocking(hyde_chat_model, context)  # building a client reads files: off the event loop
         if llm is None:
@@ -182,8 +182,7 @@ def hyde_chat_model(context: Context) -> BaseChatModel | None:
     """The chat model HyDE calls, or None when none is configured."""
     # No retries: the SDK's timeout is per attempt, and HyDE is best-effort within hyde_timeout_seconds.
     return make_chat_model(
-        context,
-        model=context.hyde_chat_model,
+        context.chat,
         temperature=context.hyde_temperature,
         timeout=context.hyde_timeout_seconds,
         max_retries=0,
@@ -259,7 +258,8 @@ def _chosen_mode(
 def _cache_scope(context: Context, embedder: Embedder) -> tuple[str, ...]:
     """Who may share a cached vector: callers of one tenant (a cache hit must not tell one tenant what another
     asked), embedding through the same endpoint with the same key (another endpoint could plant vectors)."""
-    return (context.tenant_id, fingerprint(context.supabase_user_token), embedder.model_id, embedder.endpoint)
+    user = fingerprint(context.store.supabase_user_token.get_secret_value())
+    return (context.store.tenant_id, user, embedder.model_id, embedder.endpoint)
 
 
 def _chat_endpoint(llm: BaseChatModel) -> str:
@@ -291,7 +291,7 @@ class _Job:
 
     def fulfil(self, future: Future[Any], result: QueryEmbedding) -> QueryEmbedding:
         # a failed embedding is not kept: the next call tries again
-        ttl = self.context.hyde_cache_ttl_seconds if result.vector is not None else 0
+        ttl = self.context.resources.hyde_cache_ttl_seconds if result.vector is not None else 0
         self.cache.fulfil(self.plan.key, future, result, ttl)
         return result
 
@@ -317,11 +317,11 @@ def _prepare(
 ) -> Steps[_Job]:
     """Fill in what the caller left out (from the Context) and plan the computation."""
     context = context or Context()
-    resources = resources or shared_resources(context)
+    resources = resources or shared_resources(context.resources)
     # Building an embedder or a chat client reads files (a model, certificates): off the event loop.
     if embedder is None:
-        embedder = yield blocking(make_embedder, context)
-    if llm is None and context.has_chat_model and may_call_llm(context, mode, input_schema, output_schema):
+        embedder = yield blocking(make_embedder, context.embeddings)
+    if llm is None and context.chat.configured and may_call_llm(context, mode, input_schema, output_schema):
         llm = yield blocking(hyde_chat_model, context)
     plan = _plan(query, context, embedder, llm, mode, input_schema, output_schema, resources)
     return _Job(query, context, embedder, llm, input_schema, output_schema, resources.hyde_cache, plan)

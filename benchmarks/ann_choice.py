@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from agent_retrieval import Context, make_embedder
+from agent_retrieval import EmbeddingSettings, make_embedder
 from agent_retrieval.evaluation import load_beir
 from benchmarks.embedded_peers import percentiles, read_rows
 
@@ -139,7 +139,7 @@ def run(store: Path, queries: int | None) -> dict[str, Any]:
 def asked_vectors(queries: int | None) -> np.ndarray:
     """SciFact's test queries, embedded by the local embedder."""
     texts = list(load_beir(DATASET, "test", limit=queries).queries.values())
-    embedder = make_embedder(Context())
+    embedder = make_embedder(EmbeddingSettings())
     return np.stack([embedder.embed_query(text) for text in texts]).astype(np.float32)
 
 

@@ -68,7 +68,7 @@ Row = dict[str, Any]  # dataset, question, answerable, and the signals
 def collect(name: str, retrieval: Retrieval, questions: list[tuple[str, bool]]) -> list[Row]:
     """What one chunk_retriever search says of each question: the signals' raw material."""
     rows = []
-    spread = store_spread(Path(retrieval.context.db_path))
+    spread = store_spread(Path(retrieval.context.store.db_path))
     for question, answerable in tqdm(questions, desc=name, unit="question"):
         found = retrieval.candidates(ChunkSearchRequest(query=question, top_k=10, hyde="off"), "chunks")
         row = {"dataset": name, "question": question, "answerable": answerable, **raw(found, question)}

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_retrieval import Context, Embedder, Retrieval, hyde, make_embedder
+from agent_retrieval import Context, Embedder, EmbeddingSettings, Retrieval, hyde, make_embedder
 from agent_retrieval.evaluation import load_beir, score_run
 from agent_retrieval.models import ChunkSearchRequest, parse_request
 
@@ -230,7 +230,7 @@ def build(system: str, store: Path, folder: Path, embedder: Embedder) -> Callabl
 
 def measure(system: str, store: Path, folder: Path, queries: dict[str, str], k: int) -> dict[str, Any]:
     """Build (or reopen) the system in `folder`, run every query once timed; memory and disk are its own."""
-    embedder = make_embedder(Context())
+    embedder = make_embedder(EmbeddingSettings())
     embedder.embed_query("load the model")
     before = _peak_rss_mb()
     started = time.perf_counter()

@@ -261,7 +261,7 @@ def main() -> None:
             report = ingest_paths([gathered], retrieval=retrieval, progress=True)
             for line in report.skipped_files + [str(u) for u in report.unsupported_files]:
                 print("not loaded:", line)
-            database = sqlite3.connect(context.db_path)
+            database = sqlite3.connect(context.store.db_path)
             rows: dict[str, dict[str, Any]] = {}
             for key, path in present.items():
                 title_row = database.execute(

@@ -17,7 +17,14 @@ import argparse
 import json
 import sys
 
-from agent_retrieval import ChunkRetrieverTool, Context, PostgresStore, Retrieval, make_embedder
+from agent_retrieval import (
+    ChunkRetrieverTool,
+    Context,
+    EmbeddingSettings,
+    PostgresStore,
+    Retrieval,
+    make_embedder,
+)
 from benchmarks.latency import RESULTS, queries
 from benchmarks.postgres import GROWTH_STACK, copy_store, growth_schema, start_postgres_for_loads, timed
 
@@ -31,7 +38,7 @@ def main(argv: list[str] | None = None) -> dict:
     if missing:
         sys.exit(f"run benchmarks/latency.py --sizes {' '.join(map(str, missing))} first")
     texts = queries(300)
-    embedder = make_embedder(Context())
+    embedder = make_embedder(EmbeddingSettings())
     report: dict = {}
     postgres = start_postgres_for_loads(GROWTH_STACK)
     try:

@@ -31,6 +31,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from agent_retrieval import (
     Context,
     Embedder,
+    EmbeddingSettings,
     Retrieval,
     demo,
     load_documents,
@@ -102,7 +103,7 @@ def call(tool: Any, args: dict[str, Any]) -> Any:
 def main() -> dict[str, Any]:
     folder = tempfile.TemporaryDirectory(prefix="hyde-accounting-")
     context = Context(db_path=str(Path(folder.name) / "demo.db"), use_hyde=True)
-    local = make_embedder(Context())
+    local = make_embedder(EmbeddingSettings())
     embeddings = CountingEmbeddings(local.embeddings)
     embedder = Embedder(embeddings, local.model_id)
     chat, reranker = CountingChat(responses=[PASSAGES]), CountingReranker()

@@ -49,7 +49,15 @@ from langchain_core.documents import Document as LCDocument
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import InMemoryVectorStore
 
-from agent_retrieval import Context, Embedder, Retrieval, hyde, load_documents, make_embedder
+from agent_retrieval import (
+    Context,
+    Embedder,
+    EmbeddingSettings,
+    Retrieval,
+    hyde,
+    load_documents,
+    make_embedder,
+)
 from agent_retrieval.evaluation import RANKING_SETTINGS, Dataset, DatasetError, load_beir, score_run
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import SearchRequest, parse_request
@@ -354,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args.out.mkdir(parents=True, exist_ok=True)
     library = _library_state()  # before the run: others may edit the library while it goes
     dataset = load_beir(args.dataset, "test", limit=args.queries, max_documents=args.documents)
-    embedder = make_embedder(Context())
+    embedder = make_embedder(EmbeddingSettings())
     with tempfile.TemporaryDirectory(prefix="peer-bench-") as scratch:
         folder = Path(scratch)
         retrieval, ours_build = open_ours(dataset, folder, embedder, args.store)
@@ -416,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "components": alone,
         "build": {"theirs": {**theirs_build, **embedding_info}, "ours": ours_build, "fresh_sample": sample},
         "settings": {
-            "ours": {k: getattr(context, k) for k in OUR_SETTINGS}
+            "ours": {k: context.get(k) for k in OUR_SETTINGS}
             | {"hyde": "off", "top_k": DEPTH, "embedding": embedder.model_id},
             "theirs": {
                 "weights": ensemble.weights,

@@ -39,7 +39,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 from tqdm import tqdm
 
-from agent_retrieval import Context, Embedder, PostgresStore, Retrieval, make_embedder
+from agent_retrieval import Context, Embedder, EmbeddingSettings, PostgresStore, Retrieval, make_embedder
 from agent_retrieval.core.process import ProcessState
 from agent_retrieval.evaluation import DatasetError, load_beir
 from agent_retrieval.models import ChunkSearchRequest, parse_request
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         others = list(load_beir(args.dataset, "train", limit=50).queries.values())
     except DatasetError:
         others = []
-    embedder = make_embedder(Context())
+    embedder = make_embedder(EmbeddingSettings())
     vectors = {text: embedder.embed_query(text) for text in tqdm(texts + others, desc="embed queries")}
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:

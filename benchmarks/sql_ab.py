@@ -24,7 +24,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from agent_retrieval import Context, PostgresStore, make_embedder
+from agent_retrieval import Context, EmbeddingSettings, PostgresStore, make_embedder
 from agent_retrieval.evaluation import load_beir
 from benchmarks.embedded_peers import percentiles
 from benchmarks.latency import DATASET, RESULTS
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--output", type=Path, default=RESULTS / "sql-ab.json")
     args = parser.parse_args(argv)
     texts = list(load_beir(args.dataset, "test", limit=args.queries).queries.values())
-    embedder = make_embedder(Context())
+    embedder = make_embedder(EmbeddingSettings())
     vectors = [embedder.embed_query(text) for text in tqdm(texts, desc="embed queries")]
     report: dict[str, Any] = {"against": args.against}
     postgres = start_postgres_for_loads(args.stack)

@@ -170,7 +170,7 @@ def article_document(article: Article) -> Document:
 
 def local_embedder(context: Context) -> Embedder:
     """The local MiniLM embedder; the environment may not swap in another, or the figures would mislead."""
-    embedder = make_embedder(context)
+    embedder = make_embedder(context.embeddings)
     if embedder.model_id != EMBEDDER_ID:
         raise BenchmarkError(
             f"this benchmark measures {EMBEDDER_ID}, but the environment selects "
@@ -388,7 +388,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     context = Context(db_path=str(results_dir / f"{name}.db"), chunk_size=CHUNK_SIZE, chunk_overlap=0)
     embedder = local_embedder(context)
     started = time.perf_counter()
-    with SQLiteStore(context.db_path) as store:  # the embedded store, whatever the environment configures
+    with SQLiteStore(
+        context.store.db_path
+    ) as store:  # the embedded store, whatever the environment configures
         report = ingest([article_document(a) for a in articles], store, embedder, context)
         print(report.summary(), file=sys.stderr)
         ingest_seconds = time.perf_counter() - started

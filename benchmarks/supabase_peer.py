@@ -23,7 +23,7 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from agent_retrieval import Context, PostgresStore, make_embedder
+from agent_retrieval import EmbeddingSettings, PostgresStore, make_embedder
 from benchmarks.postgres import DATASET, RESULTS, copy_store, ndcg_at_10, qrels, timed
 from tests.stack import start_postgres
 
@@ -94,7 +94,7 @@ def main() -> dict:
         for line in (DATASET / "queries.jsonl").read_text().splitlines()
     }
     judged = qrels()
-    embedder = make_embedder(Context())
+    embedder = make_embedder(EmbeddingSettings())
     vectors = {qid: embedder.embed_query(texts[qid]) for qid in tqdm(judged, desc="embed queries")}
     postgres = start_postgres(RESULTS / "postgres-stack")
     try:

@@ -8,7 +8,6 @@ import re
 import threading
 import zlib
 from collections.abc import Iterator
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel, G
 from pydantic import Field
 
 from agent_retrieval import hyde
-from agent_retrieval.context import Context, env_names
+from agent_retrieval.context import SETTINGS, Context, env_names
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.providers.embeddings import Embedder
@@ -111,8 +110,8 @@ class WordHashEmbeddings(Embeddings):
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
     """No setting leaks in from the machine's environment, and every test starts with an empty HyDE cache."""
-    for f in fields(Context):
-        for name in env_names(f):
+    for setting in SETTINGS:
+        for name in env_names(setting):
             monkeypatch.delenv(name, raising=False)
     hyde.clear_cache()
 

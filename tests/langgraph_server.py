@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,12 @@ from dotenv import dotenv_values
 from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
 
-from agent_retrieval.context import Context, env_names
+from agent_retrieval.context import SETTINGS, env_names
 from tests.stack import ISSUER, _free_port, mint_jwt
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 60.0
-CONTEXT_VARIABLES = {name for f in fields(Context) for name in env_names(f)}
+CONTEXT_VARIABLES = {name for setting in SETTINGS for name in env_names(setting)}
 
 
 @dataclass

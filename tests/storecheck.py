@@ -101,7 +101,7 @@ class Expected:
 
 def expected(folder: Path, context: Context) -> Expected:
     docs = {d.id: d for d in load_documents([folder])}
-    size, overlap = context.chunk_size, context.chunk_overlap
+    size, overlap = context.ingest.chunk_size, context.ingest.chunk_overlap
     return Expected(docs, {i: chunk_document(d, size, overlap) for i, d in docs.items()})
 
 

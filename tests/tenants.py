@@ -43,11 +43,11 @@ def seed_tenants(stack: SupabaseStack, api: FakeAPI, key: str) -> None:
             openai_base_url=api.openai_url,
             openai_api_key=key,
         )
-        with open_store(context) as store:
+        with open_store(context.store) as store:
             report = ingest(
                 [tenant_document(tenant)],
                 store,
-                make_embedder(context),
+                make_embedder(context.embeddings),
                 context,
                 progress=False,
                 public=tenant == "press",

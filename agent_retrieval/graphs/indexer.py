@@ -131,7 +131,7 @@ def _file_root(runtime: Runtime[RunSettings]) -> Path | Literal[False] | None:
     the operator's ingest_root (False: nowhere), since a server run's caller names the paths."""
     if isinstance(runtime.context, Context):
         return None
-    root = run_context(runtime).ingest_root
+    root = run_context(runtime).ingest.ingest_root
     return Path(root).expanduser().resolve() if root else False
 
 

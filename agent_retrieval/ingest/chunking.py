@@ -67,7 +67,8 @@ def content_fingerprint(document: Document, context: Context) -> str:
     """What a document's `content_hash` records: all that decides its stored rows, except a title taken from
     its file's name, so a renamed file is found by its content (sync)."""
     title = "" if document.title_from_name else document.title
-    return digest(title, document.content, document.metadata, context.chunk_size, context.chunk_overlap)
+    sizes = context.ingest
+    return digest(title, document.content, document.metadata, sizes.chunk_size, sizes.chunk_overlap)
 
 
 def digest(*parts: Any) -> str:

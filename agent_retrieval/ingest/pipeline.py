@@ -129,10 +129,11 @@ def ingest(
     report.unchanged = len(docs) - len(todo)
     # Chunked up front, so the bar counts texts (a document and each of its chunks): it moves while one large
     # file is embedded, not only when a batch of documents is stored.
+    size, overlap = context.ingest.chunk_size, context.ingest.chunk_overlap
     if chunk_seconds is None:
-        chunked = [chunk_document(doc, context.chunk_size, context.chunk_overlap) for doc in todo]
+        chunked = [chunk_document(doc, size, overlap) for doc in todo]
     else:
-        chunked = chunked_apart(todo, context.chunk_size, context.chunk_overlap, chunk_seconds)
+        chunked = chunked_apart(todo, size, overlap, chunk_seconds)
     planned = [
         (doc, doc_chunks)
         for doc, doc_chunks in zip(todo, chunked, strict=True)
@@ -197,8 +198,8 @@ def ingest_for_caller(
         nonlocal written
         written = report
 
-    seconds = context.caller_write_seconds
-    writer = (context.tenant_id, fingerprint(context.supabase_user_token))
+    seconds = context.ingest.caller_write_seconds
+    writer = (context.store.tenant_id, fingerprint(context.store.supabase_user_token.get_secret_value()))
     try:
         with shared_turns().turn(writer, seconds):
             protected = set(protected_ids(store, [d for _, d in named])) if named else set()

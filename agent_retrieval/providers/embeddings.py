@@ -13,7 +13,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from agent_retrieval.context import Context
+from agent_retrieval.context import EmbeddingSettings
 from agent_retrieval.core.process import PROCESS, ProcessState
 from agent_retrieval.core.progress import notices, transformers_bars_off
 from agent_retrieval.core.redaction import check_secret, endpoint_id, protect
@@ -132,35 +132,35 @@ def _describe(error: Exception) -> str:
     return f"{name} (HTTP {status})" if status else name
 
 
-def make_embedder(context: Context, *, process: ProcessState = PROCESS) -> Embedder:
-    """The embedder the context configures; nothing is loaded or connected until the first call."""
-    if context.embedding_provider == "local":
+def make_embedder(settings: EmbeddingSettings, *, process: ProcessState = PROCESS) -> Embedder:
+    """The embedder the settings configure; nothing is loaded or connected until the first call."""
+    if settings.embedding_provider == "local":
         return Embedder(
             LocalEmbeddings(
-                context.local_embedding_model,
-                runtime=context.local_runtime,
-                cache=context.local_model_cache,
+                settings.local_embedding_model,
+                runtime=settings.local_runtime,
+                cache=settings.local_model_cache,
                 process=process,
             ),
-            f"local/{context.local_embedding_model}",
-            batch_size=context.embedding_batch_size,
+            f"local/{settings.local_embedding_model}",
+            batch_size=settings.embedding_batch_size,
         )
-    if context.embedding_provider == "voyage":
-        if not context.voyage_api_key:
+    if settings.embedding_provider == "voyage":
+        if not settings.voyage_api_key:
             raise ConfigError("embedding_provider is voyage but VOYAGE_API_KEY is not set")
         return Embedder(
             VoyageEmbeddings(
-                model=context.voyage_embedding_model,
-                api_key=context.voyage_api_key,
-                base_url=context.voyage_base_url or None,
-                timeout=context.request_timeout_seconds,
-                max_retries=context.max_retries,
+                model=settings.voyage_embedding_model,
+                api_key=settings.voyage_api_key.get_secret_value(),
+                base_url=settings.voyage_base_url or None,
+                timeout=settings.request_timeout_seconds,
+                max_retries=settings.max_retries,
             ),
-            f"voyage/{context.voyage_embedding_model}",
-            batch_size=context.embedding_batch_size,
-            endpoint=endpoint_id(context.voyage_base_url, context.voyage_api_key),
+            f"voyage/{settings.voyage_embedding_model}",
+            batch_size=settings.embedding_batch_size,
+            endpoint=endpoint_id(settings.voyage_base_url, settings.voyage_api_key.get_secret_value()),
         )
-    if not context.has_chat_model:
+    if not (settings.openai_api_key or settings.openai_base_url):
         raise ConfigError(
             "embedding_provider is openai but neither OPENAI_API_KEY nor OPENAI_BASE_URL is set"
         )
@@ -168,19 +168,19 @@ def make_embedder(context: Context, *, process: ProcessState = PROCESS) -> Embed
     from pydantic import SecretStr
 
     openai = OpenAIEmbeddings(  # by field names, not aliases, so a type checker can follow the call
-        model=context.openai_embedding_model,
-        openai_api_key=SecretStr(context.openai_api_key or "not-needed"),  # self-hosted servers take any key
-        openai_api_base=context.openai_base_url or None,
-        request_timeout=context.request_timeout_seconds,
-        max_retries=context.max_retries,
-        chunk_size=context.embedding_batch_size,
+        model=settings.openai_embedding_model,
+        openai_api_key=settings.openai_api_key or SecretStr("not-needed"),  # self-hosted servers take any key
+        openai_api_base=settings.openai_base_url or None,
+        request_timeout=settings.request_timeout_seconds,
+        max_retries=settings.max_retries,
+        chunk_size=settings.embedding_batch_size,
         check_embedding_ctx_length=False,  # tiktoken would download its tables; servers truncate anyway
     )
     return Embedder(
         openai,
-        f"openai/{context.openai_embedding_model}",
-        batch_size=context.embedding_batch_size,
-        endpoint=endpoint_id(context.openai_base_url, context.openai_api_key),
+        f"openai/{settings.openai_embedding_model}",
+        batch_size=settings.embedding_batch_size,
+        endpoint=endpoint_id(settings.openai_base_url, settings.openai_api_key.get_secret_value()),
     )
 
 

@@ -17,7 +17,7 @@ from langchain_core.documents import BaseDocumentCompressor
 from langchain_core.documents import Document as LCDocument
 from pydantic import ConfigDict, PrivateAttr, SecretStr
 
-from agent_retrieval.context import Context
+from agent_retrieval.context import RerankSettings, RunSettings
 from agent_retrieval.core.redaction import check_secret, protect, redact
 from agent_retrieval.core.steps import Steps, bounded, call
 from agent_retrieval.errors import ConfigError
@@ -86,23 +86,24 @@ def _ordered(documents: Sequence[LCDocument], ranking: Any) -> list[LCDocument]:
     ]
 
 
-def make_reranker(context: Context) -> BaseDocumentCompressor | None:
-    """The operator's configured reranker, or None when the stage is off."""
-    if context.reranker == "off":
+def make_reranker(settings: RerankSettings, *, timeout: float) -> BaseDocumentCompressor | None:
+    """The operator's configured reranker, or None when the stage is off; `timeout` is a run's
+    rerank_timeout_seconds (one request never outlasts the search's rerank deadline)."""
+    if settings.reranker == "off":
         return None
-    if not context.voyage_api_key:
+    if not settings.voyage_api_key:
         raise ConfigError("reranker is voyage but VOYAGE_API_KEY is not set")
     return VoyageReranker(
-        model=context.voyage_rerank_model,
-        api_key=SecretStr(context.voyage_api_key),
-        base_url=context.voyage_base_url or None,
-        timeout=min(context.request_timeout_seconds, context.rerank_timeout_seconds),
-        max_retries=context.max_retries,
+        model=settings.voyage_rerank_model,
+        api_key=settings.voyage_api_key,
+        base_url=settings.voyage_base_url or None,
+        timeout=min(settings.request_timeout_seconds, timeout),
+        max_retries=settings.max_retries,
     )
 
 
 def rerank(
-    reranker: BaseDocumentCompressor, query: str, hits: list[Hit], context: Context
+    reranker: BaseDocumentCompressor, query: str, hits: list[Hit], context: RunSettings
 ) -> Steps[tuple[list[Hit], str | None]]:
     """`hits` with their first `rerank_candidates` in the reranker's order, each scored by it, the rest
     after them as fused; and a note when the reranker failed or was late (then the order is unchanged).

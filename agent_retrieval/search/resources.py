@@ -14,7 +14,7 @@ from typing import Any
 
 from cachetools import TLRUCache
 
-from agent_retrieval.context import Context
+from agent_retrieval.context import ResourceSettings
 from agent_retrieval.core.process import PROCESS, ProcessState
 
 
@@ -77,17 +77,17 @@ class SharedValues:
 class SearchResources:
     """The pool sync searches run their keyword and vector paths in, and the HyDE query-vector cache.
 
-    Sized by a Context's deployment settings (`search_threads`, `hyde_cache_size`). A Retrieval made without
-    resources uses `shared_resources(context)`, the process's instance for those sizes, so that Retrievals
-    made per run (the graphs) still share HyDE calls; make one to size or close it apart, and pass it to
-    each Retrieval that should share it. `close()` lets running searches finish, stops the threads and
+    Sized by the settings' resources section (`search_threads`, `hyde_cache_size`). A Retrieval made without
+    resources uses `shared_resources(context.resources)`, the process's instance for those sizes, so that
+    Retrievals made per run (the graphs) still share HyDE calls; make one to size or close it apart, and pass
+    it to each Retrieval that should share it. `close()` lets running searches finish, stops the threads and
     empties the cache; the resources start again if used afterwards, as a closed Retrieval's store does.
     """
 
-    def __init__(self, context: Context | None = None):
-        context = context or Context()
-        self.search_threads = context.search_threads
-        self.hyde_cache = SharedValues(context.hyde_cache_size)
+    def __init__(self, settings: ResourceSettings | None = None):
+        settings = settings or ResourceSettings()
+        self.search_threads = settings.search_threads
+        self.hyde_cache = SharedValues(settings.hyde_cache_size)
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = 0  # the process that started the pool's threads
@@ -131,10 +131,10 @@ class SearchResources:
         self.close()
 
 
-def shared_resources(context: Context, process: ProcessState = PROCESS) -> SearchResources:
-    """The process's resources for this context's sizes, made on first use (one, unless sizes differ)."""
-    sizes = (context.search_threads, context.hyde_cache_size)
-    return process.part(("search resources", sizes), lambda: SearchResources(context), SearchResources.close)
+def shared_resources(settings: ResourceSettings, process: ProcessState = PROCESS) -> SearchResources:
+    """The process's resources for these sizes, made on first use (one, unless sizes differ)."""
+    sizes = (settings.search_threads, settings.hyde_cache_size)
+    return process.part(("search resources", sizes), lambda: SearchResources(settings), SearchResources.close)
 
 
 def clear_shared_caches() -> None:

@@ -83,7 +83,7 @@ class Retrieval:
         # The vector side's similarity floor; None: by query type (fusion.PROFILES). A LangChain vector store
         # promises the k nearest whatever their similarity, so it sets -1.
         self.min_similarity = min_similarity
-        self.resources = resources or shared_resources(self.context, process)
+        self.resources = resources or shared_resources(self.context.resources, process)
         self._store, self._embedder, self._llm, self._reranker = store, embedder, llm, reranker
         self._owns_store = store is None
         self._lock = threading.Lock()
@@ -95,7 +95,7 @@ class Retrieval:
         return cls(Context.from_env(**overrides))
 
     def __repr__(self) -> str:
-        return f"Retrieval(db_path={self.context.db_path!r})"
+        return f"Retrieval(db_path={self.context.store.db_path!r})"
 
     def ingest_documents(
         self, documents: Iterable[Document], *, progress: bool = False, public: bool = False
@@ -148,14 +148,14 @@ class Retrieval:
     def store(self) -> Store:
         with self._lock:
             if self._store is None:
-                self._store = open_store(self.context, process=self.process)
+                self._store = open_store(self.context.store, process=self.process)
             return self._store
 
     @property
     def embedder(self) -> Embedder:
         with self._lock:
             if self._embedder is None:
-                self._embedder = make_embedder(self.context, process=self.process)
+                self._embedder = make_embedder(self.context.embeddings, process=self.process)
             return self._embedder
 
     @property
@@ -170,7 +170,8 @@ class Retrieval:
         """The rerank stage's model: the one passed in, else the operator's `reranker` setting (or None)."""
         with self._lock:
             if self._reranker is None:
-                self._reranker = make_reranker(self.context)
+                context = self.context
+                self._reranker = make_reranker(context.rerank, timeout=context.rerank_timeout_seconds)
             return self._reranker
 
     def close(self) -> None:
@@ -220,7 +221,7 @@ class Retrieval:
         store = yield blocking(lambda: self.store)
         chunks = [hit for hit in hits if hit.level == "chunks"]
         around = yield call(store.chunk_neighbors, store.achunk_neighbors, chunks, reach)
-        return widened(hits, around, reach, self.context.chunk_overlap)
+        return widened(hits, around, reach, self.context.ingest.chunk_overlap)
 
     def _ranked(self, request: SearchRequest, level: Level, rerank: bool) -> Steps[RetrievalResult]:
         store = yield blocking(lambda: self.store)  # opening the store reads files: off the event loop

@@ -24,12 +24,11 @@ import logging
 import os
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from langgraph_sdk import Auth
 
-from agent_retrieval.context import DEPLOYMENT_SETTINGS, RUN_SETTINGS, Context
+from agent_retrieval.context import DEPLOYMENT_SETTINGS, RUN_SETTINGS, Context, ServerSettings
 from agent_retrieval.core.redaction import protect
 from agent_retrieval.errors import ConfigError
 from agent_retrieval.server.identity import tenant_of_claims
@@ -73,7 +72,7 @@ async def authenticate(
     headers = headers or {}
     try:
         # the server's environment, read as the operator set it
-        settings = await asyncio.to_thread(Context.from_env)
+        settings = (await asyncio.to_thread(Context.from_env)).server
     except ConfigError as error:
         log.error("the server's settings are invalid: %s", error)
         raise _refuse(
@@ -87,7 +86,7 @@ async def authenticate(
     return await signed_in_user(authorization, settings)
 
 
-async def signed_in_user(authorization: str | None, settings: Context) -> dict[str, Any]:
+async def signed_in_user(authorization: str | None, settings: ServerSettings) -> dict[str, Any]:
     """The user an `Authorization: Bearer <Supabase access token>` header names, once the token is verified:
     identity, tenant and the token (for row-level security). Refused (an HTTPException of 401 or 403, whose
     detail says why and never holds the token) without one, or with a token that fails any check."""
@@ -163,7 +162,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-async def _verified_claims(token: str, settings: Context) -> dict[str, Any]:
+async def _verified_claims(token: str, settings: ServerSettings) -> dict[str, Any]:
     """The token's claims once its signature, expiry, audience and role are checked; 401 otherwise."""
     import jwt
 
@@ -176,7 +175,7 @@ async def _verified_claims(token: str, settings: Context) -> dict[str, Any]:
                 raise jwt.InvalidTokenError(
                     "the server has no SUPABASE_JWT_SECRET to check HS256 tokens with"
                 )
-            key: Any = settings.supabase_jwt_secret
+            key: Any = settings.supabase_jwt_secret.get_secret_value()
         else:
             if not settings.supabase_url:
                 raise jwt.InvalidTokenError("the server has no SUPABASE_URL to fetch the project's keys from")
@@ -239,7 +238,7 @@ def narrowed(settings: Context, user: Any) -> Context:
     otherwise in the user's tenant, with their token. The operator's secrets are masked from then on in
     whatever the server writes, a provider's error or a passage quoting one included."""
     protect(*settings.secrets())
-    if settings.server_auth == "off" or is_operator(user):
+    if settings.server.server_auth == "off" or is_operator(user):
         return settings
     tenant = _get(user, "tenant")
     if not isinstance(tenant, str) or not tenant:
@@ -248,7 +247,7 @@ def narrowed(settings: Context, user: Any) -> Context:
             "agent_retrieval.server.auth (langgraph.json `auth`), or give your auth handler's users a "
             "`tenant` (and `supabase_token`)"
         )
-    return replace(settings, tenant_id=tenant, supabase_user_token=_get(user, "supabase_token") or "")
+    return settings.replace(tenant_id=tenant, supabase_user_token=_get(user, "supabase_token") or "")
 
 
 def _get(user: Any, key: str) -> Any:

@@ -82,8 +82,8 @@ class GraphParts:
         if self.retrieval is not None:
             yield self.retrieval
             return
-        if not writes and not context.tenant_id:
-            problem = await asyncio.to_thread(missing_store, context)
+        if not writes and not context.store.tenant_id:
+            problem = await asyncio.to_thread(missing_store, context.store)
             if problem:
                 raise StoreError(problem)
         retrieval = Retrieval(context)
@@ -96,10 +96,10 @@ class GraphParts:
 
     async def chat(self, context: Context) -> BaseChatModel | None:
         """The chat model for planning, answers and code, or None offline (the graphs then degrade)."""
-        if self.chat_model is not None or not context.has_chat_model:
+        if self.chat_model is not None or not context.chat.configured:
             return self.chat_model
         # Building a client imports lazily and loads certificates: file reads, so not on the event loop.
-        return await asyncio.to_thread(make_chat_model, context, timeout=context.chat_timeout_seconds)
+        return await asyncio.to_thread(make_chat_model, context.chat, timeout=context.chat_timeout_seconds)
 
 
 Node = Callable[..., Awaitable[dict[str, Any]]]

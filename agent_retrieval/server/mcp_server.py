@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agent_retrieval.context import Context
+from agent_retrieval.context import Context, ServerSettings
 from agent_retrieval.core.redaction import redact, redact_value
 from agent_retrieval.errors import AgentRetrievalError, ConfigError
 from agent_retrieval.search.retrieval import Retrieval
@@ -78,7 +78,7 @@ def build_server(
         try:
             request = server.request_context.request
             # Over stdio (no request) the caller started the server; over HTTP, the signed-in user.
-            if request is None or context.server_auth == "off":
+            if request is None or context.server.server_auth == "off":
                 user: Any = Operator()
             else:
                 user = request.scope.get(USER_KEY)
@@ -139,13 +139,14 @@ def http_app(
     """The streamable HTTP endpoint at /mcp, as an ASGI app, behind the access-token check (unless the
     operator turned auth off, which only a loopback `host` accepts)."""
     loopback = host == "localhost" or is_loopback(host.strip("[]"))
-    if context.server_auth == "off" and not loopback:
+    settings = context.server
+    if settings.server_auth == "off" and not loopback:
         raise ConfigError(
             f"AGENT_RETRIEVAL_AUTH=off trusts every caller as the operator: serve on a loopback address "
             f"(127.0.0.1), not {host!r}, or keep auth on"
         )
-    if context.server_auth != "off" and not (
-        context.token_issuer and (context.supabase_jwt_secret or context.supabase_url)
+    if settings.server_auth != "off" and not (
+        settings.token_issuer and (settings.supabase_jwt_secret or settings.supabase_url)
     ):
         raise ConfigError(
             "serving signed-in users needs their tokens' issuer and key: set SUPABASE_URL (and "
@@ -168,7 +169,7 @@ def http_app(
         async with manager.run():
             yield
 
-    endpoint = _SignedIn(manager.handle_request, context)
+    endpoint = _SignedIn(manager.handle_request, context.server)
     return Starlette(routes=[Mount("/mcp", app=endpoint)], lifespan=lifespan)
 
 
@@ -176,8 +177,8 @@ class _SignedIn:
     """ASGI: a request goes on with its verified user (kept in its scope for the tool call), or is refused
     with 401/403 and the reason; the operator's own callers when auth is off. A GET is refused (405)."""
 
-    def __init__(self, app: ASGIApp, context: Context):
-        self.app, self.context = app, context
+    def __init__(self, app: ASGIApp, settings: ServerSettings):
+        self.app, self.settings = app, settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET":
@@ -190,11 +191,11 @@ class _SignedIn:
             )
             await refusal(scope, receive, send)
             return
-        if scope["type"] == "http" and self.context.server_auth != "off":
+        if scope["type"] == "http" and self.settings.server_auth != "off":
             headers = dict(scope.get("headers") or [])
             authorization = headers.get(b"authorization", b"").decode("latin-1")
             try:
-                scope[USER_KEY] = await signed_in_user(authorization, self.context)
+                scope[USER_KEY] = await signed_in_user(authorization, self.settings)
             except Auth.exceptions.HTTPException as refused:
                 challenge = {"WWW-Authenticate": 'Bearer realm="agent-retrieval"'}
                 response = JSONResponse(

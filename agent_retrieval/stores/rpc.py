@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_retrieval.context import VECTOR_INDEX_BUILD_DEPTHS, Context
+from agent_retrieval.context import VECTOR_INDEX_BUILD_DEPTHS, RunSettings
 from agent_retrieval.core.fusion import FULL_KEYWORD_COVERAGE
 from agent_retrieval.core.process import PROCESS, ProcessState
 from agent_retrieval.core.redaction import redact
@@ -144,9 +144,8 @@ def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384, build_depth: 
 def _fusion_defaults() -> dict[str, str]:
     """The tools' fusion defaults, written into the SQL hybrid functions: an RPC caller who passes no
     fusion arguments ranks exactly as the tools do."""
-    defaults = {f.name: f.default for f in fields(Context)}
     return {
-        f"default_{name}": str(defaults[name])
+        f"default_{name}": str(RunSettings.model_fields[name].default)
         for name in ("fusion", "rrf_k", "vector_weight", "keyword_weight", "candidates")
     }
 

@@ -34,7 +34,7 @@ def api():
 def run_context(api: FakeAPI, context: Context) -> Context:
     """The run's Context: the chat model is ChatOpenAI against the fake (the Retrieval is shared)."""
     return Context(
-        db_path=context.db_path, openai_base_url=api.openai_url, openai_api_key="test", max_retries=0
+        db_path=context.store.db_path, openai_base_url=api.openai_url, openai_api_key="test", max_retries=0
     )
 
 

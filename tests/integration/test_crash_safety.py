@@ -23,13 +23,13 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agent_retrieval.context import Context
+from agent_retrieval import context as settings
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from tests.fakeapi import FakeAPI
@@ -47,7 +47,7 @@ from tests.storecheck import (
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = 20240611
-CONTEXT = Context(chunk_size=400, chunk_overlap=40)
+CONTEXT = settings.Context(chunk_size=400, chunk_overlap=40)
 SETTINGS = {
     "AGENT_RETRIEVAL_EMBEDDING_PROVIDER": "openai",
     "OPENAI_API_KEY": "test-key-not-a-secret",
@@ -144,7 +144,7 @@ def driver() -> Iterator[Driver]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in {f.metadata.get("env") or f.name.upper() for f in fields(Context)}
+        if k not in {name for setting in settings.SETTINGS for name in settings.env_names(setting)}
     }
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO))
     runner = Driver(env)

@@ -20,7 +20,7 @@ from langgraph_sdk import get_sync_client
 from langgraph_sdk.client import SyncLangGraphClient
 
 from agent_retrieval import demo
-from agent_retrieval.context import Context
+from agent_retrieval.context import RUN_SETTINGS, Context
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.loaders import load_documents
 from agent_retrieval.planning import READING_ON
@@ -46,7 +46,7 @@ def fill_store(api: FakeAPI, db_path: Path) -> None:
         openai_api_key=SERVER_KEY,
         use_hyde=False,
     )
-    embedder = make_embedder(context)
+    embedder = make_embedder(context.embeddings)
     with Retrieval(context, embedder=embedder) as retrieval:
         report = ingest(
             load_documents([demo.corpus_dir(), demo.schemas_dir()]),
@@ -102,6 +102,16 @@ def test_assistants_are_the_graphs_of_langgraph_json(client):
     assert {a["graph_id"] for a in assistants} == set(graphs)
     for graph_id in graphs:
         assert client.assistants.get_graph(graph_id)["nodes"], graph_id
+
+
+def test_studio_is_shown_the_run_settings_alone_as_each_graphs_context_form(client):
+    """Studio's configuration panel is the served context_schema: RunSettings' knobs with their descriptions
+    and bounds, and no deployment setting."""
+    for assistant in client.assistants.search(limit=100):
+        schema = client.assistants.get_schemas(assistant["assistant_id"])["context_schema"]
+        assert set(schema["properties"]) == set(RUN_SETTINGS), assistant["graph_id"]
+        assert schema["properties"]["answer_chunks"]["maximum"] == 50
+        assert schema["additionalProperties"] is False
 
 
 def test_rag_answers_on_a_thread_citing_a_hit(client, api):

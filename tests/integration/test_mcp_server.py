@@ -73,8 +73,10 @@ def provider_context(api: FakeAPI, **settings: Any) -> Context:
 def embedded(api, tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("mcp") / "store.db"
     context = provider_context(api, db_path=str(db))
-    with open_store(context) as store:
-        assert ingest([DEPOSIT], store, make_embedder(context), context, progress=False).written == 1
+    with open_store(context.store) as store:
+        assert (
+            ingest([DEPOSIT], store, make_embedder(context.embeddings), context, progress=False).written == 1
+        )
     return db
 
 
@@ -162,8 +164,10 @@ async def test_the_servers_secrets_reach_no_client_from_a_provider_error_or_a_pa
     leaked = Document(
         "pasted", "Setup notes", f"Our embeddings key is {SERVER_KEY} and {jwt_secret}, do not share it."
     )
-    with open_store(context) as store:
-        assert ingest([leaked], store, make_embedder(context), context, progress=False).written == 1
+    with open_store(context.store) as store:
+        assert (
+            ingest([leaked], store, make_embedder(context.embeddings), context, progress=False).written == 1
+        )
     async with stdio_session(api, db, env={"SUPABASE_JWT_SECRET": jwt_secret}) as session:
         passage = await session.call_tool("chunk_retriever", {"query": "embeddings key setup notes"})
         api.fail_next(401, times=None, endpoint="embeddings")  # the refusal names the key, as providers do
@@ -395,15 +399,15 @@ async def test_a_client_gone_mid_index_document_leaves_the_document_whole_or_abs
     finally:
         api.heal()
     context = Context(db_path=str(db))
-    with open_store(context) as store:
+    with open_store(context.store) as store:
         after_disconnect = len(store.document_chunks(["manual"], 1000))
     async with http_session(url, {}) as session:
         again = await session.call_tool("index_document", arguments)
     assert not again.isError, text_of(again)
-    with open_store(context) as store:
+    with open_store(context.store) as store:
         whole = len(store.document_chunks(["manual"], 1000))
     document = IndexDocumentRequest.model_validate(arguments).document(source="index_document")
-    expected = len(chunk_document(document, context.chunk_size, context.chunk_overlap))
+    expected = len(chunk_document(document, context.ingest.chunk_size, context.ingest.chunk_overlap))
     assert whole == expected > 64  # more than one embedding batch
     assert after_disconnect in (0, expected)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent_retrieval.context import Context
+from agent_retrieval.context import Context, EmbeddingSettings
 from agent_retrieval.core.process import PROCESS
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.turns import NoTurn, shared_turns
@@ -52,7 +52,7 @@ def _in_the_child() -> dict[str, Any]:
 @pytest.mark.slow
 def test_a_forked_worker_of_a_process_that_used_everything_works_on_its_own(tmp_path, supabase_stack):
     supabase_stack.postgres.execute(f"drop schema if exists {SCHEMA} cascade")
-    embedder = make_embedder(Context())  # the local model, loaded in the parent
+    embedder = make_embedder(EmbeddingSettings())  # the local model, loaded in the parent
     PostgresStore(supabase_stack.postgres.dsn, schema=SCHEMA).init(len(embedder.embed_query("dimension")))
     supabase_stack.postgrest.reload_schema()
     context = Context(db_path=str(tmp_path / "store.db"))

@@ -71,7 +71,9 @@ def server(postgres, api, tmp_path_factory) -> Iterator[Server]:
     PostgresStore(postgres.dsn, schema=SCHEMA).init(DIM)
     context = operator_context(postgres, api)
     with PostgresStore(postgres.dsn, schema=SCHEMA, tenant=TENANT) as store:
-        assert ingest([HANDBOOK], store, make_embedder(context), context, progress=False).written == 1
+        assert (
+            ingest([HANDBOOK], store, make_embedder(context.embeddings), context, progress=False).written == 1
+        )
     settings = {
         "AGENT_RETRIEVAL_DSN": postgres.dsn,
         "AGENT_RETRIEVAL_SCHEMA": SCHEMA,

@@ -343,7 +343,7 @@ def test_an_api_nobody_answers_at_is_unreachable(stack):
 
 def test_a_query_blocked_by_a_lock_ends_at_the_request_timeout_on_postgres(stack, dsn):
     context = Context(postgres_dsn=dsn, db_schema=SCHEMA, request_timeout_seconds=1.0)
-    with open_store(context) as store:
+    with open_store(context.store) as store:
         expected = ids(store.keyword_search("chunks", QUERY, 5))
         with table_locked(stack, "chunks"):
             started = time.monotonic()
@@ -362,7 +362,7 @@ def test_a_query_blocked_by_a_lock_ends_at_the_request_timeout_on_supabase(stack
     context = Context(
         supabase_url=stack.url, supabase_key=stack.service_key, db_schema=SCHEMA, request_timeout_seconds=1.0
     )
-    with open_store(context) as store:
+    with open_store(context.store) as store:
         expected = ids(store.keyword_search("chunks", QUERY, 5))
         calls = [
             lambda: store.keyword_search("chunks", QUERY, 5),

@@ -294,7 +294,7 @@ def test_the_tools_run_on_supabase_from_the_context(stack, tmp_path):
     # ingest the demo corpus as the service role into tenant "demo", then search as a user of that tenant
     embedder = Embedder(WordHashEmbeddings(), "test/word-hash")
     writer = Context(supabase_url=stack.url, supabase_key=stack.service_key, tenant_id="demo")
-    with open_store(writer) as store:
+    with open_store(writer.store) as store:
         report = ingest(load_documents([demo.corpus_dir()]), store, embedder, writer, progress=False)
         assert report.written == report.documents > 10
         again = ingest(load_documents([demo.corpus_dir()]), store, embedder, writer, progress=False)

@@ -68,7 +68,7 @@ def stack(supabase_stack):
     PostgresStore(supabase_stack.postgres.dsn, schema=SCHEMA).init(DIM)
     supabase_stack.postgrest.reload_schema()
     for tenant in HANDBOOKS:
-        with open_store(writer(supabase_stack, tenant)) as store:
+        with open_store(writer(supabase_stack, tenant).store) as store:
             ingest([handbook(tenant)], store, embedder(), progress=False, public=tenant == "press")
     for tenant, doc_id in [("user:mallory", "mallory-note"), ("", "default-note")]:
         note = Document(doc_id, "Private note", f"The private note {doc_id} about annual leave.")
@@ -327,7 +327,7 @@ def test_ingest_publishes_only_when_asked_and_says_where_each_document_came_from
     from agent_retrieval.ingest.loaders import load_documents
 
     context = writer(stack, "globex")
-    with open_store(context) as store:
+    with open_store(context.store) as store:
         report = ingest(load_documents([tmp_path]), store, embedder(), context, progress=False)
         assert report.written == 1
         state = store.document_states(["rota"])["rota"]

@@ -103,7 +103,7 @@ async def test_without_a_secret_an_hs256_token_cannot_be_verified_and_is_refused
 async def test_auth_off_trusts_every_caller_as_the_operator(monkeypatch):
     monkeypatch.setenv("AGENT_RETRIEVAL_AUTH", "off")
     assert isinstance(await authenticate(None), Operator)
-    assert deployment_for({"identity": "anyone"}).tenant_id == ""  # the server's own settings
+    assert deployment_for({"identity": "anyone"}).store.tenant_id == ""  # the server's own settings
 
 
 async def test_without_an_issuer_to_check_no_token_is_accepted(monkeypatch):

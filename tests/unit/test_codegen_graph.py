@@ -110,7 +110,7 @@ async def test_a_schema_of_hundreds_of_tables_still_gets_its_second_attempt(sche
     tables = "\n".join(f"CREATE TABLE {'invoice_archive_' * 3}{n} (id INTEGER);" for n in range(400))
     document = Document("archive", "Invoice archive tables", f"# Invoice archives\n\n{tables}")
     ingest([document], schemas.store, embedder, context, progress=False)
-    wide = Context(db_path=context.db_path, answer_chunks=30)  # 30 passages: hundreds of tables named
+    wide = Context(db_path=context.store.db_path, answer_chunks=30)  # 30 passages: hundreds of tables named
     chat = CountingChatModel(responses=[UNKNOWN_TABLE_SQL, GOOD_SQL])
     out = await run(schemas, wide, chat, request="total paid invoice amount per customer from archive")
     assert len(out["context_ids"]) == 30 and out["attempts"] == 2 and chat.calls == 2
@@ -135,7 +135,7 @@ async def test_a_fenced_answer_is_unwrapped(schemas, context):
 
 
 async def test_offline_returns_the_context_and_says_why_there_is_no_code(schemas, context):
-    assert not context.has_chat_model
+    assert not context.chat.configured
     out = await run(schemas, context, None)
     assert out["code"] == "" and out["valid"] is False and out["attempts"] == 0
     assert out["notes"] == [OFFLINE_NOTE] and out["errors"] == []

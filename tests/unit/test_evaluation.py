@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -193,7 +192,7 @@ def test_runs_made_under_other_settings_are_not_reported_as_new(beir_store, tmp_
     calls = embeddings.query_calls
     hyde.clear_cache()
     heavier = Retrieval(
-        replace(retrieval.context, vector_weight=0.9), store=retrieval.store, embedder=retrieval.embedder
+        retrieval.context.replace(vector_weight=0.9), store=retrieval.store, embedder=retrieval.embedder
     )
     again = evaluate(dataset, heavier, tmp_path / "out", modes=["hybrid-convex"], progress=False)
     assert embeddings.query_calls == calls + len(dataset.queries)  # every query ran again
@@ -249,7 +248,7 @@ def test_hyde_mode_runs_with_a_chat_model_and_is_refused_without(beir_store, tmp
     with pytest.raises(ValueError, match="needs a chat model"):
         evaluate(dataset, retrieval, tmp_path / "x", modes=["hyde+hybrid"], progress=False)
     chat = CountingChatModel(responses=["A passage about deposits.\n\nAnother about fees."])
-    context = Context(db_path=retrieval.context.db_path, openai_base_url="http://127.0.0.1:9/v1")
+    context = Context(db_path=retrieval.context.store.db_path, openai_base_url="http://127.0.0.1:9/v1")
     with Retrieval(context, store=retrieval.store, embedder=embedder, llm=chat) as with_llm:
         # the plan mode would plan with the chat model too: left out, so the calls counted are HyDE's
         report = evaluate(dataset, with_llm, tmp_path / "hyde", modes=["hyde+hybrid"], progress=False)

@@ -140,12 +140,10 @@ def test_profiles_lean_the_way_their_names_say():
 
 
 def test_the_sql_hybrid_functions_default_to_the_tools_fusion():
-    from dataclasses import fields
-
-    from agent_retrieval.context import Context
+    from agent_retrieval.context import SETTINGS
     from agent_retrieval.stores.rpc import render_sql
 
-    defaults = {f.name: f.default for f in fields(Context)}
+    defaults = {name: f.default for name, f in SETTINGS.items()}
     sql = render_sql()
     for level in ("documents", "chunks"):
         header = sql[sql.index(f"function agent_retrieval.hybrid_search_{level}(") :][:900]

@@ -49,6 +49,6 @@ async def test_offline_runs_never_block_the_event_loop(module, retrieval):
     question = "How long does the landlord have to protect the deposit?"
     with blockbuster_ctx():  # raises on any blocking call (file, socket, SQLite) made on the event loop
         out = await module.build(GraphParts(retrieval=retrieval)).ainvoke(
-            {"messages": [("user", question)]}, context=Context(db_path=retrieval.context.db_path)
+            {"messages": [("user", question)]}, context=Context(db_path=retrieval.context.store.db_path)
         )
     assert "[" in out["messages"][-1].content  # it got as far as a cited answer

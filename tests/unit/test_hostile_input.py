@@ -415,7 +415,7 @@ def retrieval(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def corpus(retrieval) -> dict[str, Any]:
     """What is stored, read directly: ids, metadata, and the indexed words of every row's text columns."""
-    path = retrieval.context.db_path
+    path = retrieval.context.store.db_path
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
         documents = {i: json.loads(m) for i, m in conn.execute("SELECT id, metadata FROM documents")}
         chunks = {i: (d, o) for i, d, o in conn.execute("SELECT id, document_id, ordinal FROM chunks")}

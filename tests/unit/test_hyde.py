@@ -78,7 +78,7 @@ def test_used_averages_the_passages_on_the_document_side_and_renormalises(embedd
 
 
 def test_document_then_chunk_retrieval_of_one_question_costs_one_llm_call(retrieval, chat, embeddings):
-    retrieval.context = Context(db_path=retrieval.context.db_path, use_hyde=True)
+    retrieval.context = Context(db_path=retrieval.context.store.db_path, use_hyde=True)
     retrieval._llm = chat
     document_retriever, chunk_retriever = make_retrieval_tools(retrieval=retrieval)
     before = embeddings.document_calls
@@ -269,7 +269,7 @@ def test_parse_passages_drops_numbering_and_caps_the_count():
 def test_hyde_text_never_reaches_logs_tool_output_or_artifact(retrieval, caplog):
     marker = "Zanzibarquux"
     secret_chat = CountingChatModel(responses=[f"{marker} passage one about commission.\n\n{marker} two."])
-    retrieval.context = Context(db_path=retrieval.context.db_path, use_hyde=True)
+    retrieval.context = Context(db_path=retrieval.context.store.db_path, use_hyde=True)
     retrieval._llm = secret_chat
     document_retriever, _ = make_retrieval_tools(retrieval=retrieval)
     with caplog.at_level(logging.DEBUG):

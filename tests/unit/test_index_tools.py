@@ -236,20 +236,20 @@ INDEX_BAD = [
 
 @pytest.mark.parametrize(("args", "message"), INDEX_BAD, ids=[m[:60] for _, m in INDEX_BAD])
 def test_index_document_bad_input_is_a_clear_tool_error_and_writes_nothing(tools, retrieval, args, message):
-    before = fingerprint(retrieval.context.db_path)
+    before = fingerprint(retrieval.context.store.db_path)
     result = call(tools["index_document"], **args)
     assert result.status == "error"
     assert message in result.content
     assert "Traceback" not in result.content
-    assert fingerprint(retrieval.context.db_path) == before
+    assert fingerprint(retrieval.context.store.db_path) == before
 
 
 def test_a_store_of_another_model_refuses_the_write_naming_reembed(tools, retrieval):
     retrieval._embedder = Embedder(WordHashEmbeddings(size=32), "test/another-model")
-    before = fingerprint(retrieval.context.db_path)
+    before = fingerprint(retrieval.context.store.db_path)
     result = call(tools["index_document"], title="T", content="text")
     assert result.status == "error" and "agent-retrieval reembed" in result.content
-    assert fingerprint(retrieval.context.db_path) == before
+    assert fingerprint(retrieval.context.store.db_path) == before
 
 
 def test_an_unreadable_store_is_a_readable_tool_error(tmp_path):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from agent_retrieval.context import Context
@@ -235,7 +233,7 @@ async def test_what_the_question_found_too_is_read_on_to_first(tmp_path, embedde
     docs = [Document(i, title, text) for i, (title, text) in corpus.items()]
     ingest(docs, retrieval.store, embedder, context, progress=False)
     question = "Who is the performer of the album Green?"
-    alone = Retrieval(replace(context, follow_links=0), store=retrieval.store, embedder=embedder)
+    alone = Retrieval(context.replace(follow_links=0), store=retrieval.store, embedder=embedder)
     own = [hit.document_id for hit in (await ask(alone, question)).chunks]
     assert own.index("manor") > 2 and "hillage" not in own
     run = await ask(retrieval, question)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_retrieval import cli, demo
+from agent_retrieval import EmbeddingSettings, cli, demo
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.loaders import load_documents
@@ -26,7 +26,7 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Retrieval:
 
 
 def test_the_local_embedder_gives_unit_vectors_with_query_and_document_sides():
-    embedder = make_embedder(Context())
+    embedder = make_embedder(EmbeddingSettings())
     assert embedder.model_id == "local/all-MiniLM-L6-v2"
     query, documents = embedder.embed_query("deposit"), embedder.embed_documents(["deposit", "a gift policy"])
     assert query.shape == (384,) and documents.shape == (2, 384)

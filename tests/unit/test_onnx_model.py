@@ -65,8 +65,8 @@ def test_each_run_of_the_model_holds_a_bounded_number_of_tokens(cache):
 
 
 def test_the_runtime_is_a_setting_and_torch_stays_the_fallback(cache):
-    onnx = make_embedder(Context(local_runtime="onnx", local_model_cache=str(cache)))
-    torch = make_embedder(Context(local_runtime="torch"))
+    onnx = make_embedder(Context(local_runtime="onnx", local_model_cache=str(cache)).embeddings)
+    torch = make_embedder(Context(local_runtime="torch").embeddings)
     assert onnx.model_id == torch.model_id == "local/all-MiniLM-L6-v2"  # equal vectors: one model id
     assert onnx.embeddings._onnx() is not None and torch.embeddings._onnx() is None
 

@@ -110,7 +110,7 @@ def test_the_rag_graphs_answer_model_reads_passages_with_their_neighbours_and_th
 
         def passages(chat: CountingChatModel | None, reach: int) -> str:
             graph = rag.build(GraphParts(retrieval=retrieval, chat_model=chat))
-            settings = replace(context, answer_neighbors=reach)
+            settings = context.replace(answer_neighbors=reach)
             out = asyncio.run(graph.ainvoke({"messages": [("user", question)]}, context=settings))
             return " ".join(hit["content"] for hit in out["hits"])
 

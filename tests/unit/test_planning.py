@@ -95,7 +95,7 @@ async def test_a_failing_or_slow_llm_falls_back_within_its_timeout(context):
     started = time.monotonic()
     planned = await make_plan(
         "anything at all here",
-        Context(db_path=context.db_path, chat_timeout_seconds=0.2),
+        Context(db_path=context.store.db_path, chat_timeout_seconds=0.2),
         SlowChatModel(responses=["{}"]),
     )
     assert planned.planner == "fallback" and "timed out" in planned.notes[0]
@@ -366,7 +366,7 @@ async def test_unresolved_placeholders_and_loops_are_skipped_within_the_hop_boun
         PlannedQuery(text="{{P}} landlord", resolves="Q", priority=2),
         PlannedQuery(text="{{Q}} repairs", priority=3),
     )
-    one_hop = retrieval.context.__class__(db_path=retrieval.context.db_path, max_hops=1)
+    one_hop = retrieval.context.__class__(db_path=retrieval.context.store.db_path, max_hops=1)
     retrieval.context = one_hop
     run = await run_plan(chain, retrieval, top_k=3)
     assert [s.status for s in run.searches] == ["ran", "skipped", "skipped"]

@@ -24,10 +24,10 @@ from agent_retrieval.stores.sqlite.cache import FileCaches
 
 
 def test_the_log_hook_is_installed_once_and_a_chat_model_only_records_new_keys():
-    make_chat_model(Context(openai_api_key="sk-first-key-0000"))
+    make_chat_model(Context(openai_api_key="sk-first-key-0000").chat)
     hook = logging.getLogRecordFactory()
     for n in range(3):
-        make_chat_model(Context(openai_api_key=f"sk-later-key-{n}{n}{n}{n}"))
+        make_chat_model(Context(openai_api_key=f"sk-later-key-{n}{n}{n}{n}").chat)
     assert logging.getLogRecordFactory() is hook
     assert isinstance(hook, redaction._RedactingFactory)
     assert not isinstance(hook.previous, redaction._RedactingFactory)  # never wrapped a second time
@@ -85,12 +85,14 @@ def test_a_retrieval_keeps_what_it_shares_in_the_process_state_it_is_given(tmp_p
     own = ProcessState()
     context = Context(db_path=str(tmp_path / "own.db"))
     document = Document(id="d", title="Deposits", content="The landlord protects the deposit.")
-    with SQLiteStore(context.db_path, process=own) as store:
+    with SQLiteStore(context.store.db_path, process=own) as store:
         ingest([document], store, embedder, context, progress=False)
     request = parse_request(ChunkSearchRequest, {"query": "deposit protection", "top_k": 2})
     with Retrieval(context, embedder=embedder, process=own) as retrieval:
         assert retrieval.search(request, "chunks").hits
-        assert make_embedder(context, process=own).embeddings.process is own  # where a local model loads
+        assert (
+            make_embedder(context.embeddings, process=own).embeddings.process is own
+        )  # where a local model loads
     (resources,) = own.parts(SearchResources)
     assert own.parts(FileCaches) and resources not in PROCESS.parts(SearchResources)
     assert not any(c for c in PROCESS.parts(FileCaches) if str(tmp_path) in str(c._kept))

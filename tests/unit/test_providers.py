@@ -8,13 +8,12 @@ every request, so the tests check what was sent (input_type, batching, temperatu
 from __future__ import annotations
 
 import time
-from dataclasses import fields
 
 import numpy as np
 import pytest
 
 from agent_retrieval import hyde
-from agent_retrieval.context import Context
+from agent_retrieval.context import SETTINGS, Context
 from agent_retrieval.errors import EmbeddingError
 from agent_retrieval.hyde import (
     aget_query_embedding_for_retrieval,
@@ -61,7 +60,7 @@ def assert_unit_rows(matrix: np.ndarray, api: FakeAPI, texts: list[str]) -> None
 
 
 def test_voyage_sends_input_type_query_and_document(api):
-    embedder = make_embedder(voyage_context(api))
+    embedder = make_embedder(voyage_context(api).embeddings)
     assert embedder.model_id == "voyage/voyage-3.5"
 
     query = embedder.embed_query("what is a referral fee")
@@ -80,7 +79,7 @@ def test_voyage_sends_input_type_query_and_document(api):
 
 
 async def test_voyage_async_sides(api):
-    embedder = make_embedder(voyage_context(api))
+    embedder = make_embedder(voyage_context(api).embeddings)
     query = await embedder.aembed_query("what is a referral fee")
     docs = await embedder.aembed_documents(["one text", "another text"])
     sides = [r.body["input_type"] for r in api.requests_to("embeddings", api="voyage")]
@@ -101,9 +100,10 @@ def test_the_earlier_use_voyage_embeddings_variable_still_selects_voyage_with_a_
         FutureWarning, match=f"{variable} is deprecated: set AGENT_RETRIEVAL_EMBEDDING_PROVIDER=voyage"
     ):
         context = Context.from_env()
-    assert "use_voyage_embeddings" not in {f.name for f in fields(Context)}
-    assert Context.from_env(embedding_provider="local").embedding_provider == "local"  # a given value wins
-    embedder = make_embedder(context)
+    assert "use_voyage_embeddings" not in SETTINGS
+    given = Context.from_env(embedding_provider="local")
+    assert given.embeddings.embedding_provider == "local"  # a given value wins
+    embedder = make_embedder(context.embeddings)
     assert embedder.model_id == "voyage/voyage-3.5"
     vector = embedder.embed_query("hello")
     assert [r.path for r in api.requests] == ["/voyage/v1/embeddings"]
@@ -112,7 +112,9 @@ def test_the_earlier_use_voyage_embeddings_variable_still_selects_voyage_with_a_
 
 def test_voyage_retries_a_429_then_succeeds(api):
     api.fail_next(status=429, times=1, api="voyage")
-    embedder = make_embedder(voyage_context(api, max_retries=1))  # the SDK waits 1-2 s before retrying
+    embedder = make_embedder(
+        voyage_context(api, max_retries=1).embeddings
+    )  # the SDK waits 1-2 s before retrying
     vector = embedder.embed_query("retry me")
     assert len(api.requests_to("embeddings", api="voyage")) == 2
     assert_unit_rows(vector[None, :], api, ["retry me"])
@@ -121,7 +123,7 @@ def test_voyage_retries_a_429_then_succeeds(api):
 @pytest.mark.parametrize("status", [500, 503])
 def test_voyage_persistent_server_error_is_an_embedding_error_without_the_key(api, status):
     api.fail_next(status=status, times=None, api="voyage")
-    embedder = make_embedder(voyage_context(api, voyage_api_key=VOYAGE_SECRET, max_retries=0))
+    embedder = make_embedder(voyage_context(api, voyage_api_key=VOYAGE_SECRET, max_retries=0).embeddings)
     with pytest.raises(EmbeddingError) as caught:
         embedder.embed_documents(["a", "b"])
     message = str(caught.value)
@@ -135,7 +137,7 @@ def test_voyage_persistent_server_error_is_an_embedding_error_without_the_key(ap
 
 
 def test_openai_embeddings_through_the_sdk(api):
-    embedder = make_embedder(openai_context(api))
+    embedder = make_embedder(openai_context(api).embeddings)
     assert embedder.model_id == "openai/text-embedding-3-small"
 
     query = embedder.embed_query("what is a referral fee")
@@ -155,14 +157,14 @@ def test_float_list_responses_are_read_too(api, provider):
     """Both SDKs ask for base64; a server answering float lists anyway (Ollama, vLLM) still works."""
     api.encoding = "float"
     context = openai_context(api) if provider == "openai" else voyage_context(api)
-    vector = make_embedder(context).embed_query("floats please")
+    vector = make_embedder(context.embeddings).embed_query("floats please")
     assert api.requests[0].body.get("encoding_format") == "base64"
     assert_unit_rows(vector[None, :], api, ["floats please"])
 
 
 def test_openai_batches_by_embedding_batch_size(api):
     texts = [f"text number {i}" for i in range(5)]
-    embedder = make_embedder(openai_context(api, embedding_batch_size=2))
+    embedder = make_embedder(openai_context(api, embedding_batch_size=2).embeddings)
     matrix = embedder.embed_documents(texts)
     assert [r.body["input"] for r in api.requests_to("embeddings")] == [texts[0:2], texts[2:4], texts[4:5]]
     assert_unit_rows(matrix, api, texts)
@@ -170,7 +172,7 @@ def test_openai_batches_by_embedding_batch_size(api):
 
 async def test_openai_async_batches_and_query(api):
     texts = [f"text number {i}" for i in range(3)]
-    embedder = make_embedder(openai_context(api, embedding_batch_size=2))
+    embedder = make_embedder(openai_context(api, embedding_batch_size=2).embeddings)
     matrix = await embedder.aembed_documents(texts)
     query = await embedder.aembed_query("async query")
     sent = [r.body["input"] for r in api.requests_to("embeddings")]
@@ -181,7 +183,7 @@ async def test_openai_async_batches_and_query(api):
 
 def test_openai_retries_a_429_with_retry_after_zero(api):
     api.fail_next(status=429, times=1, retry_after=0, api="openai")
-    embedder = make_embedder(openai_context(api, max_retries=2))
+    embedder = make_embedder(openai_context(api, max_retries=2).embeddings)
     vector = embedder.embed_query("retry me")
     assert len(api.requests_to("embeddings")) == 2
     assert_unit_rows(vector[None, :], api, ["retry me"])
@@ -189,7 +191,7 @@ def test_openai_retries_a_429_with_retry_after_zero(api):
 
 def test_openai_persistent_429_is_an_embedding_error_without_the_key(api):
     api.fail_next(status=429, times=None, api="openai")
-    embedder = make_embedder(openai_context(api, max_retries=0))
+    embedder = make_embedder(openai_context(api, max_retries=0).embeddings)
     with pytest.raises(EmbeddingError) as caught:
         embedder.embed_query("rate limited")
     assert "HTTP 429" in str(caught.value)
@@ -204,7 +206,7 @@ def test_a_persistent_429_without_retry_after_is_retried_with_backoff_then_given
     context = (
         openai_context(api, max_retries=1) if provider == "openai" else voyage_context(api, max_retries=1)
     )
-    embedder = make_embedder(context)
+    embedder = make_embedder(context.embeddings)
     started = time.monotonic()
     with pytest.raises(EmbeddingError, match="HTTP 429"):
         embedder.embed_query("rate limited")
@@ -214,7 +216,7 @@ def test_a_persistent_429_without_retry_after_is_retried_with_backoff_then_given
 
 def test_an_embedding_request_that_hangs_times_out_each_attempt_and_gives_up(api):
     api.delay_next(5.0, times=None, endpoint="embeddings")
-    embedder = make_embedder(openai_context(api, request_timeout_seconds=0.3, max_retries=1))
+    embedder = make_embedder(openai_context(api, request_timeout_seconds=0.3, max_retries=1).embeddings)
     started = time.monotonic()
     with pytest.raises(EmbeddingError, match="Timeout"):
         embedder.embed_query("slow provider")
@@ -243,7 +245,7 @@ def test_unusable_responses_are_embedding_errors(api, provider, side, kind):
     else:
         context = voyage_context(api, voyage_api_key=VOYAGE_SECRET, max_retries=0)
         model_id, secret = "voyage/voyage-3.5", VOYAGE_SECRET
-    embedder = make_embedder(context)
+    embedder = make_embedder(context.embeddings)
     if side == "query":
         embed, texts = embedder.embed_query, "a query"
     else:
@@ -258,7 +260,7 @@ def test_unusable_responses_are_embedding_errors(api, provider, side, kind):
 
 def test_openai_wrong_dimension_across_batches_is_an_embedding_error(api):
     """Each response is self-consistent, but the second batch's vectors are one shorter."""
-    embedder = make_embedder(openai_context(api, embedding_batch_size=1, max_retries=0))
+    embedder = make_embedder(openai_context(api, embedding_batch_size=1, max_retries=0).embeddings)
     embedder.embed_documents(["warm up"])  # the first request is fine
     api.malform_next("wrong_dimension", times=1, api="openai")
     with pytest.raises(EmbeddingError, match="different lengths"):
@@ -291,7 +293,7 @@ def assert_hyde_used(api: FakeAPI, result: hyde.QueryEmbedding) -> None:
 
 def test_hyde_uses_the_chat_reply_passages(api):
     context = hyde_context(api)
-    embedder = make_embedder(context)
+    embedder = make_embedder(context.embeddings)
     result = get_query_embedding_for_retrieval(QUERY, context, embedder=embedder)
     assert_hyde_used(api, result)
 
@@ -302,7 +304,9 @@ def test_hyde_uses_the_chat_reply_passages(api):
 
 async def test_hyde_async_uses_the_chat_reply_passages(api):
     context = hyde_context(api)
-    result = await aget_query_embedding_for_retrieval(QUERY, context, embedder=make_embedder(context))
+    result = await aget_query_embedding_for_retrieval(
+        QUERY, context, embedder=make_embedder(context.embeddings)
+    )
     assert_hyde_used(api, result)
 
 
@@ -317,21 +321,23 @@ def assert_raw_fallback(api: FakeAPI, result: hyde.QueryEmbedding) -> None:
 def test_hyde_chat_500_falls_back_to_the_raw_query(api):
     api.fail_next(status=500, times=None, endpoint="chat/completions")
     context = hyde_context(api, max_retries=0)
-    result = get_query_embedding_for_retrieval(QUERY, context, embedder=make_embedder(context))
+    result = get_query_embedding_for_retrieval(QUERY, context, embedder=make_embedder(context.embeddings))
     assert_raw_fallback(api, result)
 
 
 async def test_hyde_async_chat_500_falls_back_to_the_raw_query(api):
     api.fail_next(status=500, times=None, endpoint="chat/completions")
     context = hyde_context(api, max_retries=0)
-    result = await aget_query_embedding_for_retrieval(QUERY, context, embedder=make_embedder(context))
+    result = await aget_query_embedding_for_retrieval(
+        QUERY, context, embedder=make_embedder(context.embeddings)
+    )
     assert_raw_fallback(api, result)
 
 
 def test_hyde_embedding_failure_after_chat_leaves_no_vector_and_says_why(api):
     api.fail_next(status=500, times=None, endpoint="embeddings")
     context = hyde_context(api, openai_api_key=OPENAI_SECRET, max_retries=0)
-    result = get_query_embedding_for_retrieval(QUERY, context, embedder=make_embedder(context))
+    result = get_query_embedding_for_retrieval(QUERY, context, embedder=make_embedder(context.embeddings))
     assert result.vector is None and result.hyde == "failed"
     assert "HTTP 500" in result.reason and OPENAI_SECRET not in result.reason
     assert len(api.requests_to("chat/completions")) == 1
@@ -347,7 +353,7 @@ def test_hyde_embedding_failure_after_chat_leaves_no_vector_and_says_why(api):
 async def test_async_hyde_gives_up_at_hyde_timeout_seconds(api):
     api.delay_next(2.0, times=None, endpoint="chat/completions")
     context = hyde_context(api, hyde_timeout_seconds=0.3, max_retries=0)
-    embedder = make_embedder(context)
+    embedder = make_embedder(context.embeddings)
     started = time.monotonic()
     result = await aget_query_embedding_for_retrieval(QUERY, context, embedder=embedder)
     elapsed = time.monotonic() - started
@@ -360,7 +366,9 @@ async def test_async_hyde_deadline_covers_the_sdk_retries(api):
     api.delay_next(2.0, times=None, endpoint="chat/completions")
     context = hyde_context(api, hyde_timeout_seconds=0.3, max_retries=2)
     started = time.monotonic()
-    result = await aget_query_embedding_for_retrieval(QUERY, context, embedder=make_embedder(context))
+    result = await aget_query_embedding_for_retrieval(
+        QUERY, context, embedder=make_embedder(context.embeddings)
+    )
     elapsed = time.monotonic() - started
     # without the overall deadline: three 0.3 s attempts plus >= 1.1 s of backoff, over 2 s
     assert elapsed < 1.5, f"async HyDE took {elapsed:.2f}s with hyde_timeout_seconds=0.3 and 2 retries"
@@ -372,7 +380,7 @@ def test_sync_hyde_gives_up_at_hyde_timeout_seconds(api):
     api.delay_next(2.0, times=None, endpoint="chat/completions")
     context = hyde_context(api, hyde_timeout_seconds=0.3, max_retries=0)
     started = time.monotonic()
-    result = get_query_embedding_for_retrieval(QUERY, context, embedder=make_embedder(context))
+    result = get_query_embedding_for_retrieval(QUERY, context, embedder=make_embedder(context.embeddings))
     elapsed = time.monotonic() - started
     assert elapsed < 1.8, f"sync HyDE took {elapsed:.2f}s with hyde_timeout_seconds=0.3"
     assert_raw_fallback(api, result)
@@ -382,7 +390,7 @@ def test_sync_hyde_deadline_holds_with_retries_configured(api):
     api.delay_next(2.0, times=None, endpoint="chat/completions")
     context = hyde_context(api, hyde_timeout_seconds=0.3, max_retries=1)
     started = time.monotonic()
-    result = get_query_embedding_for_retrieval(QUERY, context, embedder=make_embedder(context))
+    result = get_query_embedding_for_retrieval(QUERY, context, embedder=make_embedder(context.embeddings))
     elapsed = time.monotonic() - started
     assert result.hyde == "failed"
     # were the chat call retried, two 0.3 s attempts plus >= 0.375 s backoff would take >= 0.975 s

@@ -120,7 +120,7 @@ async def test_the_state_shows_hyde_status_but_never_the_hyde_text(context, embe
     from agent_retrieval import demo
     from agent_retrieval.ingest.loaders import load_documents
 
-    hyde_context = Context(db_path=context.db_path, use_hyde=True)
+    hyde_context = Context(db_path=context.store.db_path, use_hyde=True)
     marker = "Zephyrquill deposit passage"  # words no document holds, so any sighting is HyDE text leaking
     hyde_llm = CountingChatModel(responses=[f"{marker} one.\n\n{marker} two."])
     with Retrieval(hyde_context, embedder=embedder, llm=hyde_llm) as retrieval:
@@ -166,7 +166,7 @@ class HangingChatModel(FakeListChatModel):
 
 
 async def test_a_hanging_model_times_out_into_the_fallback_plan_and_an_extractive_answer(retrieval):
-    retrieval.context = Context(db_path=retrieval.context.db_path, chat_timeout_seconds=0.2)
+    retrieval.context = Context(db_path=retrieval.context.store.db_path, chat_timeout_seconds=0.2)
     graph = rag.build(GraphParts(retrieval=retrieval, chat_model=HangingChatModel(responses=["x"])))
     out = await asyncio.wait_for(run(graph, QUESTION, retrieval.context), 10)
     assert out["planner"] == "fallback" and "timed out" in out["notes"][0]

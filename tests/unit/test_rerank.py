@@ -12,7 +12,7 @@ import pytest
 from langchain_core.documents import BaseDocumentCompressor
 from langchain_core.documents import Document as LCDocument
 
-from agent_retrieval.context import Context
+from agent_retrieval.context import Context, RerankSettings
 from agent_retrieval.errors import ConfigError
 from agent_retrieval.graphs import rag
 from agent_retrieval.models import ChunkSearchRequest, SearchRequest, parse_request
@@ -31,7 +31,7 @@ VOYAGE_KEY = "pa-rerank-secret-456"
 def voyage_reranking(retrieval: Retrieval, api: FakeAPI, **settings) -> Retrieval:
     """A Retrieval over the same store whose operator configured Voyage's reranker."""
     context = Context(
-        db_path=retrieval.context.db_path,
+        db_path=retrieval.context.store.db_path,
         reranker="voyage",
         voyage_api_key=VOYAGE_KEY,
         voyage_base_url=api.voyage_url,
@@ -81,7 +81,7 @@ def test_off_by_default_no_reranker_and_no_call(retrieval, api):
     context = Context(
         voyage_api_key=VOYAGE_KEY, voyage_base_url=api.voyage_url
     )  # a key alone turns nothing on
-    assert make_reranker(context) is None and api.requests_to("rerank") == []
+    assert make_reranker(context.rerank, timeout=1.0) is None and api.requests_to("rerank") == []
 
 
 @pytest.mark.parametrize("level", ["documents", "chunks"])
@@ -140,7 +140,7 @@ class Slow(BaseDocumentCompressor):
 
 
 async def test_a_slow_compressor_is_given_up_at_the_stage_deadline(retrieval):
-    context = Context(db_path=retrieval.context.db_path, rerank_timeout_seconds=0.3)
+    context = Context(db_path=retrieval.context.store.db_path, rerank_timeout_seconds=0.3)
     reranking = Retrieval(context, store=retrieval.store, embedder=retrieval.embedder, reranker=Slow())
     started = time.monotonic()
     result = await reranking.asearch(request(), "documents")
@@ -150,7 +150,7 @@ async def test_a_slow_compressor_is_given_up_at_the_stage_deadline(retrieval):
 
 def test_any_document_compressor_reranks_and_nothing_is_lost(retrieval):
     compressor, depth = Reversing(), 6
-    context = Context(db_path=retrieval.context.db_path, rerank_candidates=depth)
+    context = Context(db_path=retrieval.context.store.db_path, rerank_candidates=depth)
     reranking = Retrieval(context, store=retrieval.store, embedder=retrieval.embedder, reranker=compressor)
     fused = retrieval.search(request(top_k=10), "documents").hits
     assert len(fused) == 10  # so that some candidates are below the reranked ones
@@ -173,16 +173,16 @@ def test_a_compressor_returning_strangers_keeps_the_fused_order(retrieval):
 
 def test_a_run_may_turn_reranking_off(retrieval):
     compressor = Reversing()
-    context = Context(db_path=retrieval.context.db_path, rerank_candidates=0)
+    context = Context(db_path=retrieval.context.store.db_path, rerank_candidates=0)
     reranking = Retrieval(context, store=retrieval.store, embedder=retrieval.embedder, reranker=compressor)
     assert reranking.search(request(), "documents").rerank == "off" and compressor.calls == 0
 
 
 def test_voyage_without_a_key_is_a_clear_configuration_error(retrieval):
     with pytest.raises(ConfigError, match="reranker is voyage but VOYAGE_API_KEY is not set"):
-        make_reranker(Context(reranker="voyage"))
+        make_reranker(RerankSettings(reranker="voyage"), timeout=1.0)
     reranking = Retrieval(
-        Context(db_path=retrieval.context.db_path, reranker="voyage"), store=retrieval.store
+        Context(db_path=retrieval.context.store.db_path, reranker="voyage"), store=retrieval.store
     )
     tool, _ = make_retrieval_tools(retrieval=reranking)
     message = tool.invoke({"query": QUERY})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 
-from agent_retrieval.context import Context
+from agent_retrieval.context import Context, ResourceSettings
 from agent_retrieval.models import ChunkSearchRequest, SearchRequest
 from agent_retrieval.search.resources import SearchResources, shared_resources
 from agent_retrieval.search.retrieval import Retrieval
@@ -15,23 +15,29 @@ LONG = "do agents have to declare themselves legally when a third party pays the
 
 
 def hyde_on(retrieval: Retrieval, **settings) -> Context:
-    return Context(db_path=retrieval.context.db_path, use_hyde=True, **settings)
+    return Context(db_path=retrieval.context.store.db_path, use_hyde=True, **settings)
 
 
 # --- SearchResources ----------------------------------------------------------------------------
 
 
 def test_resources_take_their_sizes_from_the_context():
-    with SearchResources(Context(search_threads=3, hyde_cache_size=5)) as resources:
+    with SearchResources(ResourceSettings(search_threads=3, hyde_cache_size=5)) as resources:
         assert resources.search_pool._max_workers == 3
         assert resources.hyde_cache._values.maxsize == 5
-    assert shared_resources(Context(search_threads=3)) is shared_resources(Context(search_threads=3))
-    assert shared_resources(Context(search_threads=3)) is not shared_resources(Context(search_threads=4))
+    assert shared_resources(ResourceSettings(search_threads=3)) is shared_resources(
+        ResourceSettings(search_threads=3)
+    )
+    assert shared_resources(ResourceSettings(search_threads=3)) is not shared_resources(
+        ResourceSettings(search_threads=4)
+    )
 
 
 def _search_threads_answer() -> int:
     """What the process's shared search threads answer (a forked child finds the same object)."""
-    return shared_resources(Context(search_threads=2)).search_pool.submit(lambda: 7).result(timeout=5)
+    return (
+        shared_resources(ResourceSettings(search_threads=2)).search_pool.submit(lambda: 7).result(timeout=5)
+    )
 
 
 def test_a_forked_process_starts_search_threads_of_its_own():
@@ -48,7 +54,7 @@ def test_retrievals_made_per_run_share_the_default_resources_and_one_hyde_call(r
     context = hyde_on(retrieval)
     first = Retrieval(context, store=retrieval.store, embedder=retrieval.embedder, llm=chat)
     second = Retrieval(context, store=retrieval.store, embedder=retrieval.embedder, llm=chat)
-    assert first.resources is second.resources is shared_resources(context)
+    assert first.resources is second.resources is shared_resources(context.resources)
     found = first.search(SearchRequest(query=LONG), "documents")
     again = second.search(ChunkSearchRequest(query=LONG, document_ids=[h.id for h in found.hits]), "chunks")
     assert chat.calls == 1 and (found.hyde_cached, again.hyde_cached) == (False, True)
@@ -56,7 +62,7 @@ def test_retrievals_made_per_run_share_the_default_resources_and_one_hyde_call(r
 
 def test_retrievals_with_resources_of_their_own_share_no_hyde_cache(retrieval, chat):
     context = hyde_on(retrieval)
-    with SearchResources(context) as mine, SearchResources(context) as theirs:
+    with SearchResources(context.resources) as mine, SearchResources(context.resources) as theirs:
         for resources in (mine, theirs, mine):
             Retrieval(
                 context, store=retrieval.store, embedder=retrieval.embedder, llm=chat, resources=resources
@@ -66,7 +72,7 @@ def test_retrievals_with_resources_of_their_own_share_no_hyde_cache(retrieval, c
 
 def test_closed_resources_stop_their_threads_empty_their_cache_and_start_again_when_used(retrieval, chat):
     context = hyde_on(retrieval)
-    resources = SearchResources(context)
+    resources = SearchResources(context.resources)
     searcher = Retrieval(
         context, store=retrieval.store, embedder=retrieval.embedder, llm=chat, resources=resources
     )

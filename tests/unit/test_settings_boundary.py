@@ -11,7 +11,7 @@ import pytest
 from langgraph_sdk.auth.types import StudioUser
 
 from agent_retrieval import hyde
-from agent_retrieval.context import DEPLOYMENT_SETTINGS, RUN_SETTINGS, Context, RunSettings
+from agent_retrieval.context import DEPLOYMENT_SETTINGS, RUN_SETTINGS, SETTINGS, Context, RunSettings
 from agent_retrieval.errors import ConfigError
 from agent_retrieval.graphs import rag
 from agent_retrieval.planning import READING_ON
@@ -27,11 +27,12 @@ QUESTION = "Which fees must an estate agent disclose to the client in writing?"
 @pytest.mark.parametrize("name", DEPLOYMENT_SETTINGS)
 def test_a_run_may_not_set_any_deployment_setting(name):
     with pytest.raises(ConfigError, match=rf"^{name} is a deployment setting: a run may set only use_hyde, "):
-        RunSettings(**{name: Context.__dataclass_fields__[name].default or "x"})
+        RunSettings(**{name: SETTINGS[name].default or "x"})
 
 
 def test_settings_are_split_once_and_completely():
-    assert set(RUN_SETTINGS) | set(DEPLOYMENT_SETTINGS) == set(Context.__dataclass_fields__)
+    assert set(RUN_SETTINGS) | set(DEPLOYMENT_SETTINGS) == set(SETTINGS)
+    assert not set(RUN_SETTINGS) & set(DEPLOYMENT_SETTINGS)
     assert not {
         "db_path",
         "tenant_id",
@@ -63,19 +64,19 @@ def test_a_key_from_the_environment_is_never_sent_to_an_endpoint_set_in_code(mon
     with FakeAPI() as server_api, FakeAPI() as other:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-server-key-1234")
         monkeypatch.setenv("OPENAI_BASE_URL", server_api.openai_url)
-        make_chat_model(Context.from_env()).invoke("hello")
-        make_chat_model(Context.from_env(openai_base_url=other.openai_url)).invoke("hello")
+        make_chat_model(Context.from_env().chat).invoke("hello")
+        make_chat_model(Context.from_env(openai_base_url=other.openai_url).chat).invoke("hello")
         assert [r.headers["authorization"] for r in server_api.requests_to("chat/completions")] == [
             "Bearer sk-server-key-1234"
         ]
         assert "sk-server-key-1234" not in str(other.requests_to("chat/completions"))
     # and the other way round: a key set in code does not go to the environment's endpoint
-    assert Context.from_env(openai_api_key="sk-code-key-5678").openai_base_url == ""
+    assert Context.from_env(openai_api_key="sk-code-key-5678").chat.openai_base_url == ""
 
 
 def test_keys_read_from_a_file_lose_their_newline_and_a_broken_key_is_refused_without_showing_it(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-a-file-1234\n")
-    assert Context.from_env().openai_api_key == "sk-from-a-file-1234"
+    assert Context.from_env().chat.openai_api_key.get_secret_value() == "sk-from-a-file-1234"
     monkeypatch.setenv("AGENT_RETRIEVAL_SUPABASE_USER_TOKEN", "eyJhbGci.eyJzdWIi\n.sig")
     with pytest.raises(ConfigError) as error:
         Context.from_env()
@@ -105,9 +106,12 @@ def test_a_verified_user_searches_in_their_tenant_with_their_token(monkeypatch):
     monkeypatch.setenv("AGENT_RETRIEVAL_TENANT", "operator-tenant")
     user = {"identity": "u1", "tenant": "acme", "supabase_token": "eyJ.user.token"}
     settings = deployment_for(user)
-    assert (settings.tenant_id, settings.supabase_user_token) == ("acme", "eyJ.user.token")
+    assert (settings.store.tenant_id, settings.store.supabase_user_token.get_secret_value()) == (
+        "acme",
+        "eyJ.user.token",
+    )
     studio = StudioUser("langgraph-studio-user")  # one that LangSmith authenticated, on a deployment
-    assert deployment_for(studio).tenant_id == "operator-tenant"
+    assert deployment_for(studio).store.tenant_id == "operator-tenant"
     monkeypatch.setenv(
         "LANGSMITH_LANGGRAPH_API_VARIANT", "local_dev"
     )  # langgraph dev: anyone sends its header

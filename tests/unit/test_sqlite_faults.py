@@ -372,7 +372,9 @@ def test_a_batch_that_fills_the_disk_after_its_documents_leaves_none_of_them(tmp
     is undone, so no document stays without its chunks (which would count as done, and never be redone)."""
     embedder = Embedder(WordHashEmbeddings(), "test/word-hash")
     docs = list(load_documents([corpus]))[:32]
-    chunks = [c for d in docs for c in chunk_document(d, CONTEXT.chunk_size, CONTEXT.chunk_overlap)]
+    chunks = [
+        c for d in docs for c in chunk_document(d, CONTEXT.ingest.chunk_size, CONTEXT.ingest.chunk_overlap)
+    ]
     texts = [document_text(d) for d in docs] + [chunk_text(c) for c in chunks]
     for row, text, vector in zip([*docs, *chunks], texts, embedder.embed_documents(texts), strict=False):
         row.text_hash, row.embedding = text, vector

@@ -293,7 +293,7 @@ def test_open_store_names_the_tenant_in_every_hit(tmp_path):
     from agent_retrieval.stores import open_store
 
     for tenant in ("acme", ""):
-        with open_store(Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant)) as store:
+        with open_store(Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant).store) as store:
             store.upsert(
                 [Document("d", "Doc", "hours", content_hash="h")],
                 [Chunk("d#0", "d", 0, "hours", "Doc")],

@@ -120,11 +120,12 @@ def test_without_a_tenant_the_tenants_files_are_not_read(as_tenant):
     "tenant", ["../globex", "acme/../globex", ".", "..", "/etc/passwd", "C:\\x", "ümlaut tenant", "a" * 60]
 )
 def test_any_tenant_id_names_one_file_inside_the_tenants_folder(tmp_path, tenant):
-    path = sqlite_path(Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant))
+    path = sqlite_path(Context(db_path=str(tmp_path / "store.db"), tenant_id=tenant).store)
     assert path.parent == tmp_path / "store.tenants"
     assert path.name not in (".db", "..db") and "/" not in path.name and "\x00" not in path.name
     others = {
-        sqlite_path(Context(db_path=str(tmp_path / "store.db"), tenant_id=t)) for t in ("globex", "acme")
+        sqlite_path(Context(db_path=str(tmp_path / "store.db"), tenant_id=t).store)
+        for t in ("globex", "acme")
     }
     assert path not in others
 
@@ -137,18 +138,18 @@ def test_a_tenant_id_that_is_not_one_line_of_text_is_refused_by_name(tmp_path, t
 
 def test_a_tenant_id_too_long_for_a_file_name_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="tenant_id is too long"):
-        sqlite_path(Context(db_path=str(tmp_path / "store.db"), tenant_id="é" * 100))
+        sqlite_path(Context(db_path=str(tmp_path / "store.db"), tenant_id="é" * 100).store)
 
 
 def test_tenants_differing_only_in_letter_case_never_share_a_file(tmp_path):
     """On a file system that folds case (macOS, Windows), ACME.db and acme.db are one file."""
     settings = {"db_path": str(tmp_path / "store.db")}
-    with open_store(Context(**settings, tenant_id="acme")):
+    with open_store(Context(**settings, tenant_id="acme").store):
         pass
     with pytest.raises(
         ConfigError, match=r"'ACME' differs only in letter case from the tenant stored in acme\.db"
     ):
-        sqlite_path(Context(**settings, tenant_id="ACME"))
+        sqlite_path(Context(**settings, tenant_id="ACME").store)
     assert (
-        sqlite_path(Context(**settings, tenant_id="acme")).name == "acme.db"
+        sqlite_path(Context(**settings, tenant_id="acme").store).name == "acme.db"
     )  # the first one keeps its file

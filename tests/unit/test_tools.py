@@ -183,12 +183,12 @@ BAD = [
 @pytest.mark.parametrize(("args", "message"), BAD, ids=[m for _, m in BAD])
 def test_bad_input_is_a_clear_tool_error_and_changes_nothing(tools, retrieval, args, message):
     _, chunk_retriever = tools
-    before = fingerprint(retrieval.context.db_path)
+    before = fingerprint(retrieval.context.store.db_path)
     result = call(chunk_retriever, **args)
     assert result.status == "error"
     assert message in result.content
     assert "Traceback" not in result.content and "sqlite" not in result.content.lower()
-    assert fingerprint(retrieval.context.db_path) == before
+    assert fingerprint(retrieval.context.store.db_path) == before
 
 
 SYNTAX = [
@@ -209,11 +209,11 @@ SYNTAX = [
 @pytest.mark.parametrize("query", SYNTAX)
 def test_search_syntax_in_the_query_is_just_text(tools, retrieval, query):
     _document_retriever, _chunk_retriever = tools
-    before = fingerprint(retrieval.context.db_path)
+    before = fingerprint(retrieval.context.store.db_path)
     for tool in tools:
         result = call(tool, query=query)
         assert result.status == "success", result.content
-    assert fingerprint(retrieval.context.db_path) == before
+    assert fingerprint(retrieval.context.store.db_path) == before
 
 
 def test_tool_errors_from_the_store_are_readable(tmp_path):
