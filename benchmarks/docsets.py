@@ -17,9 +17,9 @@ local embedder, HyDE off), then:
 - answering passage @3: the file's passage holding the phrase among chunk_retriever's first three;
 - words kept: the share of each file's words (its front matter values and text, markup names left out by an
   independent reader below) found in what the store holds of it;
-- residue: markup left in stored text outside code (docutils messages, heading attribute lists, admonition
-  and tab fences, snippet and include placeholders, shortcodes, template tags, MDX imports and JSX, roles,
-  directives, entities);
+- residue: markup left in stored text outside code (docutils messages, attribute lists, admonition, tab
+  and `:::` fences, icons, snippet and include placeholders, shortcodes, template tags and variables, MDX
+  imports and JSX, roles, directives, entities);
 - ingest: wall time, texts (documents and chunks) per second, and the process's peak memory.
 
     python benchmarks/docsets.py                  # the table for BENCHMARKS.md, results/docsets.json
@@ -51,8 +51,10 @@ FENCED = re.compile(r"^[ \t>]*(`{3,}|~{3,}).*?^[ \t>]*\1[`~]*[ \t]*$", re.S | re
 CODE = re.compile(FENCED.pattern + r"|`[^`\n]+`", re.S | re.M)
 RESIDUE = {
     "docutils messages": re.compile(r"\((?:DEBUG|INFO|WARNING|ERROR|SEVERE)/\d\)"),
-    "heading attributes": re.compile(r"\{\s*#[\w-]+[^}\n]*\}"),
-    "admonition or tab fences": re.compile(r"^ *(?:///|!!!|\?\?\?\+?|===) ?", re.M),
+    # Python-Markdown's and kramdown's: `## Setup { #setup }`, `[Go](#){ .md-button }`, `{: #v4-4-1}`
+    "attribute lists": re.compile(r"\{:[^{}\n]*\}|\{\s*[#.][\w-][^{}\n]*\}"),
+    "admonition or tab fences": re.compile(r"^ *(?:///|!!!|\?\?\?\+?|===|:::) ?", re.M),
+    "icons": re.compile(r":(?:octicons|material|fontawesome|simple)-[\w-]+:"),
     "snippet placeholders": re.compile(r"\{\*.*?\*\}|--8<--"),
     "shortcodes": re.compile(r"\{\{[<%]|[>%]\}\}"),
     "template tags": re.compile(r"\{%-?|-?%\}|\{\{-? "),

@@ -29,7 +29,9 @@ TABLE_BLOCK_CHARS = 800  # a table is written in blocks of rows about this long,
 
 # --- markdown sections ---------------------------------------------------------------------------------
 
-FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")  # a code fence's opening run; it closes at a run as long
+# A code fence's opening run; it closes at a run as long. Indented or quoted too: MkDocs and Docusaurus nest
+# fences in tabs, admonitions, list items and quotes, where their examples stay code.
+FENCE = re.compile(r"^[ \t>]*(`{3,}|~{3,})")
 # Only the opening marks are a pattern: the closing run ("## Title ##") is cut off in code, as a pattern
 # that also finds it backtracks over a long run of spaces (cubic time on one line).
 _ATX_OPENING = re.compile(r" {0,3}(#{1,6})[ \t]")
@@ -41,7 +43,7 @@ def fenced(lines: Iterable[str]) -> Iterator[tuple[str, bool]]:
     fence = ""
     for line in lines:
         if fence:
-            if line.lstrip().startswith(fence):
+            if line.lstrip(" \t>").startswith(fence):
                 fence = ""
             yield line, True
         elif opening := FENCE.match(line):

@@ -5,6 +5,7 @@ untrusted input: bounded in size and nesting, confined to a root folder when one
 from __future__ import annotations
 
 import codecs
+import collections
 import contextlib
 import fnmatch
 import functools
@@ -27,6 +28,7 @@ from agent_retrieval.ingest import formats, myst, sitemarkup
 from agent_retrieval.ingest.ignore import Ignores
 from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_depth
 
+MARKDOWN = (".md", ".markdown", ".mdx")  # .mdx: Docusaurus' markdown with JSX
 # Files read as text into markdown, and office files read from their bytes (each through an optional extra).
 _TEXT_READERS: dict[str, Callable[[Path, str], tuple[dict[str, Any], str]]] = {
     ".txt": formats.text_to_markdown,
@@ -45,7 +47,7 @@ _BYTES_READERS: dict[str, Callable[[Path, bytes], tuple[dict[str, Any], str]]] =
     ".xlsx": formats.xlsx_to_markdown,
 }
 SUPPORTED_SUFFIXES = tuple(
-    dict.fromkeys((".md", ".markdown", ".txt", ".jsonl", ".pdf", *_TEXT_READERS, *_BYTES_READERS))
+    dict.fromkeys((*MARKDOWN, ".txt", ".jsonl", ".pdf", *_TEXT_READERS, *_BYTES_READERS))
 )  # the commonest first, as messages list them
 # Folders of installed dependencies and build output met inside a folder: other people's code, not this
 # folder's documents (hidden ones, .git and .venv, are passed over too). A folder given by name is read.
@@ -114,10 +116,10 @@ def load_documents(
             confined = inside or (None if follow_symlinks else Path(os.path.realpath(path)))
             selected = functools.partial(_selected, include=include, exclude=exclude)
             found = _folder_files(path, confined, refuse, selected, unsupported, left_out, gitignore)
+            ids = _document_ids(found, path)
             with progress_bar(len(found), unit="file", desc="read", enabled=progress) as bar:
                 for file in found:
-                    doc_id = file.relative_to(path).with_suffix("").as_posix()
-                    yield from _load_or_refuse(file, doc_id, confined, refuse)
+                    yield from _load_or_refuse(file, ids[file], confined, refuse)
                     bar.update()
         elif path.is_file():
             if path.suffix.lower() not in SUPPORTED_SUFFIXES:
@@ -213,6 +215,18 @@ def describe_unsupported(files: Iterable[str | Path], *, shown: int = 3) -> list
     return lines
 
 
+def _document_ids(files: list[Path], folder: Path) -> dict[Path, str]:
+    """Each file's document id: its path in the folder without the suffix, or with it where two files differ
+    only there (`example.py` beside the `example.rst` that shows it), so neither replaces the other."""
+    stems = collections.Counter(file.relative_to(folder).with_suffix("").as_posix() for file in files)
+    ids = {}
+    for file in files:
+        relative = file.relative_to(folder)
+        stem = relative.with_suffix("").as_posix()
+        ids[file] = stem if stems[stem] == 1 else relative.as_posix()
+    return ids
+
+
 def _load_or_refuse(
     path: Path, doc_id: str, root: Path | None, refuse: Callable[[InvalidRequest], None]
 ) -> list[Document]:
@@ -306,7 +320,7 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
         metadata, text = _BYTES_READERS[suffix](path, data)
     else:
         text, encoding = _decoded(path, data)
-        if suffix in (".md", ".markdown"):
+        if suffix in MARKDOWN:
             metadata, text = _front_matter(path, text)
             text = tidy_markdown(text)  # markdown as its writer marked it up; other readers write it plain
             # what the front matter tells readers (a function's definition, a page's summary) opens the text;
@@ -317,7 +331,13 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
             text = text if has_words(text) else str(metadata.get("title") or "")
         elif suffix in _TEXT_READERS:
             metadata, text = _TEXT_READERS[suffix](path, text)
-    if not has_words(text):
+    files, own = sitemarkup.taken_in(text)
+    if not has_words(own):
+        if files:  # Sphinx's `.. include::`, a snippet: nothing here but what another file says
+            raise InvalidRequest(
+                f"{path}: only takes in {', '.join(files)[:300]} (a document never reads another file): "
+                "ingest that file itself"
+            )
         raise InvalidRequest(f"{path}: empty: no words to index (only white space, marks or markup)")
     if encoding != "utf-8":
         metadata["encoding"] = encoding

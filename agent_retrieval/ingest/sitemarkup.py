@@ -1,10 +1,12 @@
 """What static-site generators add to markdown, read as the words a reader of the built page sees.
 
-MkDocs Material's admonitions (`!!! note "Title"`, `??? tip`, `/// warning | Title` ... `///`), content tabs
-(`=== "Tab"`) and snippet placeholders (`{* ../docs_src/x.py hl[6] *}`, `--8<-- "file"`); Hugo's shortcodes
-(`{{< name "value" >}}`, `{{% name %}}`; those that show code become fences); Liquid, Jinja and Eleventy
-tags (`{% include x %}`); Docusaurus' MDX imports and exports and its JSX wrappers (`<Tabs>`,
-`<TabItem value="npm">`); heading attribute lists (`## Setup { #setup .wide }`); HTML tags and entities.
+MkDocs Material's admonitions (`!!! note "Title"`, `??? tip`, `!!! info inline end "Title"`, `/// warning |
+Title` ... `///`), content tabs (`=== "Tab"`), icons (`:octicons-tag-16:`) and snippet placeholders
+(`{* ../docs_src/x.py hl[6] *}`, `--8<-- "file"`); Hugo's shortcodes (`{{< name "value" >}}`, `{{% name %}}`;
+those that show code become fences); Liquid, Jinja and Eleventy tags and variables (`{% include x %}`,
+`{{ site.repository }}`); Docusaurus' admonitions (`:::tip Title` ... `:::`), its MDX imports and exports and
+JSX wrappers (`<Tabs>`, `<TabItem value="npm">`); attribute lists, Python-Markdown's and kramdown's
+(`## Setup { #setup .wide }`, `[Go](#){ .md-button }`, `{: #v4-4-1}`); HTML tags and entities.
 Wrappers and names go; titles, readable parameters and the text inside stay; a placeholder says what it
 stood for. Code, fenced or inline, is never touched (the caller passes only prose), and each pattern stops
 at the next mark that could open another, so a line is read a bounded number of times.
@@ -17,7 +19,11 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-_ADMONITION = re.compile(r"[ \t]*(?:!!!|\?\?\?\+?)[ \t]*([\w-]+)(?:[ \t]+\"([^\"\n]*)\")?[ \t]*$")
+# a type, then modifiers such as `inline end` or `annotate`, then the title
+_ADMONITION = re.compile(
+    r"[ \t]*(?:!!!|\?\?\?\+?)[ \t]*([\w-]+)(?:[ \t]+[\w-]+)*[ \t]*(?:\"([^\"\n]*)\")?[ \t]*$"
+)
+_COLON_FENCE = re.compile(r"[ \t]*:{3,}[ \t]*([\w-]*)(.*)$")  # Docusaurus: `:::tip Title` or `:::tip[Title]`
 _BLOCK_FENCE = re.compile(r"[ \t]*/{3,}[ \t]*([\w-]*)[ \t]*(?:\|[ \t]*(.*))?$")  # nested blocks: more "/"
 _TAB = re.compile(r"[ \t]*===\+?[ \t]+\"([^\"\n]*)\"[ \t]*$")
 _MDX = re.compile(
@@ -26,6 +32,11 @@ _MDX = re.compile(
 _SNIPPET = re.compile(r"\{\*([^*\n]*)\*\}|--8<--[ \t]*\"([^\"\n]*)\"")
 _SHORTCODE = re.compile(r"\{\{([<%])([^<>%\n]*)[>%]\}\}")
 _TEMPLATE_TAG = re.compile(r"\{%-?[^%\n]*%\}")
+_TEMPLATE_VARIABLE = re.compile(r"\{\{-?[ \t][^{}\n]*\}\}")  # `{{ site.x | relative_url }}`, not `{{<`
+# not after `_`, `^`, `\` or a letter, where braces are TeX's (`\sum_{c=1}`)
+_ATTRIBUTES = re.compile(r"(?<![\w\\^])\{(?::[^{}\n]*|[ \t]*(?:[#.][\w-]|[\w-]+=)[^{}\n]*)\}")
+_ICON = re.compile(r":(?:octicons|material|fontawesome|simple)-[\w-]+:")
+_PLACEHOLDER = re.compile(r"\((?:Code|Included) from ([^\n]*?)\.\)")  # as `placeholder` writes them
 _QUOTED = re.compile(r"\"([^\"\n]*)\"")
 _TAG = re.compile(r"<!--[^<>\n]*-->|</?[A-Za-z][\w.:-]*(?:[ \t][^<>\n]*)?/?>")
 SHORTCODE_LINES = 20  # of one shortcode's parameters written a line each
@@ -92,6 +103,9 @@ def block_line(line: str) -> str | None:
         return title or (fence.group(1).capitalize() if fence.group(1) else None)
     if tab := _TAB.match(line):
         return tab.group(1)
+    if colons := _COLON_FENCE.match(line):
+        title = colons.group(2).strip().removeprefix("[").removesuffix("]").strip()
+        return title or (colons.group(1).capitalize() if colons.group(1) else None)
     if _MDX.match(line):
         return None
     return line
@@ -102,6 +116,9 @@ def inline_words(text: str) -> str:
     text = _SNIPPET.sub(_placeholder, text)
     text = _SHORTCODE.sub(_shortcode, text)
     text = _TEMPLATE_TAG.sub("", text)
+    text = _TEMPLATE_VARIABLE.sub("", text)
+    text = _ATTRIBUTES.sub("", text)
+    text = _ICON.sub("", text)
     text = _TAG.sub("", text)
     return html.unescape(text).replace("\xa0", " ") if "&" in text else text
 
@@ -154,6 +171,11 @@ def _strings(value: Any) -> list[str]:
 def placeholder(source: str, *, code: bool) -> str:
     """What a built page shows in place of a file it takes in: "(Code from x.py.)", "(Included from x.)"."""
     return f"({'Code' if code else 'Included'} from {source}.)"
+
+
+def taken_in(text: str) -> tuple[list[str], str]:
+    """The files a text's placeholders name, and the text without them."""
+    return [found.group(1) for found in _PLACEHOLDER.finditer(text)], _PLACEHOLDER.sub("", text)
 
 
 def _placeholder(match: re.Match[str]) -> str:

@@ -168,14 +168,19 @@ def register() -> None:
 
 def unknown_directive_text(message: Any) -> str | None:
     """The words of a directive docutils did not know, from its error message's copy of the source: the
-    arguments after `.. name::`, then the content; None for any other message."""
+    arguments after `.. name::`, then the content; for an `include` (never run: a document reads no other
+    file) a placeholder naming the file; None for any other message."""
     from docutils import nodes
 
     literal = next(iter(message.findall(nodes.literal_block)), None)
-    if literal is None or "Unknown directive type" not in message.astext():
+    if literal is None:
         return None
     first, _, rest = literal.astext().partition("\n")
     arguments = first.split("::", 1)[1].strip() if "::" in first else ""
+    if '"include" directive disabled' in message.astext():
+        return placeholder(arguments, code=False)
+    if "Unknown directive type" not in message.astext():
+        return None
     # dedented, not stripped: what an extension's directive holds may be code (Click's `click:example`)
     body = textwrap.dedent("\n".join(line for line in rest.split("\n") if not line.strip().startswith(":")))
     lines = [_NESTED.sub(r"\1\2", line) for line in body.split("\n")]

@@ -231,10 +231,15 @@ def test_every_format_is_supported_in_a_folder(tmp_path):
     skipped: list[str] = []
     unsupported: list[Path] = []
     loaded = list(load_documents([tmp_path], skipped=skipped, unsupported=unsupported))
-    assert not skipped and not unsupported
+    assert not unsupported
+    assert skipped == [  # a page that only includes another file is no document: said by name
+        f"{tmp_path / 'pytest-contributing.rst'}: only takes in ../../CONTRIBUTING.rst (a document never "
+        "reads another file): ingest that file itself"
+    ]
     assert {Path(p).suffix for p in (d.source for d in loaded)} >= {
         ".html",
         ".md",
+        ".mdx",
         ".docx",
         ".pptx",
         ".xlsx",
@@ -422,6 +427,21 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
         ("hugo-comments.md",
          ["Disqus comments require you set a single value", "`hugo`:\n\n```\n[services.disqus]\nshortname"],
          ["{{<", "{{</", ">}}"]),
+        ("jekyll-history.md",
+         ["## 4.4.1 / 2025-01-29", "Restore globbed path behavior", "([#9762](/issues/9762))"],
+         ["{:", "{{", "}}"]),
+        ("material-buttons.md",
+         ["[Subscribe to our newsletter][Demo]\n", "\n[Send ][Demo]",
+          "``` markdown title=\"Button\"\n[Subscribe to our newsletter](#){ .md-button }"],  # code as written
+         ["[Demo]{ .md-button", "[Send :fontawesome-solid-paper-plane:][Demo]"]),
+        ("material-inline-admonitions.md",
+         [" inline end\n\nLorem ipsum\n", '    ``` markdown\n    !!! info inline end "Lorem ipsum"\n'],
+         [":octicons-arrow-right-16:",
+          '!!! info inline end "Lorem ipsum"\n\n        Lorem ipsum dolor sit amet, consectetur adipiscing']),
+        ("redux-writing-tests.mdx",
+         ["What You'll Learn\n\n- Recommended practices", "Info\n\nFor background on why",
+          "import userReducer from '../features/users/userSlice'"],
+         [":::"]),
     ],
 )  # fmt: skip
 def test_static_site_markup_is_read_as_the_words_a_reader_sees(name, kept, gone):
@@ -430,3 +450,26 @@ def test_static_site_markup_is_read_as_the_words_a_reader_sees(name, kept, gone)
         assert words in page.content, words
     for markup in gone:
         assert markup not in page.content, markup
+
+
+def test_files_that_differ_only_in_suffix_are_two_documents(tmp_path):
+    """pytest's docs keep `pythoncollection.py` beside the `pythoncollection.rst` that shows it: one id for
+    both kept only the later file."""
+    (tmp_path / "example").mkdir()
+    (tmp_path / "example" / "collect.rst").write_text("Collecting\n==========\n\nHow tests are found.\n")
+    (tmp_path / "example" / "collect.py").write_text("def test_found():\n    assert True\n")
+    (tmp_path / "alone.md").write_text("# Alone\n\nNo sibling.\n")
+    ids = sorted(d.id for d in load_documents([tmp_path]))
+    assert ids == ["alone", "example/collect.py", "example/collect.rst"]
+
+
+def test_tex_braces_and_code_in_a_quote_are_not_read_as_markup(tmp_path):
+    """Hugo's docs: a formula's `_{c=1}` is no attribute list, and a template in a quoted fence stays code."""
+    page = tmp_path / "math.md"
+    page.write_text(
+        "# Math\n\n$$\nKL = \\sum_{c=1}^{M} y_c\n$$\n\n"
+        '> ```go-html-template {file="layouts/baseof.html"}\n> {{ if .IsNode }}\n> ```\n\nAfter.\n'
+    )
+    [document] = load_documents([page])
+    assert "\\sum_{c=1}^{M}" in document.content
+    assert '{file="layouts/baseof.html"}\n> {{ if .IsNode }}' in document.content
