@@ -119,6 +119,8 @@ def html_to_markdown(path: Path, html: str) -> tuple[dict[str, Any], str]:
     from lxml import html as lxml_html
 
     html = re.sub(r"^\s*<\?xml[^>]*>", "", html)  # lxml refuses text that declares its own encoding
+    if not html.strip():  # a template page whose tags were all it held
+        return {}, ""
     try:
         tree = lxml_html.document_fromstring(html)
     except (etree.ParserError, ValueError) as error:

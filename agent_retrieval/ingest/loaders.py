@@ -330,7 +330,13 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
             )
             text = text if has_words(text) else str(metadata.get("title") or "")
         elif suffix in _TEXT_READERS:
+            front: dict[str, Any] = {}
+            if suffix in (".html", ".htm") and text.startswith("---"):
+                # a generator's page template (Jekyll, Eleventy): front matter, then tags no reader sees
+                front, text = _front_matter(path, text)
+                text = sitemarkup.without_template_tags(text)
             metadata, text = _TEXT_READERS[suffix](path, text)
+            metadata |= front
     files, own = sitemarkup.taken_in(text)
     if not has_words(own):
         if files:  # Sphinx's `.. include::`, a snippet: nothing here but what another file says

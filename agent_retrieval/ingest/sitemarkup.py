@@ -115,12 +115,16 @@ def inline_words(text: str) -> str:
     """Prose (no code) without placeholders, shortcodes, template tags, HTML or JSX tags and entities."""
     text = _SNIPPET.sub(_placeholder, text)
     text = _SHORTCODE.sub(_shortcode, text)
-    text = _TEMPLATE_TAG.sub("", text)
-    text = _TEMPLATE_VARIABLE.sub("", text)
+    text = without_template_tags(text)
     text = _ATTRIBUTES.sub("", text)
     text = _ICON.sub("", text)
     text = _TAG.sub("", text)
     return html.unescape(text).replace("\xa0", " ") if "&" in text else text
+
+
+def without_template_tags(text: str) -> str:
+    """Text without Liquid, Jinja and Eleventy tags and variables, which a built page never shows."""
+    return _TEMPLATE_VARIABLE.sub("", _TEMPLATE_TAG.sub("", text))
 
 
 def without_attributes(heading: str) -> str:

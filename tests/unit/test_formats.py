@@ -473,3 +473,13 @@ def test_tex_braces_and_code_in_a_quote_are_not_read_as_markup(tmp_path):
     [document] = load_documents([page])
     assert "\\sum_{c=1}^{M}" in document.content
     assert '{file="layouts/baseof.html"}\n> {{ if .IsNode }}' in document.content
+
+
+def test_an_html_page_template_keeps_its_front_matter_and_none_of_its_tags():
+    """Jekyll's and Eleventy's pages: YAML front matter, then HTML full of Liquid that no reader sees."""
+    [page] = load_file(REAL / "jekyll-showcase.html", "showcase")
+    assert (page.title, page.content) == (
+        "Showcase",
+        "Jekyll powers many company websites; here are a few nice ones:",
+    )
+    assert page.metadata["permalink"] == "/showcase/"
