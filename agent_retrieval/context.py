@@ -631,8 +631,11 @@ class Context(RunSettings):
 
     def secrets(self) -> list[str]:
         """The values of the secret settings that are set (keys, tokens, the DSN): what the redactor masks."""
-        values = (self.get(name) for name in DEPLOYMENT_SETTINGS)
-        return [value.get_secret_value() for value in values if isinstance(value, SecretStr) and value]
+        # every section's own: two sections may hold different keys of one name (chat and embeddings)
+        values = [
+            getattr(getattr(self, s), name) for s, kind in SECTIONS.items() for name in kind.model_fields
+        ]
+        return list(dict.fromkeys(v.get_secret_value() for v in values if isinstance(v, SecretStr) and v))
 
     def describe(self) -> list[tuple[str, str, Any, str]]:
         """(setting, environment variables, value, description) for every setting, secrets masked."""

@@ -242,3 +242,12 @@ def test_a_section_given_to_from_env_is_kept_whole(monkeypatch):
     context = Context.from_env(store=StoreSettings(db_path="given.db"))
     assert (context.store.db_path, context.store.tenant_id) == ("given.db", "")
     assert context.ingest.chunk_size == 500  # the other sections are read as ever
+
+
+def test_every_sections_secrets_are_masked_even_when_two_hold_different_keys_of_one_name():
+    """A chat key apart from the embeddings key (an Ollama chat, OpenAI embeddings): both are secrets."""
+    context = Context(
+        chat=ChatSettings(openai_api_key="sk-chat-key-1234"),
+        embeddings=EmbeddingSettings(openai_api_key="sk-embedding-key-5678"),
+    )
+    assert sorted(context.secrets()) == ["sk-chat-key-1234", "sk-embedding-key-5678"]
