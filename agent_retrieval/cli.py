@@ -127,7 +127,8 @@ def _parser() -> argparse.ArgumentParser:
     ingest.add_argument(
         "--strict",
         action="store_true",
-        help="count files of types agent-retrieval does not read as failures (exit 1), as a CI check would",
+        help="count a folder's files of types agent-retrieval does not read, and those with no words of "
+        "their own (templates, redirect stubs), as failures (exit 1), as a CI check would",
     )
     ingest.add_argument(
         "--dry-run",
@@ -365,6 +366,8 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
         print(f"skipped: {printable(problem)}", file=sys.stderr)
     if any(": leads outside " in problem for problem in report.skipped_files) and not args.follow_symlinks:
         print("note: --follow-symlinks reads a folder's symlinks to files outside it", file=sys.stderr)
+    for problem in report.wordless_files:
+        print(f"no words, passed over: {printable(problem)}", file=sys.stderr)
     for line in describe_unsupported(report.unsupported_files):
         print(f"not a supported type, passed over: {printable(line)}", file=sys.stderr)
     if args.dry_run:
@@ -374,7 +377,7 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
                 "read it)",
                 file=sys.stderr,
             )
-    if not report.documents and not report.skipped_files:
+    if not report.documents and not report.skipped_files and not report.wordless_files:
         raise _bad(
             f"nothing to ingest in {', '.join(args.paths)}: no files of a supported type "
             f"({', '.join(SUPPORTED_SUFFIXES)})"
@@ -382,15 +385,18 @@ def _ingest(args: argparse.Namespace, context: Context) -> int:
     summary = _dry_run_summary(report) if args.dry_run else report.summary()
     if report.skipped_files:
         summary += f"; {len(report.skipped_files)} files not ingested (listed above)"
+    if report.wordless_files:
+        summary += f"; {len(report.wordless_files)} files with no words of their own passed over"
     if report.unsupported_files:
         summary += f"; {len(report.unsupported_files)} files of other types passed over"
     if report.left_out:
         summary += f"; {len(report.left_out)} build folders, tool files or .gitignore entries left out"
     print(summary)
-    # Files of other types (a docs folder's images) are a folder's ordinary contents: a failure only when
-    # asked (--strict). report.errors (a document the store could not take, an embedding failure) are
-    # logged as they happen.
-    failed = report.skipped_files + (report.unsupported_files if args.strict else [])
+    # Files of other types (a docs folder's images) and with no words (its templates) are a folder's
+    # ordinary contents: a failure only when asked (--strict). report.errors (a document the store could
+    # not take, an embedding failure) are logged as they happen.
+    passed_over = report.unsupported_files + report.wordless_files
+    failed = report.skipped_files + (passed_over if args.strict else [])
     return 1 if report.unembedded or failed or report.errors else 0
 
 

@@ -73,6 +73,7 @@ def load_documents(
     skipped: list[str] | None = None,
     unsupported: list[Path] | None = None,
     left_out: list[Path] | None = None,
+    wordless: list[str] | None = None,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     follow_symlinks: bool = False,
@@ -95,7 +96,9 @@ def load_documents(
     `unsupported`, listed there; hidden files and folders (".git", ".DS_Store") and DEPENDENCY_FOLDERS
     ("node_modules") met inside a folder are not looked at, and BUILD_FOLDERS, TOOL_FILES and (with
     `gitignore`) what the folder's .gitignore files name (ignore.py) are left out and, given `left_out`,
-    listed there.
+    listed there. A file met in a folder with no words of its own (a page template of tags alone, a redirect
+    stub, a page that only includes another file) is, given `wordless`, listed there with why instead of
+    refused: a folder's ordinary contents, as its images are.
     `include` and `exclude` are shell-style patterns (fnmatch: `*` crosses folders too) matched against a
     folder's files' paths relative to it ("guides/*.md", "*/drafts/*"): with `include`, only files matching
     one are looked at; a file matching an `exclude` pattern is not (of any type). A file named directly is
@@ -119,7 +122,7 @@ def load_documents(
             ids = _document_ids(found, path)
             with progress_bar(len(found), unit="file", desc="read", enabled=progress) as bar:
                 for file in found:
-                    yield from _load_or_refuse(file, ids[file], confined, refuse)
+                    yield from _load_or_refuse(file, ids[file], confined, refuse, wordless)
                     bar.update()
         elif path.is_file():
             if path.suffix.lower() not in SUPPORTED_SUFFIXES:
@@ -227,11 +230,24 @@ def _document_ids(files: list[Path], folder: Path) -> dict[Path, str]:
     return ids
 
 
+class _NoWords(InvalidRequest):
+    """A file that holds no words of its own to index."""
+
+
 def _load_or_refuse(
-    path: Path, doc_id: str, root: Path | None, refuse: Callable[[InvalidRequest], None]
+    path: Path,
+    doc_id: str,
+    root: Path | None,
+    refuse: Callable[[InvalidRequest], None],
+    wordless: list[str] | None = None,
 ) -> list[Document]:
     try:
         return load_file(path, doc_id, root=root)
+    except _NoWords as problem:
+        if wordless is None:
+            refuse(problem)
+        else:
+            wordless.append(str(problem))
     except InvalidRequest as problem:
         refuse(problem)
     except Exception as error:  # a parser's own failure (pypdf's limits, lxml, docutils, a recursion)
@@ -340,11 +356,11 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
     files, own = sitemarkup.taken_in(text)
     if not has_words(own):
         if files:  # Sphinx's `.. include::`, a snippet: nothing here but what another file says
-            raise InvalidRequest(
+            raise _NoWords(
                 f"{path}: only takes in {', '.join(files)[:300]} (a document never reads another file): "
                 "ingest that file itself"
             )
-        raise InvalidRequest(f"{path}: empty: no words to index (only white space, marks or markup)")
+        raise _NoWords(f"{path}: empty: no words to index (only white space, marks or markup)")
     if encoding != "utf-8":
         metadata["encoding"] = encoding
     title = str(metadata.pop("title", "") or _first_heading(text) or "")

@@ -60,6 +60,7 @@ class IngestReport:
     errors: list[str] = field(default_factory=list)
     skipped_files: list[str] = field(default_factory=list)  # could not be loaded, each with its reason
     unsupported_files: list[str] = field(default_factory=list)  # of other types, in the folders given
+    wordless_files: list[str] = field(default_factory=list)  # with no words of their own, in the folders
     left_out: list[str] = field(default_factory=list)  # build folders, tool files, .gitignore's entries
     renamed: list[tuple[str, str]] = field(default_factory=list)  # (old id, new id): same file or content
     removed: list[str] = field(default_factory=list)  # ids whose files are gone (ingest_paths with prune)

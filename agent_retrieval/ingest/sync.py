@@ -55,6 +55,7 @@ def sync_paths(
 
     skipped: list[str] = []
     unsupported: list[Path] = []
+    wordless: list[str] = []  # a folder's templates, redirect stubs and include-only pages, with why
     # build folders, tool files (Sphinx's conf.py) and what .gitignore names: listed by a dry run
     left_out: list[Path] = []
     documents: list[Document] = []
@@ -71,6 +72,7 @@ def sync_paths(
                 skipped=skipped,
                 unsupported=unsupported,
                 left_out=left_out,
+                wordless=wordless,
                 include=include,
                 exclude=exclude,
                 follow_symlinks=follow_symlinks,
@@ -87,6 +89,7 @@ def sync_paths(
     _settle(store, documents, stored, report, prune=prune, delete=not dry_run)
     report.skipped_files = skipped
     report.unsupported_files = [str(path) for path in unsupported]
+    report.wordless_files = wordless
     report.left_out = [str(path) for path in left_out]
     return report
 

@@ -121,15 +121,17 @@ class Retrieval:
         """Load files and folders into this store, as `agent-retrieval ingest` does.
 
         A file that cannot be loaded is listed in `skipped_files` with its reason, files of other types met in
-        a folder in `unsupported_files`, and build folders, tool files and what the folder's .gitignore files
-        name (unless not `gitignore`) in `left_out`: the rest are ingested all the same. A path that names
-        nothing raises InvalidRequest. With `prune`, documents stored from files under the given paths whose
-        files are gone are deleted (`removed`); one whose content reappears under another id is reported in
-        `renamed`; a file that exists but could not be loaded is never pruned. `public` and what is embedded
-        are as `ingest_documents` has them. `include` and `exclude` select a folder's files by pattern
-        (`load_documents`); a file they leave out is never pruned. A folder's files that lead out of it
-        through a symlink are skipped by name unless `follow_symlinks`. With `dry_run` nothing is written,
-        embedded or deleted: the report says what would be (`written`, `renamed`, `removed`).
+        a folder in `unsupported_files`, those with no words of their own (templates, redirect stubs, pages
+        that only include another file) in `wordless_files` with why, and build folders, tool files and what
+        the folder's .gitignore files name (unless not `gitignore`) in `left_out`: the rest are ingested all
+        the same. A path that names nothing raises InvalidRequest. With `prune`, documents stored from files
+        under the given paths whose files are gone are deleted (`removed`); one whose content reappears under
+        another id is reported in `renamed`; a file that exists but could not be loaded is never pruned.
+        `public` and what is embedded are as `ingest_documents` has them. `include` and `exclude` select a
+        folder's files by pattern (`load_documents`); a file they leave out is never pruned. A folder's files
+        that lead out of it through a symlink are skipped by name unless `follow_symlinks`. With `dry_run`
+        nothing is written, embedded or deleted: the report says what would be (`written`, `renamed`,
+        `removed`).
         """
         return sync_paths(
             paths,

@@ -149,7 +149,9 @@ def test_file_names_reach_the_terminal_with_their_control_characters_escaped(cap
     assert code == 0 and "\x1b" not in out + err and "note\\x1b[2J" in out
 
 
-def test_an_ingest_that_skipped_an_empty_or_binary_file_names_it_and_exits_1(capsys, tmp_path):
+def test_an_ingest_that_skipped_a_binary_file_names_it_and_exits_1_and_names_an_empty_one_too(
+    capsys, tmp_path
+):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "guide.md").write_text("# Guide\n\nRotate the deploy key every year.\n", encoding="utf-8")
@@ -157,8 +159,31 @@ def test_an_ingest_that_skipped_an_empty_or_binary_file_names_it_and_exits_1(cap
     (docs / "zeros.md").write_bytes(b"\x00" * 512)
     code, out, err = run(capsys, "ingest", "--db", str(tmp_path / "store.db"), "--no-progress", str(docs))
     assert code == 1 and out.startswith("1 document: 1 written (1 chunk)")
-    assert f"skipped: {docs / 'empty.md'}: empty: no words to index" in err
+    assert f"no words, passed over: {docs / 'empty.md'}: empty: no words to index" in err
     assert f"skipped: {docs / 'zeros.md'}: holds NUL bytes: a binary file, not text" in err
+
+
+def test_a_docs_folders_templates_and_stubs_are_passed_over_by_name_and_fail_only_when_strict(
+    capsys, tmp_path
+):
+    """Jekyll's page templates, MkDocs' redirect stubs, a page that only includes another file, an empty
+    `__init__.py`: a docs folder always held some, and its ingest always ended with exit 1."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text("# Guide\n\nRotate the deploy key every year.\n", encoding="utf-8")
+    (docs / "news.html").write_text(
+        "---\nlayout: news\n---\n{% for post in site.posts %}{{ post.title }}{% endfor %}\n"
+    )
+    (docs / "redirect.md").write_text("---\ntemplate: redirect.html\nlocation: guide/\n---\n")
+    (docs / "contributing.rst").write_text(".. include:: ../CONTRIBUTING.rst\n")
+    (docs / "__init__.py").write_bytes(b"")
+    store = str(tmp_path / "store.db")
+    code, out, err = run(capsys, "ingest", "--db", store, "--no-progress", str(docs))
+    assert code == 0 and "skipped:" not in err
+    assert out.rstrip().endswith("; 4 files with no words of their own passed over")
+    assert f"no words, passed over: {docs / 'contributing.rst'}: only takes in ../CONTRIBUTING.rst" in err
+    code, out, err = run(capsys, "ingest", "--db", store, "--no-progress", "--strict", str(docs))
+    assert code == 1
 
 
 def test_output_cut_short_by_a_pipe_ends_quietly():
