@@ -207,9 +207,11 @@ as $$
 declare
   -- while reembed is switching models, only rows holding the declared model's vectors are comparable
   stored_model text := (select value from {{schema}}.store_info where key = 'embedding_model');
+  filtered jsonpath;  -- the filter as the metadata's GIN index reads it (null: no index helps)
 begin
   perform {{schema}}.check_search(match_count, query_embedding);
   perform {{schema}}.check_scope(filter, document_ids);
+  filtered := {{schema}}.filter_path(filter);
   if match_count > current_setting('hnsw.ef_search')::int then  -- the index yields at most ef_search rows
     perform pg_catalog.set_config('hnsw.ef_search', least(match_count, 1000)::text, true);
   end if;
@@ -229,6 +231,7 @@ begin
     from {{schema}}.{{level}} d
     where (select count(*) from approx) < match_count
       and d.embedding is not null and d.embedding_model = stored_model
+      and (filtered is null or d.metadata @? filtered)  -- a selective filter: its rows from the index
       and {{schema}}.metadata_matches(d.metadata, filter)
       and (document_ids is null or {{document_id}} = any (document_ids))
       and (tenant is null or d.tenant_id = tenant or d.is_public)
@@ -519,6 +522,9 @@ declare
   ids bigint[];
   scores float8[];
   coverages float8[];
+  filtered boolean := coalesce(filter, '{}') <> '{}';
+  wanted int := match_count;  -- rows of the unfiltered ranking to rank (with a filter: to filter)
+  kept bigint[];
 begin
   perform {{schema}}.check_search(match_count, null);
   perform {{schema}}.check_scope(filter, document_ids);
@@ -527,53 +533,88 @@ begin
   if terms is null then
     return;
   end if;
-
-  if coalesce(filter, '{}') <> '{}' then  -- the best rows may fail the filter: score every row, then filter
-    return query
-    select {{columns}}, b.score, b.coverage, asked - pg_catalog.array_length(terms, 1)
-    from {{schema}}.bm25_{{level}}(terms, idfs, null, average_length, tenant, document_ids) b
-    join {{from}} on d.rowid = b.row_id
-    where {{schema}}.metadata_matches(d.metadata, filter)
-    order by b.score desc, b.row_id
-    limit match_count;
-    return;
+  -- With a filter: the unfiltered ranking's first `wanted` rows, filtered, are exact once k of them pass
+  -- or the ranking ends before `wanted` (every row below them scores lower); else four times as many, up
+  -- to 1,000. A filter too selective for that (fewer than k of 1,000 at the rate seen) has its own rows
+  -- scored, found by the metadata's index (filter_path): its rows are read, not every row holding a word.
+  if filtered then
+    wanted := least(1000, 4 * match_count);
   end if;
-
-  last := pg_catalog.array_length(terms, 1);
-  if last >= 3 then
-    -- The first pass reads the rows of the rarest terms, as many as FIRST_PASS_ROWS x match_count postings
-    -- allow, and k at least (fewer leave no k-th score to prune by), and scores over every term the
-    -- FIRST_PASS_SCORED x match_count of them that the rarest terms rank first: k rows reach its k-th
-    -- score, which is most often near the true k-th.
-    first := 1;
-    held := counts[1];
-    while first < last
-          and (held < match_count or held + counts[first + 1] <= {{first_pass_rows}} * match_count) loop
-      first := first + 1;
-      held := held + counts[first];
+  <<ranking>> loop
+    essential := null;
+    kth := null;
+    bound := 0;
+    last := pg_catalog.array_length(terms, 1);
+    if last >= 3 then
+      -- The first pass reads the rows of the rarest terms, as many as FIRST_PASS_ROWS x k postings
+      -- allow, and k at least (fewer leave no k-th score to prune by), and scores over every term the
+      -- FIRST_PASS_SCORED x k of them that the rarest terms rank first: k rows reach its k-th
+      -- score, which is most often near the true k-th.
+      first := 1;
+      held := counts[1];
+      while first < last
+            and (held < wanted or held + counts[first + 1] <= {{first_pass_rows}} * wanted) loop
+        first := first + 1;
+        held := held + counts[first];
+      end loop;
+      essential := terms[1:first];
+    end if;
+    loop  -- two passes at most; the last scores every row that can reach the first's k-th score: exact
+      select pg_catalog.array_agg(b.row_id order by b.score desc, b.row_id),
+             pg_catalog.array_agg(b.score order by b.score desc, b.row_id),
+             pg_catalog.array_agg(b.coverage order by b.score desc, b.row_id)
+        into ids, scores, coverages
+      from (select * from {{schema}}.bm25_{{level}}(terms, idfs, essential, average_length, tenant, document_ids,
+                                                     counts, coalesce(kth, 0),
+                                                     case when kth is null then {{first_pass_scored}} * wanted end)
+            order by score desc, row_id limit wanted) b;
+      exit when essential is null or kth is not null;
+      -- a hair under the k-th score: the second pass sums a row's parts in another order, which can move the
+      -- last bit of its score below the first pass's
+      kth := case when pg_catalog.array_length(ids, 1) = wanted then scores[wanted] * (1 - 1e-9)
+                  else 0 end;
+      while last > 0 and bound + 2.2 * idfs[last] < kth loop  -- the commonest terms, while under the bound
+        bound := bound + 2.2 * idfs[last];
+        last := last - 1;
+      end loop;
+      -- every row that can reach the k-th score holds one of terms[1:last]
+      essential := case when last < pg_catalog.array_length(terms, 1) then terms[1:last] end;
     end loop;
-    essential := terms[1:first];
-  end if;
-  loop  -- two passes at most; the last scores every row that can reach the first's k-th score: exact
+    exit ranking when not filtered;
+    select pg_catalog.array_agg(r.row_id order by r.place) into kept
+    from pg_catalog.unnest(ids) with ordinality r(row_id, place)
+    join {{schema}}.{{level}} d on d.rowid = r.row_id
+    where {{schema}}.metadata_matches(d.metadata, filter);
+    if coalesce(pg_catalog.cardinality(kept), 0) >= match_count
+       or coalesce(pg_catalog.cardinality(ids), 0) < wanted then
+      select pg_catalog.array_agg(r.row_id order by r.place), pg_catalog.array_agg(r.score order by r.place),
+             pg_catalog.array_agg(r.coverage order by r.place)
+        into ids, scores, coverages
+      from (select u.row_id, u.score, u.coverage, u.place
+            from unnest(ids, scores, coverages) with ordinality u(row_id, score, coverage, place)  -- FROM syntax
+            where u.row_id = any (kept) order by u.place limit match_count) r;
+      exit ranking;
+    end if;
+    -- more of the ranking while 1,000 rows would pass k at the rate these did; else the filter's own rows
+    if wanted < 1000 and coalesce(pg_catalog.cardinality(kept), 0) * 1000 >= match_count * wanted then
+      wanted := least(1000, 4 * wanted);
+      continue ranking;
+    end if;
     select pg_catalog.array_agg(b.row_id order by b.score desc, b.row_id),
            pg_catalog.array_agg(b.score order by b.score desc, b.row_id),
-           pg_catalog.array_agg(b.coverage order by b.score desc, b.row_id)
+           pg_catalog.array_agg(b.held / (select pg_catalog.sum(i) from pg_catalog.unnest(idfs) i)
+                               order by b.score desc, b.row_id)
       into ids, scores, coverages
-    from (select * from {{schema}}.bm25_{{level}}(terms, idfs, essential, average_length, tenant, document_ids,
-                                                   counts, coalesce(kth, 0),
-                                                   case when kth is null then {{first_pass_scored}} * match_count end)
-          order by score desc, row_id limit match_count) b;
-    exit when essential is null or kth is not null;
-    -- a hair under the k-th score: the second pass sums a row's parts in another order, which can move the
-    -- last bit of its score below the first pass's
-    kth := case when pg_catalog.array_length(ids, 1) = match_count then scores[match_count] * (1 - 1e-9)
-                else 0 end;
-    while last > 0 and bound + 2.2 * idfs[last] < kth loop  -- the commonest terms, while under the bound
-      bound := bound + 2.2 * idfs[last];
-      last := last - 1;
-    end loop;
-    -- every row that can reach the k-th score holds one of terms[1:last]
-    essential := case when last < pg_catalog.array_length(terms, 1) then terms[1:last] end;
+    from (select p.row_id, p.score, p.held
+          from {{schema}}.parts_in_{{level}}(
+            (select pg_catalog.array_agg(d.rowid) from {{schema}}.{{level}} d
+             where (d.metadata @? {{schema}}.filter_path(filter) or {{schema}}.filter_path(filter) is null)
+               and {{schema}}.metadata_matches(d.metadata, filter)
+               and (document_ids is null or {{document_id}} = any (document_ids))
+               and (tenant is null or d.tenant_id = tenant or d.is_public)),
+            terms, idfs, (select pg_catalog.sum(c) from pg_catalog.unnest(counts) c), average_length, tenant) p
+          order by p.score desc, p.row_id limit match_count) b;
+    exit ranking;
   end loop;
   return query
   select * from {{schema}}.keyword_rows_{{level}}(ids, scores, coverages, asked - pg_catalog.array_length(terms, 1));

@@ -1,0 +1,112 @@
+"""Filtered search on Postgres at 100K chunks: filters keeping 50%, 5% and 0.5% of the rows, through the
+SQL functions a Supabase caller and every filtered DSN search run (`match_chunks`, `keyword_search_chunks`).
+
+Copies benchmarks/latency.py's embedded store of 100,000 SciFact chunks (`python benchmarks/latency.py
+--sizes 100000` builds it) into a fresh Postgres, gives every chunk a `bucket` (its row number mod 200), and
+for each filter over SciFact test queries measures:
+
+- the vector side: recall@10 of `match_chunks` against the exact top 10 of the rows the filter keeps, and
+  its p50/p95;
+- the keyword side: whether its top 10 scores equal BM25 over every row the filter keeps, and its p50/p95.
+
+    python -m benchmarks.filtered [--queries 50] [--folder DIR]   # DIR keeps the load between runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_retrieval import EmbeddingSettings, PostgresStore, make_embedder
+from agent_retrieval.evaluation import load_beir
+from benchmarks.latency import DATASET, RESULTS
+from benchmarks.postgres import start_postgres_for_loads
+from benchmarks.scale import load
+
+SCHEMA = "filtered_100k"
+FILTERS = {"50%": list(range(100)), "5%": list(range(10)), "0.5%": [0]}  # buckets kept, of 200
+
+
+def percentiles(times: list[float]) -> dict[str, float]:
+    ordered = sorted(times)
+    return {
+        "p50_ms": round(statistics.median(ordered), 1),
+        "p95_ms": round(ordered[int(0.95 * len(ordered))], 1),
+    }
+
+
+def measure(postgres: Any, store: PostgresStore, texts: list[str], vectors: list[Any]) -> dict[str, Any]:
+    report: dict[str, Any] = {}
+    for name, buckets in FILTERS.items():
+        filters = {"bucket": buckets if len(buckets) > 1 else buckets[0]}
+        kept = f"(metadata->>'bucket')::int = any(array{buckets})"
+        recalls, vector_times = [], []
+        for vector in vectors:
+            literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
+            exact = postgres.execute(
+                f"select id from {SCHEMA}.chunks where {kept} "
+                f"order by (embedding <=> '{literal}'::vector) + 0 limit 10"  # "+ 0": no index
+            )
+            started = time.perf_counter()
+            found = {h.id for h in store.vector_search("chunks", vector, 10, filters=filters)}
+            vector_times.append(1000 * (time.perf_counter() - started))
+            recalls.append(len({row for (row,) in exact} & found) / len(exact))
+        equal, keyword_times = 0, []
+        for text in texts:
+            started = time.perf_counter()
+            found_scores = [
+                h.keyword_score for h in store.keyword_search("chunks", text, 10, filters=filters)
+            ]
+            keyword_times.append(1000 * (time.perf_counter() - started))
+            every_row = postgres.execute(
+                f"""with w as (select * from {SCHEMA}.keyword_terms_chunks(%s, null))
+                    select p.score from w, {SCHEMA}.parts_in_chunks(
+                      (select array_agg(rowid) from {SCHEMA}.chunks where {kept}), w.terms, w.idfs,
+                      (select sum(x) from unnest(w.counts) x), w.average_length, null) p
+                    order by p.score desc, p.row_id limit 10""",
+                (text,),
+            )
+            equal += [round(s, 6) for s in found_scores] == [round(s, 6) for (s,) in every_row]
+        report[name] = {
+            "vector": {"recall_at_10": round(statistics.fmean(recalls), 4), **percentiles(vector_times)},
+            "keyword": {"equal_to_every_row": f"{equal}/{len(texts)}", **percentiles(keyword_times)},
+        }
+        print(name, json.dumps(report[name]), flush=True)
+    return report
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--folder", type=Path, help="the Postgres folder; one that holds the load keeps it")
+    args = parser.parse_args(argv)
+    texts = list(load_beir(DATASET, "test", limit=args.queries).queries.values())
+    embedder = make_embedder(EmbeddingSettings())
+    vectors = [embedder.embed_query(text) for text in texts]
+    folder = args.folder or Path(tempfile.mkdtemp(prefix="bench-filtered-"))
+    postgres = start_postgres_for_loads(folder)
+    try:
+        loaded = postgres.execute(f"select 1 from information_schema.schemata where schema_name = '{SCHEMA}'")
+        store = PostgresStore(postgres.dsn, schema=SCHEMA)
+        store.init(384)  # a kept load's functions brought up to date
+        if not loaded:
+            load(postgres, store, RESULTS / "scifact-100000.db")
+            postgres.execute(
+                f"update {SCHEMA}.chunks set metadata = metadata || jsonb_build_object('bucket', rowid % 200)"
+            )
+            postgres.execute(f"analyze {SCHEMA}.chunks")
+        report = measure(postgres, store, texts, vectors)
+        store.close()
+    finally:
+        postgres.stop()
+    (RESULTS / "filtered.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
+if __name__ == "__main__":
+    main()
