@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Annotated, Any, Literal, Self, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
 from annotated_types import Ge, Le
 from pydantic import (
@@ -616,6 +616,14 @@ class Context(RunSettings):
         for kind in SECTIONS.values():
             found.update(kind.model_fields)
         return found
+
+    if not TYPE_CHECKING:  # a type checker keeps refusing `context.db_path`; at run time it says where
+
+        def __getattr__(self, name: str) -> Any:
+            section = next((s for s, kind in SECTIONS.items() if name in kind.model_fields), None)
+            if section is None:
+                return super().__getattr__(name)
+            raise AttributeError(f"{name} is a {section} setting: read context.{section}.{name}")
 
     def with_run(self, run: RunSettings | None) -> Context:
         """These settings with the knobs a run chose (`run.given`); the rest stay as they are."""

@@ -251,3 +251,11 @@ def test_every_sections_secrets_are_masked_even_when_two_hold_different_keys_of_
         embeddings=EmbeddingSettings(openai_api_key="sk-embedding-key-5678"),
     )
     assert sorted(context.secrets()) == ["sk-chat-key-1234", "sk-embedding-key-5678"]
+
+
+def test_a_deployment_setting_read_from_the_context_says_which_section_holds_it():
+    """0.2's `context.db_path` now lives in `context.store`: the error says so instead of 'no attribute'."""
+    with pytest.raises(AttributeError, match=r"^db_path is a store setting: read context\.store\.db_path$"):
+        Context().db_path  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'nothing_of_the_kind'"):
+        Context().nothing_of_the_kind  # type: ignore[attr-defined]  # noqa: B018
