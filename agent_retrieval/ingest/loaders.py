@@ -221,13 +221,12 @@ def describe_unsupported(files: Iterable[str | Path], *, shown: int = 3) -> list
 def _document_ids(files: list[Path], folder: Path) -> dict[Path, str]:
     """Each file's document id: its path in the folder without the suffix, or with it where two files differ
     only there (`example.py` beside the `example.rst` that shows it), so neither replaces the other."""
-    stems = collections.Counter(file.relative_to(folder).with_suffix("").as_posix() for file in files)
-    ids = {}
-    for file in files:
-        relative = file.relative_to(folder)
-        stem = relative.with_suffix("").as_posix()
-        ids[file] = stem if stems[stem] == 1 else relative.as_posix()
-    return ids
+    stems = {file: file.relative_to(folder).with_suffix("").as_posix() for file in files}
+    shared = collections.Counter(stems.values())
+    return {
+        file: stem if shared[stem] == 1 else file.relative_to(folder).as_posix()
+        for file, stem in stems.items()
+    }
 
 
 class _NoWords(InvalidRequest):
