@@ -211,7 +211,9 @@ declare
 begin
   perform {{schema}}.check_search(match_count, query_embedding);
   perform {{schema}}.check_scope(filter, document_ids);
-  filtered := {{schema}}.filter_path(filter);
+  if coalesce(filter, '{}') <> '{}' then  -- unfiltered searches skip working it out
+    filtered := {{schema}}.filter_path(filter);
+  end if;
   if match_count > current_setting('hnsw.ef_search')::int then  -- the index yields at most ef_search rows
     perform pg_catalog.set_config('hnsw.ef_search', least(match_count, 1000)::text, true);
   end if;
@@ -525,6 +527,7 @@ declare
   filtered boolean := coalesce(filter, '{}') <> '{}';
   wanted int := match_count;  -- rows of the unfiltered ranking to rank (with a filter: to filter)
   kept bigint[];
+  indexed jsonpath;  -- the filter as the metadata's index reads it
 begin
   perform {{schema}}.check_search(match_count, null);
   perform {{schema}}.check_scope(filter, document_ids);
@@ -600,6 +603,7 @@ begin
       wanted := least(1000, 4 * wanted);
       continue ranking;
     end if;
+    indexed := {{schema}}.filter_path(filter);
     select pg_catalog.array_agg(b.row_id order by b.score desc, b.row_id),
            pg_catalog.array_agg(b.score order by b.score desc, b.row_id),
            pg_catalog.array_agg(b.held / (select pg_catalog.sum(i) from pg_catalog.unnest(idfs) i)
@@ -608,7 +612,7 @@ begin
     from (select p.row_id, p.score, p.held
           from {{schema}}.parts_in_{{level}}(
             (select pg_catalog.array_agg(d.rowid) from {{schema}}.{{level}} d
-             where (d.metadata @? {{schema}}.filter_path(filter) or {{schema}}.filter_path(filter) is null)
+             where (indexed is null or d.metadata @? indexed)
                and {{schema}}.metadata_matches(d.metadata, filter)
                and (document_ids is null or {{document_id}} = any (document_ids))
                and (tenant is null or d.tenant_id = tenant or d.is_public)),
