@@ -29,28 +29,40 @@ TABLE_BLOCK_CHARS = 800  # a table is written in blocks of rows about this long,
 
 # --- markdown sections ---------------------------------------------------------------------------------
 
-# A code fence's opening run; it closes at a run as long. Indented or quoted too: MkDocs and Docusaurus nest
-# fences in tabs, admonitions, list items and quotes, where their examples stay code.
-FENCE = re.compile(r"^[ \t>]*(`{3,}|~{3,})")
+# A code fence's opening run, after its indent. Indented or quoted too: MkDocs and Docusaurus nest fences in
+# tabs, admonitions, list items and quotes, where their examples stay code.
+FENCE = re.compile(r"^([ \t>]*)(`{3,}|~{3,})")
 # Only the opening marks are a pattern: the closing run ("## Title ##") is cut off in code, as a pattern
 # that also finds it backtracks over a long run of spaces (cubic time on one line).
 _ATX_OPENING = re.compile(r" {0,3}(#{1,6})[ \t]")
 
 
 def fenced(lines: Iterable[str]) -> Iterator[tuple[str, bool]]:
-    """Each line with whether it is code: inside a fenced block, its fences included. A block closes at a
-    fence of the same character at least as long as its opening one (or at the end of the text)."""
-    fence = ""
+    """Each line with whether it is code: inside a fenced block, its fences included. As CommonMark reads
+    them, a block closes at a line of the same mark at least as long as its opening run, with nothing after
+    it and indented at most 3 more than the opening (or at the end of the text): an example that shows a
+    fence indented inside a tab (Material's docs) stays inside the example."""
+    fence, indent = "", 0
     for line in lines:
         if fence:
-            if line.lstrip(" \t>").startswith(fence):
+            found = FENCE.match(line)
+            if (
+                found
+                and found.group(2).startswith(fence)
+                and not line[found.end() :].strip()
+                and _width(found.group(1)) <= indent + 3
+            ):
                 fence = ""
             yield line, True
         elif opening := FENCE.match(line):
-            fence = opening.group(1)
+            fence, indent = opening.group(2), _width(opening.group(1))
             yield line, True
         else:
             yield line, False
+
+
+def _width(indent: str) -> int:
+    return len(indent.expandtabs(4))
 
 
 def atx_heading(line: str) -> tuple[int, str] | None:
