@@ -438,7 +438,7 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
          [" inline end\n\nLorem ipsum\n", '    ``` markdown\n    !!! info inline end "Lorem ipsum"\n'],
          [":octicons-arrow-right-16:",
           '!!! info inline end "Lorem ipsum"\n\n        Lorem ipsum dolor sit amet, consectetur adipiscing']),
-        ("material-content-tabs.md",  # an example holding fences indented in tabs stays one example, as written
+        ("material-content-tabs.md",  # an example of fences indented in tabs stays one example, as written
          ['``` title="Content tabs with code blocks"\n=== "C"\n\n    ``` c\n    #include <stdio.h>\n',
           '=== "C++"\n\n    ``` c++\n    #include <iostream>\n', "```\n\n\n\nC\n\n    ``` c\n"],
          ["#include \n"]),
