@@ -60,7 +60,12 @@ RESIDUE = {
     "template tags": re.compile(r"\{%-?|-?%\}|\{\{-? "),
     # a component is PascalCase and stands alone: not a type's parameters (`jest.Mock<T>`) or a placeholder
     # (`-d <MAXDEPTH>`)
-    "MDX imports or JSX": re.compile(r"^(?:import|export) .*$|(?<![\w.])</?[A-Z][a-z]\w*[ />]", re.M),
+    # an import names what it takes in `from` or a quoted path (prose may start a line with "import")
+    "MDX imports or JSX": re.compile(
+        r"^(?:import .* from |import ['\"]|export (?:default|const|function)\b).*$"
+        r"|(?<![\w.])</?[A-Z][a-z]\w*[ />]",
+        re.M,
+    ),
     "roles": re.compile(r"(?<![\w`]):[a-z][\w-]*(?::[a-z][\w-]*)?:`"),
     "directives": re.compile(r"^\s*\.\. [\w:-]+::", re.M),
     "entities": re.compile(r"&(?:[a-z]+|#\d+|#x[0-9a-f]+);", re.I),

@@ -346,11 +346,12 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
             text = text if has_words(text) else str(metadata.get("title") or "")
         elif suffix in _TEXT_READERS:
             front: dict[str, Any] = {}
-            if suffix in (".html", ".htm") and text.startswith("---"):
-                # a generator's page template (Jekyll, Eleventy): front matter, then tags no reader sees
+            page = suffix in (".html", ".htm")
+            if page and text.startswith("---"):  # a generator's page template (Jekyll, Eleventy)
                 front, text = _front_matter(path, text)
-                text = sitemarkup.without_template_tags(text)
             metadata, text = _TEXT_READERS[suffix](path, text)
+            if page:  # a template's or include's tags are never shown; an example of them in <pre> is
+                text = _without_template_tags(text)
             metadata |= front
     files, own = sitemarkup.taken_in(text)
     if not has_words(own):
@@ -581,6 +582,17 @@ def tidy_markdown(text: str) -> str:
             line = _IMAGE.sub("", _without_permalink(sitemarkup.without_attributes(line)))
         out.append(_unescaped(line))
     return "\n".join(out)
+
+
+def _without_template_tags(page: str) -> str:
+    """A page as read (its code fenced) without template tags outside its code, nor a line (a list item, a
+    table row) that held nothing else."""
+    kept = []
+    for line, code in formats.fenced(page.split("\n")):
+        shown = line if code else sitemarkup.without_template_tags(line)
+        if shown == line or has_words(shown):
+            kept.append(shown)
+    return "\n".join(kept)
 
 
 def _eval_rst(body: str) -> str:

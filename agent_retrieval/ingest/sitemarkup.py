@@ -4,9 +4,10 @@ MkDocs Material's admonitions (`!!! note "Title"`, `??? tip`, `!!! info inline e
 Title` ... `///`), content tabs (`=== "Tab"`), icons (`:octicons-tag-16:`) and snippet placeholders
 (`{* ../docs_src/x.py hl[6] *}`, `--8<-- "file"`); Hugo's shortcodes (`{{< name "value" >}}`, `{{% name %}}`;
 those that show code become fences); Liquid, Jinja and Eleventy tags and variables (`{% include x %}`,
-`{{ site.repository }}`); Docusaurus' admonitions (`:::tip Title` ... `:::`), its MDX imports and exports and
-JSX wrappers (`<Tabs>`, `<TabItem value="npm">`); attribute lists, Python-Markdown's and kramdown's
-(`## Setup { #setup .wide }`, `[Go](#){ .md-button }`, `{: #v4-4-1}`); HTML tags and entities.
+`{{ site.repository }}`, `{% comment %}` notes); Docusaurus' admonitions (`:::tip Title` ... `:::`), its MDX
+imports and exports and JSX wrappers (`<Tabs>`, `<TabItem value="npm" label="npm">`: a component's title or
+label stays); attribute lists, Python-Markdown's and kramdown's (`## Setup { #setup .wide }`,
+`[Go](#){ .md-button }`, `{: #v4-4-1}`); HTML tags and entities.
 Wrappers and names go; titles, readable parameters and the text inside stay; a placeholder says what it
 stood for. Code, fenced or inline, is never touched (the caller passes only prose), and each pattern stops
 at the next mark that could open another, so a line is read a bounded number of times.
@@ -29,9 +30,14 @@ _TAB = re.compile(r"[ \t]*===\+?[ \t]+\"([^\"\n]*)\"[ \t]*$")
 _MDX = re.compile(
     r"(?:import[ \t][^\n]*[ \t]from[ \t]|import[ \t]+['\"]|export[ \t]+(?:default|const|function)\b)"
 )
+# A JSX component's tag alone on its line, and the title or label it shows (`title={`A "quoted" title`}`)
+_COMPONENT = re.compile(r"[ \t]*<[A-Z][\w.]*(?:[ \t][^<\n]*)?>[ \t]*$")
+_SHOWN_ATTRIBUTE = re.compile(r"\b(?:title|label)=\{?(?:`([^`\n]*)`|\"([^\"\n]*)\"|'([^'\n]*)')")
 _SNIPPET = re.compile(r"\{\*([^*\n]*)\*\}|--8<--[ \t]*\"([^\"\n]*)\"")
 _SHORTCODE = re.compile(r"\{\{([<%])([^<>%\n]*)[>%]\}\}")
-_TEMPLATE_TAG = re.compile(r"\{%-?[^%\n]*%\}")
+_TEMPLATE_TAG = re.compile(r"\{%-?(?:[^%\n]|%(?!\}))*%\}")  # a date format's "%s" may be inside
+_COMMENT_MARK = re.compile(r"\{%-?[ \t]*(end)?comment[ \t]*-?%\}")
+_EMPTY_LINK = re.compile(r"\[([^\[\]\n]*)\]\(\)")
 _TEMPLATE_VARIABLE = re.compile(r"\{\{-?[ \t][^{}\n]*\}\}")  # `{{ site.x | relative_url }}`, not `{{<`
 # not after `_`, `^`, `\` or a letter, where braces are TeX's (`\sum_{c=1}`)
 _ATTRIBUTES = re.compile(r"(?<![\w\\^])\{(?::[^{}\n]*|[ \t]*(?:[#.][\w-]|[\w-]+=)[^{}\n]*)\}")
@@ -108,6 +114,9 @@ def block_line(line: str) -> str | None:
         return title or (colons.group(1).capitalize() if colons.group(1) else None)
     if _MDX.match(line):
         return None
+    if _COMPONENT.match(line):
+        shown = _SHOWN_ATTRIBUTE.search(line)
+        return next(filter(None, shown.groups()), None) if shown else None
     return line
 
 
@@ -115,7 +124,7 @@ def inline_words(text: str) -> str:
     """Prose (no code) without placeholders, shortcodes, template tags, HTML or JSX tags and entities."""
     text = _SNIPPET.sub(_placeholder, text)
     text = _SHORTCODE.sub(_shortcode, text)
-    text = without_template_tags(text)
+    text = _EMPTY_LINK.sub(r"\1", without_template_tags(text))  # a link to `{{ site.x }}` keeps its text
     text = _ATTRIBUTES.sub("", text)
     text = _ICON.sub("", text)
     text = _TAG.sub("", text)
@@ -123,8 +132,26 @@ def inline_words(text: str) -> str:
 
 
 def without_template_tags(text: str) -> str:
-    """Text without Liquid, Jinja and Eleventy tags and variables, which a built page never shows."""
-    return _TEMPLATE_VARIABLE.sub("", _TEMPLATE_TAG.sub("", text))
+    """Text without Liquid, Jinja and Eleventy tags and variables, which a built page never shows, nor the
+    template author's notes between `{% comment %}` and `{% endcomment %}`."""
+    return _TEMPLATE_VARIABLE.sub("", _TEMPLATE_TAG.sub("", _without_comments(text)))
+
+
+def _without_comments(text: str) -> str:
+    """`text` without its Liquid comments, each from its opening to the next closing mark (one left open
+    stays, as Liquid refuses it). The marks are found in one pass and paired in another: a lazy pattern
+    from each opening to its closing reads the rest of the text once per opening."""
+    if "comment" not in text:
+        return text
+    kept: list[str] = []
+    position, opened = 0, None
+    for mark in _COMMENT_MARK.finditer(text):
+        if mark.group(1) is None and opened is None:
+            opened = mark.start()
+        elif mark.group(1) is not None and opened is not None:
+            kept.append(text[position:opened])
+            position, opened = mark.end(), None
+    return "".join(kept) + text[position:]
 
 
 def without_attributes(heading: str) -> str:

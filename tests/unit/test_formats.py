@@ -442,6 +442,12 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
          ['``` title="Content tabs with code blocks"\n=== "C"\n\n    ``` c\n    #include <stdio.h>\n',
           '=== "C++"\n\n    ``` c++\n    #include <iostream>\n', "```\n\n\n\nC\n\n    ``` c\n"],
          ["#include \n"]),
+        ("redux-thunks.mdx",  # a component's title, written as a template string in braces
+         ['Detailed Explanation: Thunks, Connect, and "Container Components"\n\nHistorically'],
+         ["<DetailedExplanation", "title={"]),
+        ("jekyll-section-nav.html", ["Back", "Next"],  # an include: its labels, not its Liquid or its notes
+         ["{%", "%}", "{{", "Map grabs the tutorials sections", "lets find where we are"]),
+        ("jekyll-conf.md", ["JekyllConf", "## Featured"], ["{%", "%s%N", "{{"]),  # a date format in a tag
         ("redux-writing-tests.mdx",
          ["What You'll Learn\n\n- Recommended practices", "Info\n\nFor background on why",
           "import userReducer from '../features/users/userSlice'"],

@@ -41,7 +41,8 @@ RUNS = 3
 UNITS = [
     " ", "\t", "#", "!", "[", "]", "(", "`", "*", "_", "<", "{", "\\", "~", "-", "=", "|", ":", "&", "\n",
     "![", "[![", "](", "{#", "<a ", "&#", "`x", "[x](", "![x](", "# a", "* ", "1. ", ".. ", "x_", "**",
-    "[[", "]]", "{{", "{%", "\n\n", " \n", "-\n", "=\n", "```", "~~~", "\\*", "<!--", "a ",
+    "[[", "]]", "{{", "{%", "\n\n", " \n", "-\n", "=\n", "```", "~~~", "\\*", "<!--", "a ", "%",
+    "{% comment %}", "<A title=`",
 ]  # fmt: skip
 SHAPES: dict[str, Callable[[str], str]] = {
     "line": lambda run: f"a{run}b",
@@ -152,6 +153,7 @@ def run_of(unit: str, shape: str) -> Callable[[int], str]:
 @example(unit="`", shape="line")  # inline code's backreference
 @example(unit=" ", shape="line")  # markdownify's whitespace pattern, in HTML
 @example(unit=".. \n\n", shape="paragraph")  # docutils, quadratic in comments in a row
+@example(unit="{% comment %}", shape="line")  # Liquid notes, each opening with no closing
 def test_loading_and_chunking_hostile_text_takes_linear_time(tmp_path, suffix, unit, shape):
     def file_of(size: int) -> Path:
         path = tmp_path / f"hostile-{size}{suffix}"
