@@ -380,7 +380,8 @@ class StoreSettings(_SupabaseProject, _Requests):
         "Memory (MB) a process keeps between searches, read once per write instead of once per search: the "
         "embedded store's for the files it searched (their vectors, 1.5 KB a chunk with the local embedder, "
         "and keyword statistics; the least recently opened file goes first), and as much again the Postgres "
-        "store's for the words' keyword postings it read (the least recently searched scope goes first). "
+        "and Supabase stores' for the words' keyword postings they read (the least recently searched scope "
+        "goes first). "
         "0 keeps nothing.",
         bounds=(0, 1_000_000),
     )

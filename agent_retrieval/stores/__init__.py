@@ -45,6 +45,7 @@ def open_store(settings: StoreSettings, *, process: ProcessState = PROCESS) -> S
             max_retries=settings.max_retries,
             timeout=settings.request_timeout_seconds,
             user_token=settings.supabase_user_token.get_secret_value() or None,
+            cache_mb=settings.store_cache_mb,
             process=process,
         )
     return SQLiteStore(

@@ -6,33 +6,27 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from agent_retrieval.context import STORE_CACHE_MB
 from agent_retrieval.core.process import PROCESS, ProcessState
 from agent_retrieval.core.redaction import check_secret, protect
-from agent_retrieval.core.steps import Steps, arun, blocking, run
 from agent_retrieval.errors import ConfigError, InvalidRequest
 from agent_retrieval.stores.base import Failure, KeywordSearch
-from agent_retrieval.stores.postings import KeptPostings, Postings, PostingsCache, best_of_postings
 from agent_retrieval.stores.rpc import (
     DEFAULT_SCHEMA,
-    POSTINGS_BLOCK,
     CallError,
     Json,
     RPCStore,
-    _hit,
     render_sql,
     returns_rows,
     sqlstate_failure,
 )
 
 if TYPE_CHECKING:
-    from agent_retrieval.models import Chunk, Document, Hit
+    from agent_retrieval.models import Chunk, Document, Level
 
 
 def _psycopg() -> Any:
@@ -97,7 +91,12 @@ class PostgresStore(RPCStore):
         process: ProcessState = PROCESS,
     ):
         super().__init__(
-            schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout, process=process
+            schema=schema,
+            tenant=tenant,
+            max_retries=max_retries,
+            timeout=timeout,
+            cache_mb=cache_mb,
+            process=process,
         )
         psycopg = _psycopg()
         dsn = dsn.strip()  # a DSN read from a file ends in a line break
@@ -118,7 +117,6 @@ class PostgresStore(RPCStore):
         protect(self._conninfo.get("password", ""))  # never in a log or an error, psycopg's included
         self.pool_size = pool_size
         self._pool_key = (dsn, self.timeout, pool_size)
-        self._cache_bytes = cache_mb * 2**20  # the keyword postings the process keeps, all stores together
         self._shared_in: _SharedPool | None = None  # the process's pool this store last used, see _shared
         self._using = False  # whether this store counts among its shared pool's users
         self._use_pool()
@@ -293,62 +291,13 @@ class PostgresStore(RPCStore):
             failure=Failure.UNREACHABLE,
         )
 
-    # --- keyword search, scored here ------------------------------------------------------------------
-    def _keyword_search(self, search: KeywordSearch) -> list[Hit]:
-        return run(self._scored_keyword_search(search))
+    # --- keyword search, scored here (RPCStore) ---------------------------------------------------
+    def _scores_here(self, search: KeywordSearch) -> bool:
+        return super()._scores_here(search) and self._loading is None  # a load's calls join its transaction
 
-    async def _akeyword_search(self, search: KeywordSearch) -> list[Hit]:
-        return await arun(self._scored_keyword_search(search))
-
-    def _scored_keyword_search(self, search: KeywordSearch) -> Steps[list[Hit]]:
-        """BM25 over the whole level, scored here as the embedded store scores it (MaxScore over the words'
-        postings in numpy): the process keeps each word's postings until a write the store's tenant can
-        read (the corpus totals' stamp), where the SQL function reads a common word's postings again at
-        every search. The same rankings; searches inside filters or a document list, and those of an
-        initial load, run in SQL."""
-        if not (search.filters or search.document_ids is not None or self._loading is not None):
-            hits = yield from self._scored_here(search)
-            if hits is not None:
-                return hits
-        # Also when a write came between the calls above, each of which reads its own snapshot: the SQL
-        # function reads one.
-        rows = yield from self._calling(*self._keyword_call(search))
-        return [_hit(search.level, r) for r in rows]
-
-    def _scored_here(self, search: KeywordSearch) -> Steps[list[Hit] | None]:
-        """The whole level's keyword search from the words' postings, or None if a write changed what the
-        store's tenant can read between its calls."""
-        level, tenant = search.level, self.tenant
-        (words,) = yield from self._calling(
-            f"keyword_terms_{level}", {"query_text": search.query, "tenant": tenant}
-        )
-        terms: list[str] = words["terms"] or []
-        if not terms:
-            return []
-        stamp = words["stamp"]
-        # kept per store, level and tenant: another tenant's search would find another stamp and start over
-        kept = self._kept.of((self.dsn, self.schema, tenant, level), stamp)
-        lists = {term: found for term in terms if (found := kept.get(term)) is not None}
-        read = []
-        if missing := [term for term in terms if term not in lists]:
-            read = yield from self._calling(f"keyword_postings_{level}", {"terms": missing, "tenant": tenant})
-        if any(row["stamp"] != stamp for row in read):
-            return None
-        # numpy's work, off the event loop when async
-        ids, scores, coverages = yield blocking(_ranked, words, kept, lists, read, search.k)
-        self._kept.trim(self._cache_bytes)
-        unknown = words["asked"] - len(terms)
-        rows = yield from self._calling(
-            f"keyword_rows_{level}",
-            {"ids": ids, "scores": scores, "coverages": coverages, "unknown": unknown}
-            | {"stamp": stamp, "tenant": tenant},  # no rows if a write changed the stamp since
-        )
-        return [_hit(level, r) for r in rows] if len(rows) == len(ids) else None
-
-    @property
-    def _kept(self) -> KeptPostings:
-        """The keyword postings the process keeps, for all its Postgres stores (store_cache_mb)."""
-        return self.process.part("postgres postings", KeptPostings)
+    def _postings_scope(self, level: Level, stamp: str) -> Hashable:
+        # kept per store, level and tenant: another tenant's search finds another stamp and starts over
+        return (self.dsn, self.schema, self.tenant, level)
 
     # --- schema --------------------------------------------------------------------------------------
     def init(self, dimension: int, *, build_depth: int | None = None) -> list[str]:
@@ -595,40 +544,3 @@ def _call_error(psycopg: Any, error: Any) -> CallError:
     failure = Failure.UNREACHABLE if code == "connection" else sqlstate_failure(code)
     message = (diag.message_primary or str(error).strip().splitlines()[0]) if diag else str(error)
     return CallError(code, message, diag.message_detail, diag.message_hint, failure)
-
-
-# The elements of an array's binary form (array_send): each value after its length in 4 bytes, big-endian.
-_SMALLINTS = np.dtype([("size", ">i4"), ("value", ">i2")])
-_INTEGERS = np.dtype([("size", ">i4"), ("value", ">i4")])
-
-
-def _ranked(
-    words: dict[str, Any], kept: PostingsCache, lists: dict[str, Postings], read: list[dict[str, Any]], k: int
-) -> tuple[list[int], list[float], list[float]]:
-    """The k best rows for the query's `words` (a keyword_terms_* row) from their postings (`lists`, as
-    kept, and those `read` by keyword_postings_*, kept now): their rowids, scores and coverage of the
-    query's idf, best first."""
-    idfs = dict(zip(words["terms"], words["idfs"], strict=True))
-    for row in read:
-        lists[row["term"]] = found = _postings(row, idfs[row["term"]], words["average_length"])
-        kept.put(row["term"], found)
-    best = best_of_postings(list(lists.values()), k)
-    ids = np.array([rowid for rowid, _ in best], dtype=np.int64)
-    held = np.zeros(len(ids))
-    for term, postings in lists.items():  # every part is above zero
-        held += np.where(postings.parts_of(ids) > 0, idfs[term], 0.0)
-    return ids.tolist(), [score for _, score in best], (held / sum(idfs.values())).tolist()
-
-
-def _postings(row: dict[str, Any], idf: float, average_length: float) -> Postings:
-    """A word's postings from a keyword_postings_* row: its rowids, ascending, and its part of each row's
-    score by bm25_part's float64 operations, in the same order."""
-    places = np.frombuffer(row["places"], dtype=_SMALLINTS)["value"]
-    rowids = np.repeat(np.asarray(row["blocks"], dtype=np.int64) * POSTINGS_BLOCK, row["sizes"]) + places
-    tf = np.frombuffer(row["tfs"], dtype=_SMALLINTS)["value"].astype(np.float64)
-    length = np.frombuffer(row["lengths"], dtype=_INTEGERS)["value"].astype(np.float64)
-    scores = idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / max(average_length, 1.0)))
-    if len(rowids) > 1 and bool(np.any(rowids[1:] < rowids[:-1])):  # places in writing order, or scopes apart
-        order = np.argsort(rowids, kind="stable")
-        rowids, scores = rowids[order], scores[order]
-    return Postings(rowids, scores)

@@ -14,18 +14,18 @@ import random
 import re
 import time
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agent_retrieval.context import VECTOR_INDEX_BUILD_DEPTHS, RunSettings
+from agent_retrieval.context import STORE_CACHE_MB, VECTOR_INDEX_BUILD_DEPTHS, RunSettings
 from agent_retrieval.core.fusion import FULL_KEYWORD_COVERAGE
 from agent_retrieval.core.process import PROCESS, ProcessState
 from agent_retrieval.core.redaction import redact
-from agent_retrieval.core.steps import Steps, arun, call, run
+from agent_retrieval.core.steps import Steps, arun, blocking, call, run
 from agent_retrieval.core.validation import Count
 from agent_retrieval.errors import (
     DimensionMismatch,
@@ -53,6 +53,7 @@ from agent_retrieval.stores.base import (
     filter_values,
     pending_rows,
 )
+from agent_retrieval.stores.postings import KeptPostings, Postings, PostingsCache, best_of_postings
 
 log = logging.getLogger(__name__)
 
@@ -243,9 +244,11 @@ class RPCStore(Store):
         tenant: str | None = None,
         max_retries: int = 3,
         timeout: float = 30.0,
+        cache_mb: int = STORE_CACHE_MB,
         process: ProcessState = PROCESS,
     ):
         self.schema = check_schema_name(schema)
+        self._cache_bytes = cache_mb * 2**20  # the keyword postings the process keeps, all stores together
         self.process = process  # whose pools and clients this store uses (agent_retrieval.core.process)
         self.tenant = tenant or None
         self.max_retries = max_retries
@@ -458,17 +461,73 @@ class RPCStore(Store):
         function, params = self._vector_call(search)
         return [_hit(search.level, r) for r in self._call(function, **params)]
 
-    def _keyword_search(self, search: KeywordSearch) -> list[Hit]:
-        function, params = self._keyword_call(search)
-        return [_hit(search.level, r) for r in self._call(function, **params)]
-
     async def _avector_search(self, search: VectorSearch) -> list[Hit]:
         function, params = self._vector_call(search)
         return [_hit(search.level, r) for r in await self._acall(function, **params)]
 
+    # --- keyword search, scored here ---------------------------------------------------------------
+    def _keyword_search(self, search: KeywordSearch) -> list[Hit]:
+        return run(self._scored_keyword_search(search))
+
     async def _akeyword_search(self, search: KeywordSearch) -> list[Hit]:
-        function, params = self._keyword_call(search)
-        return [_hit(search.level, r) for r in await self._acall(function, **params)]
+        return await arun(self._scored_keyword_search(search))
+
+    def _scored_keyword_search(self, search: KeywordSearch) -> Steps[list[Hit]]:
+        """BM25 over the whole level, scored here as the embedded store scores it (MaxScore over the words'
+        postings in numpy): the process keeps each word's postings until a write the caller can read changes
+        the corpus totals' stamp, where the SQL function reads a common word's postings again at every
+        search. The same rankings; searches inside filters or a document list run in SQL."""
+        if self._scores_here(search):
+            hits = yield from self._scored_here(search)
+            if hits is not None:
+                return hits
+        # Also when a write came between the calls above, each of which reads its own snapshot: the SQL
+        # function reads one.
+        rows = yield from self._calling(*self._keyword_call(search))
+        return [_hit(search.level, r) for r in rows]
+
+    def _scores_here(self, search: KeywordSearch) -> bool:
+        return not (search.filters or search.document_ids is not None)
+
+    def _postings_scope(self, level: Level, stamp: str) -> Hashable:
+        """Whose postings a search reads: the store, level and the rows the caller may read. The stamp
+        names those (each scope's tenant is in it): row-level security decides them by the caller's token,
+        so two callers share what they read only when they may read the same rows."""
+        return (self.location, level, stamp)
+
+    def _scored_here(self, search: KeywordSearch) -> Steps[list[Hit] | None]:
+        """The whole level's keyword search from the words' postings, or None if a write changed what the
+        caller can read between its calls."""
+        level, tenant = search.level, self.tenant
+        (words,) = yield from self._calling(
+            f"keyword_terms_{level}", {"query_text": search.query, "tenant": tenant}
+        )
+        terms: list[str] = words["terms"] or []
+        if not terms:
+            return []
+        stamp = words["stamp"]
+        kept = self._kept.of(self._postings_scope(level, stamp), stamp)
+        lists = {term: found for term in terms if (found := kept.get(term)) is not None}
+        read = []
+        if missing := [term for term in terms if term not in lists]:
+            read = yield from self._calling(f"keyword_postings_{level}", {"terms": missing, "tenant": tenant})
+        if any(row["stamp"] != stamp for row in read):
+            return None
+        # numpy's work, off the event loop when async
+        ids, scores, coverages = yield blocking(_ranked, words, kept, lists, read, search.k)
+        self._kept.trim(self._cache_bytes)
+        unknown = words["asked"] - len(terms)
+        rows = yield from self._calling(
+            f"keyword_rows_{level}",
+            {"ids": ids, "scores": scores, "coverages": coverages, "unknown": unknown}
+            | {"stamp": stamp, "tenant": tenant},  # no rows if a write changed the stamp since
+        )
+        return [_hit(level, r) for r in rows] if len(rows) == len(ids) else None
+
+    @property
+    def _kept(self) -> KeptPostings:
+        """The keyword postings the process keeps for its Postgres and Supabase stores (store_cache_mb)."""
+        return self.process.part("postgres postings", KeptPostings)
 
     def _document_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
         return run(self._chunk_pages(document_ids, limit))
@@ -570,3 +629,45 @@ def _hit(level: Level, row: dict[str, Any]) -> Hit:
         unknown_terms=row.get("unknown_terms"),
         tenant=row.get("tenant_id") or "",
     )
+
+
+# The elements of an array's binary form (array_send): each value after its length in 4 bytes, big-endian.
+_SMALLINTS = np.dtype([("size", ">i4"), ("value", ">i2")])
+_INTEGERS = np.dtype([("size", ">i4"), ("value", ">i4")])
+
+
+def _ranked(
+    words: dict[str, Any], kept: PostingsCache, lists: dict[str, Postings], read: list[dict[str, Any]], k: int
+) -> tuple[list[int], list[float], list[float]]:
+    """The k best rows for the query's `words` (a keyword_terms_* row) from their postings (`lists`, as
+    kept, and those `read` by keyword_postings_*, kept now): their rowids, scores and coverage of the
+    query's idf, best first."""
+    idfs = dict(zip(words["terms"], words["idfs"], strict=True))
+    for row in read:
+        lists[row["term"]] = found = _postings(row, idfs[row["term"]], words["average_length"])
+        kept.put(row["term"], found)
+    best = best_of_postings(list(lists.values()), k)
+    ids = np.array([rowid for rowid, _ in best], dtype=np.int64)
+    held = np.zeros(len(ids))
+    for term, postings in lists.items():  # every part is above zero
+        held += np.where(postings.parts_of(ids) > 0, idfs[term], 0.0)
+    return ids.tolist(), [score for _, score in best], (held / sum(idfs.values())).tolist()
+
+
+def _postings(row: dict[str, Any], idf: float, average_length: float) -> Postings:
+    """A word's postings from a keyword_postings_* row: its rowids, ascending, and its part of each row's
+    score by bm25_part's float64 operations, in the same order."""
+    places = np.frombuffer(_bytes(row["places"]), dtype=_SMALLINTS)["value"]
+    rowids = np.repeat(np.asarray(row["blocks"], dtype=np.int64) * POSTINGS_BLOCK, row["sizes"]) + places
+    tf = np.frombuffer(_bytes(row["tfs"]), dtype=_SMALLINTS)["value"].astype(np.float64)
+    length = np.frombuffer(_bytes(row["lengths"]), dtype=_INTEGERS)["value"].astype(np.float64)
+    scores = idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / max(average_length, 1.0)))
+    if len(rowids) > 1 and bool(np.any(rowids[1:] < rowids[:-1])):  # places in writing order, or scopes apart
+        order = np.argsort(rowids, kind="stable")
+        rowids, scores = rowids[order], scores[order]
+    return Postings(rowids, scores)
+
+
+def _bytes(value: bytes | str) -> bytes:
+    """A bytea as psycopg gives it in binary, or as PostgREST's JSON writes it (hex text after "\\x")."""
+    return value if isinstance(value, bytes) else bytes.fromhex(value[2:])

@@ -14,6 +14,7 @@ from typing import Any
 import jwt
 import numpy as np
 
+from agent_retrieval.context import STORE_CACHE_MB
 from agent_retrieval.core.process import PROCESS, ProcessState
 from agent_retrieval.core.redaction import check_secret, protect
 from agent_retrieval.errors import ConfigError
@@ -111,10 +112,16 @@ class SupabaseStore(RPCStore):
         user_token: str | None = None,
         timeout: float = 30.0,
         max_retries: int = 3,
+        cache_mb: int = STORE_CACHE_MB,
         process: ProcessState = PROCESS,
     ):
         super().__init__(
-            schema=schema, tenant=tenant, max_retries=max_retries, timeout=timeout, process=process
+            schema=schema,
+            tenant=tenant,
+            max_retries=max_retries,
+            timeout=timeout,
+            cache_mb=cache_mb,
+            process=process,
         )
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"the Supabase URL must start with https:// (got {url[:40]!r})")

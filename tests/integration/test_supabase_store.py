@@ -17,6 +17,7 @@ import pytest
 from agent_retrieval import demo
 from agent_retrieval.context import Context
 from agent_retrieval.core.fusion import fuse, keyword_trust
+from agent_retrieval.core.process import ProcessState
 from agent_retrieval.errors import StoreError
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.loaders import load_documents
@@ -25,10 +26,12 @@ from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import open_store
 from agent_retrieval.stores.postgres import PostgresStore
+from agent_retrieval.stores.rpc import _hit
 from agent_retrieval.stores.supabase import SupabaseStore
 from agent_retrieval.tools import make_retrieval_tools
 from tests.bm25 import every_row_top_k, random_query, zipf_corpus
 from tests.conftest import WordHashEmbeddings
+from tests.integration.test_postgres_store import calls_of
 
 SCHEMA = "agent_retrieval"
 DIM = 256  # the word-hash test embedder's
@@ -371,6 +374,74 @@ def test_a_users_pruned_keyword_search_ranks_as_scoring_every_row_they_may_read(
             assert [chunk for chunk, _ in found] == [chunk for chunk, _ in every_row], query
             assert [score for _, score in found] == pytest.approx([score for _, score in every_row], rel=1e-9)
             assert not any(chunk.startswith("globex") for chunk, _ in found)
+
+
+def test_users_keyword_searches_are_scored_here_as_the_sql_function_ranks_them_for_each(supabase_stack):
+    # Through PostgREST too the store scores a whole level from the words' postings (read once, kept): each
+    # caller's answer is the SQL function's for that caller's token, and row-level security decides what
+    # each reads; callers of different tenants keep their postings side by side, read once each.
+    schema, postgres = "ar_ranking", supabase_stack.postgres  # an exposed schema, made anew
+    postgres.execute(f"drop schema if exists {schema} cascade")
+    PostgresStore(postgres.dsn, schema=schema).init(4)
+    supabase_stack.postgrest.reload_schema()
+    rng = np.random.default_rng(11)
+    texts = zipf_corpus(rng, 300)
+
+    def write(tenant: str, first: int, last: int, public: bool = False, suffix: str = "") -> None:
+        docs = [
+            Document(f"{tenant}{n}", "", texts[n] + suffix, content_hash=f"{n}{suffix}", public=public)
+            for n in range(first, last)
+        ]
+        chunks = [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs]
+        with SupabaseStore(supabase_stack.url, supabase_stack.service_key, schema=schema, tenant=tenant) as s:
+            s.upsert(docs, chunks, "test/none")
+
+    write("acme", 0, 100)
+    write("globex", 100, 200)
+    write("press", 200, 300, public=True)
+    process = ProcessState()
+    users = {
+        name: SupabaseStore(
+            supabase_stack.url,
+            supabase_stack.anon_key,
+            schema=schema,
+            user_token=supabase_stack.user_token(f"u-{name}", tenant=name) if name != "anon" else None,
+            process=process,
+        )
+        for name in ("acme", "globex", "anon")
+    }
+    called: list[str] = []
+    for user in users.values():
+        calls_of(user, called)
+
+    def same_as_sql(query: str, k: int = 8) -> None:
+        for name, user in users.items():
+            found = user.keyword_search("chunks", query, k)
+            expected = [
+                _hit("chunks", r)
+                for r in user._call("keyword_search_chunks", query_text=query, match_count=k)
+            ]
+            assert [(h.id, h.unknown_terms) for h in found] == [(h.id, h.unknown_terms) for h in expected]
+            assert [h.keyword_score for h in found] == pytest.approx([h.keyword_score for h in expected])
+            assert not [h for h in found if not h.id.startswith((name, "press"))], (name, query)
+
+    queries = [random_query(rng) for _ in range(10)] + ["w0 nowhere"]
+    for query in queries:
+        same_as_sql(query)
+    assert "keyword_postings_chunks" in called and "keyword_rows_chunks" in called
+    called.clear()
+    for query in queries:  # again, each tenant in turn: every word's postings served as kept
+        same_as_sql(query)
+    scored = [function for function in called if function != "keyword_search_chunks"]  # the comparison's
+    assert scored and "keyword_postings_chunks" not in scored
+    # a write any of them can read (public rows), then one only acme can: each answers for the rows it sees
+    write("press", 200, 230, public=True, suffix=" w3 w3 w7")
+    same_as_sql("w3 w7 w11")
+    write("acme", 0, 40, suffix=" w5 w5")
+    for query in ["w5 w3", *queries[:4]]:
+        same_as_sql(query)
+    for user in users.values():
+        user.close()
 
 
 # --- bounds the SQL holds itself: anyone with the anon key calls these functions through PostgREST ---------
