@@ -45,10 +45,28 @@ from agent_retrieval import Context, Retrieval, SearchRequest, ingest_paths
 ROOT = Path(__file__).resolve().parent
 DOCSETS = ROOT / "docsets"
 RESULTS = ROOT / "results"
-# Indented or quoted too (code in a list item or a note); a fence closes with at least as many marks as it
-# opened, alone on its line.
-FENCED = re.compile(r"^[ \t>]*(`{3,}|~{3,}).*?^[ \t>]*\1[`~]*[ \t]*$", re.S | re.M)
-CODE = re.compile(FENCED.pattern + r"|`[^`\n]+`", re.S | re.M)
+# A fence's opening or closing run: indented or quoted too (code in a list item or a note).
+FENCE = re.compile(r"([ \t>]*)(`{3,}|~{3,})(.*)")
+INLINE_CODE = re.compile(r"`[^`\n]+`")
+
+
+def prose_of(text: str) -> str:
+    """`text` without its code: fenced blocks (each closed as CommonMark closes it: the same mark at least as
+    long, nothing after it, indented at most 3 more than the opening) and inline code."""
+    kept, fence, indent = [], "", 0
+    for line in text.split("\n"):
+        found = FENCE.match(line)
+        if fence:
+            closes = found and found.group(2).startswith(fence) and not found.group(3).strip()
+            if closes and len(found.group(1).expandtabs(4)) <= indent + 3:
+                fence = ""
+        elif found:
+            fence, indent = found.group(2), len(found.group(1).expandtabs(4))
+        else:
+            kept.append(INLINE_CODE.sub(" ", line))
+    return "\n".join(kept)
+
+
 RESIDUE = {
     "docutils messages": re.compile(r"\((?:DEBUG|INFO|WARNING|ERROR|SEVERE)/\d\)"),
     # Python-Markdown's and kramdown's: `## Setup { #setup }`, `[Go](#){ .md-button }`, `{: #v4-4-1}`
@@ -191,7 +209,7 @@ def fidelity(sets: list[str], chunks: dict[str, list[tuple[str, str]]], document
             for heading_path, text in chunks.get(relative, []):
                 stored.update(words(f"{heading_path} {text}"))
             headings = "\n".join(sorted({heading_path for heading_path, _ in chunks.get(relative, [])}))
-            prose = CODE.sub(" ", content) + "\n" + headings
+            prose = prose_of(content) + "\n" + headings
             residue.update({kind: len(pattern.findall(prose)) for kind, pattern in RESIDUE.items()})
             reference = reference_words(path)
             kept += sum(min(count, stored[word]) for word, count in reference.items())

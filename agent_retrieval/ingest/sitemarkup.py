@@ -44,6 +44,7 @@ _ATTRIBUTES = re.compile(r"(?<![\w\\^])\{(?::[^{}\n]*|[ \t]*(?:[#.][\w-]|[\w-]+=
 _ICON = re.compile(r":(?:octicons|material|fontawesome|simple)-[\w-]+:")
 _PLACEHOLDER = re.compile(r"\((?:Code|Included) from ([^\n]*?)\.\)")  # as `placeholder` writes them
 _QUOTED = re.compile(r"\"([^\"\n]*)\"")
+_HTML_CODE = re.compile(r"<code(?:[ \t][^<>\n]*)?>([^<>`\n]*)</code>")  # shown as code, as a code span is
 _TAG = re.compile(r"<!--[^<>\n]*-->|</?[A-Za-z][\w.:-]*(?:[ \t][^<>\n]*)?/?>")
 SHORTCODE_LINES = 20  # of one shortcode's parameters written a line each
 # Front matter that is the author's text, and how a page shows it.
@@ -74,11 +75,13 @@ def code_fence(line: str) -> list[str] | None:
 
 def prose_lines(lines: Iterable[tuple[str, bool]]) -> list[str]:
     """Lines (each with whether it is code) as the line pass reads them: Hugo's code shortcodes as fences,
-    and a shortcode written over several lines (`{{< img` ... `>}}`, up to SHORTCODE_LINES) on one."""
+    a shortcode written over several lines (`{{< img` ... `>}}`, up to SHORTCODE_LINES) on one, and a
+    template variable or tag wrapped onto the next line (`({{ site.repository` / `}}/issues/1)`) on one."""
+    read = list(lines)
     out: list[str] = []
     opened: int | None = None  # where a shortcode still open was started, in `out`
     joined = 0
-    for line, code in lines:
+    for index, (line, code) in enumerate(read):
         if opened is not None and not code and joined < SHORTCODE_LINES:
             out[opened] += " " + line.strip()
             joined += 1
@@ -87,16 +90,24 @@ def prose_lines(lines: Iterable[tuple[str, bool]]) -> list[str]:
             continue
         fence = None if code else code_fence(line)
         out.extend(fence or [line])
-        opened, joined = (len(out) - 1, 0) if not code and fence is None and _left_open(line) else (None, 0)
+        following = read[index + 1] if index + 1 < len(read) else ("", True)
+        left_open = not code and fence is None and _left_open(line, following)
+        opened, joined = (len(out) - 1, 0) if left_open else (None, 0)
     return out
 
 
-def _left_open(line: str) -> bool:
-    return max(line.rfind("{{<"), line.rfind("{{%")) > max(line.rfind(">}}"), line.rfind("%}}"))
+def _left_open(line: str, following: tuple[str, bool]) -> bool:
+    """Whether `line` opens a shortcode it does not close, or a template variable or tag that the following
+    line (prose) closes."""
+    if max(line.rfind("{{<"), line.rfind("{{%")) > max(line.rfind(">}}"), line.rfind("%}}")):
+        return True
+    text, code = following
+    wrapped = max(line.rfind("{{"), line.rfind("{%")) > max(line.rfind("}}"), line.rfind("%}"))
+    return wrapped and not code and _closes(text)
 
 
 def _closes(line: str) -> bool:
-    return ">}}" in line or "%}}" in line
+    return "}}" in line or "%}" in line
 
 
 def block_line(line: str) -> str | None:
@@ -127,7 +138,7 @@ def inline_words(text: str) -> str:
     text = _EMPTY_LINK.sub(r"\1", without_template_tags(text))  # a link to `{{ site.x }}` keeps its text
     text = _ATTRIBUTES.sub("", text)
     text = _ICON.sub("", text)
-    text = _TAG.sub("", text)
+    text = _TAG.sub("", _HTML_CODE.sub(r"`\1`", text))
     return html.unescape(text).replace("\xa0", " ") if "&" in text else text
 
 

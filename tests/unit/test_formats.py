@@ -448,6 +448,12 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
         ("jekyll-section-nav.html", ["Back", "Next"],  # an include: its labels, not its Liquid or its notes
          ["{%", "%}", "{{", "Map grabs the tutorials sections", "lets find where we are"]),
         ("jekyll-conf.md", ["JekyllConf", "## Featured"], ["{%", "%s%N", "{{"]),  # a date format in a tag
+        ("jekyll-release.markdown",  # a link's target is a variable wrapped onto the next line
+         ["invalid commands ([#1338](/issues/1338)).", "[strange excerpt bug in v1.1.0](/issues/1321), I'm"],
+         ["{{", "}}", "site.repository"]),
+        ("jekyll-tags-note.md",  # HTML code in markdown stays code; a link to a variable keeps its text
+         ["place `{% raw %}` and\n    `{% endraw %}` tags around your code", "your own tags using plugins."],
+         ["<code>", "{&#37;", "[plugins]("]),
         ("redux-writing-tests.mdx",
          ["What You'll Learn\n\n- Recommended practices", "Info\n\nFor background on why",
           "import userReducer from '../features/users/userSlice'"],
