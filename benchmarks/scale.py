@@ -13,13 +13,17 @@ vectors jittered; `python benchmarks/latency.py --sizes N` builds it) into an em
   `keyword_search_chunks`) and as the tools run them by DSN (`keyword_search` scored by the store from
   the postings it keeps; `Retrieval.search`, the query vectors given);
 - HNSW recall@10 of `match_chunks` against exact search over the same vectors;
-- the keyword top 10 of every query against the exact BM25 top 10 (`bm25_chunks` scoring every row).
+- the keyword top 10 of every query against the exact BM25 top 10 (`bm25_chunks` scoring every row);
+- with `--supabase`, the same searches through PostgREST (and a gateway in front, as Supabase's) with the anon
+  key and a user's token, under row-level security: the rows are loaded in that user's tenant, and the
+  user's hybrid search is timed as the tools run it with a `SupabaseStore`, beside the DSN path's.
 
     python -m benchmarks.scale [--sizes 10000 100000] [--queries 300]   # JSON in results/scale.json
     python -m benchmarks.scale --store some.db --dataset beir-folder     # any embedded store
     python -m benchmarks.scale --sizes 10000 1000000 --keep   # loads kept for `make bench-growth`
     python -m benchmarks.scale --sizes 1000000 --keep --searches-only   # the kept load, searched again
     python -m benchmarks.scale --sizes 1000000 --build-depth 200   # HNSW indexes built 200 deep
+    python -m benchmarks.scale --sizes 1000000 --keep --supabase   # and through PostgREST, as a user
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import contextlib
 import json
 import math
+import secrets
 import sys
 import tempfile
 import time
@@ -39,7 +44,15 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 from tqdm import tqdm
 
-from agent_retrieval import Context, Embedder, EmbeddingSettings, PostgresStore, Retrieval, make_embedder
+from agent_retrieval import (
+    Context,
+    Embedder,
+    EmbeddingSettings,
+    PostgresStore,
+    Retrieval,
+    SupabaseStore,
+    make_embedder,
+)
 from agent_retrieval.core.process import ProcessState
 from agent_retrieval.evaluation import DatasetError, load_beir
 from agent_retrieval.models import ChunkSearchRequest, parse_request
@@ -54,6 +67,7 @@ from benchmarks.postgres import (
     start_postgres_for_loads,
     timed,
 )
+from tests.stack import mint_jwt, start_gateway, start_postgrest
 
 
 def load(postgres: Any, store: PostgresStore, source: Path) -> dict[str, float]:
@@ -137,13 +151,86 @@ def same_scores(ranked: list[tuple[float]], every_row: list[tuple[float]]) -> bo
 
 
 @contextlib.contextmanager
-def nothing_kept(dsn: str, schema: str) -> Iterator[PostgresStore]:
+def nothing_kept(dsn: str, schema: str, tenant: str | None = None) -> Iterator[PostgresStore]:
     """A store on `schema` with process parts of its own: no postings kept, no pool shared."""
     with (
         contextlib.closing(ProcessState()) as process,
-        PostgresStore(dsn, schema=schema, process=process) as store,
+        PostgresStore(dsn, schema=schema, tenant=tenant, process=process) as store,
     ):
         yield store
+
+
+SUPABASE_TENANT = "bench"  # the tenant of the rows and of the user searching them through PostgREST
+
+
+class Supabase:
+    """PostgREST in front of the bench's Postgres, as Supabase serves it: a gateway, the anon key, and a
+    user of SUPABASE_TENANT signed in."""
+
+    def __init__(self, postgres: Any, schemas: list[str]):
+        secret = secrets.token_urlsafe(32)
+        self.postgrest = start_postgrest(postgres, schemas=schemas, jwt_secret=secret)
+        self.anon_key = mint_jwt(secret, "anon", expires_in=86400)
+        self.gateway = start_gateway(
+            self.postgrest.url, anon_key=self.anon_key, service_key=mint_jwt(secret, "service_role")
+        )
+        self.token = mint_jwt(
+            secret, "authenticated", sub="bench-user", app_metadata={"tenant_id": SUPABASE_TENANT}
+        )
+
+    def measure(
+        self,
+        schema: str,
+        texts: list[str],
+        vectors: dict[str, np.ndarray],
+        model_id: str,
+        warm_up: list[str] | None,
+    ) -> dict[str, Any]:
+        """The user's searches through PostgREST: hybrid and keyword in SQL, and hybrid as the tools run it
+        (a SupabaseStore with process parts of its own, warmed by `warm_up`)."""
+        self.postgrest.reload_schema()
+        candidates = Context().candidates
+        with (
+            contextlib.closing(ProcessState()) as process,
+            SupabaseStore(
+                self.gateway.url, self.anon_key, schema=schema, user_token=self.token, process=process
+            ) as user,
+        ):
+            report = {
+                "hybrid_sql": timed(
+                    lambda text: user._call(
+                        "hybrid_search_chunks",
+                        query_text=text,
+                        query_embedding=vectors[text],
+                        match_count=10,
+                        candidates=candidates,
+                    ),
+                    texts,
+                ),
+                "keyword_sql": timed(
+                    lambda text: user._call("keyword_search_chunks", query_text=text, match_count=candidates),
+                    texts,
+                ),
+            }
+            embedder = Embedder(KnownVectors(vectors), model_id)
+            retrieval = Retrieval(Context(), store=user, embedder=embedder, process=process)
+            request = {"top_k": 10, "hyde": "off"}
+            report["hybrid_tool"] = timed(
+                lambda text: retrieval.search(
+                    parse_request(ChunkSearchRequest, request | {"query": text}), "chunks"
+                ),
+                texts,
+                warm_up,
+            )
+            # the same queries again: every word's postings kept
+            report["keyword_tool_kept"] = timed(
+                lambda text: user.keyword_search("chunks", text, candidates), texts
+            )
+        return report
+
+    def stop(self) -> None:
+        self.gateway.stop()
+        self.postgrest.stop()
 
 
 class KnownVectors(Embeddings):
@@ -169,14 +256,17 @@ def measure(
     others: list[str],
     reload: bool = True,
     build_depth: int | None = None,
+    supabase: Supabase | None = None,
 ) -> dict[str, Any]:
     """Every figure for the embedded store `source` copied into `schema`, made anew unless `reload` is
     false (then the schema's functions are brought up to date and its rows searched as they are), its HNSW
-    indexes `build_depth` deep (None: the store's default)."""
+    indexes `build_depth` deep (None: the store's default); with `supabase`, in its user's tenant, and
+    searched through it too."""
     if reload:
         postgres.execute(f"drop schema if exists {schema} cascade")
     dsn = postgres.dsn
-    store = PostgresStore(dsn, schema=schema)
+    tenant = SUPABASE_TENANT if supabase else None
+    store = PostgresStore(dsn, schema=schema, tenant=tenant)
     store.init(384, build_depth=build_depth)
     report: dict[str, Any] = {"load": load(postgres, store, source)} if reload else {}
     report["size_mb"] = sizes_mb(postgres, schema)
@@ -202,11 +292,11 @@ def measure(
         lambda text: store._call("keyword_search_chunks", query_text=text, match_count=candidates), texts
     )
     warm_up = others or None
-    with nothing_kept(dsn, schema) as fresh:
+    with nothing_kept(dsn, schema, tenant) as fresh:
         report["keyword_dsn"] = timed(
             lambda text: fresh.keyword_search("chunks", text, candidates), texts, warm_up
         )
-    with nothing_kept(dsn, schema) as fresh:
+    with nothing_kept(dsn, schema, tenant) as fresh:
         embedder = Embedder(KnownVectors(vectors), model_id)
         retrieval = Retrieval(Context(), store=fresh, embedder=embedder, process=fresh.process)
         request = {"top_k": 10, "hyde": "off"}
@@ -217,10 +307,19 @@ def measure(
             texts,
             warm_up,
         )
+    if supabase:
+        report["supabase"] = supabase.measure(schema, texts, vectors, model_id, warm_up)
     report["hnsw_recall_at_10"] = hnsw_recall(store, source, [vectors[text] for text in texts])
     report["keyword_rankings"] = exact_keyword_rankings(postgres, store, texts)
     store.close()
     return report
+
+
+def schema_of(source: Path, keep: bool) -> str:
+    """The schema a load of `source` goes in: bench-growth's when kept, else one of its own."""
+    if keep:
+        return growth_schema(int(source.stem.rpartition("-")[2]))
+    return f"scale_{source.stem.replace('-', '_')}"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -252,6 +351,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--build-depth", type=int, help="the HNSW indexes' ef_construction (vector_index_build_depth)"
     )
+    parser.add_argument(
+        "--supabase",
+        action="store_true",
+        help="also search through PostgREST as a signed-in user (the rows are loaded in that user's tenant)",
+    )
     args = parser.parse_args(argv)
     if args.searches_only and not args.keep:
         parser.error("--searches-only searches the loads --keep kept: pass both")
@@ -268,12 +372,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
         postgres = start_postgres_for_loads(GROWTH_STACK if args.keep else Path(folder))
+        schemas = {source: schema_of(source, args.keep) for source in sources}
+        supabase = Supabase(postgres, list(schemas.values())) if args.supabase else None
         report["server_settings"] = LOAD_SETTINGS
         report["build_depth"] = args.build_depth  # None: pgvector's 64 for a new load, a kept load's own
         try:
-            for source in sources:
-                size = int(source.stem.rpartition("-")[2]) if args.keep else 0
-                schema = growth_schema(size) if args.keep else f"scale_{source.stem.replace('-', '_')}"
+            for source, schema in schemas.items():
                 report[source.name] = measure(
                     postgres,
                     source,
@@ -284,9 +388,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     others,
                     reload=not args.searches_only,
                     build_depth=args.build_depth,
+                    supabase=supabase,
                 )
                 print(source.name, json.dumps(report[source.name]), flush=True)
         finally:
+            if supabase:
+                supabase.stop()
             postgres.stop()
     output = args.output or RESULTS / ("scale-searches.json" if args.searches_only else "scale.json")
     output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

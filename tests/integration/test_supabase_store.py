@@ -7,6 +7,7 @@ Ingestion runs with the service role key; users search with the anon key and the
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,7 +27,7 @@ from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import open_store
 from agent_retrieval.stores.postgres import PostgresStore
-from agent_retrieval.stores.rpc import _hit
+from agent_retrieval.stores.rpc import POSTINGS_BLOCK, _hit
 from agent_retrieval.stores.supabase import SupabaseStore
 from agent_retrieval.tools import make_retrieval_tools
 from tests.bm25 import every_row_top_k, random_query, zipf_corpus
@@ -442,6 +443,43 @@ def test_users_keyword_searches_are_scored_here_as_the_sql_function_ranks_them_f
         same_as_sql(query)
     for user in users.values():
         user.close()
+
+
+def test_keyword_search_under_row_level_security_reads_the_postings_by_their_index(supabase_stack):
+    # A condition the planner cannot prove leaks nothing (one holding coalesce()) is kept behind the tenant
+    # policy and cannot read an index: a user's keyword search through PostgREST then read every posting of
+    # every tenant, 450 ms at 100K chunks where the superuser's took 22. The server counts each table's
+    # sequential scans; its backends report them once idle, within PGSTAT_IDLE_INTERVAL (10 s), so the
+    # count is read after that long: once for the writes' scans, once for the searches'. A new schema's
+    # table, large enough that its index is the cheaper way to a few words, counts only this test's.
+    schema, postgres = "ar_ranking", supabase_stack.postgres
+    postgres.execute(f"drop schema if exists {schema} cascade")
+    PostgresStore(postgres.dsn, schema=schema).init(4)
+    supabase_stack.postgrest.reload_schema()
+    # each chunk in a block of its own: a posting row per word and chunk, 30K rows of which a search wants few
+    postgres.execute(f"alter sequence {schema}.chunks_rowid_seq increment by {POSTINGS_BLOCK}")
+    rng = np.random.default_rng(3)
+    texts = zipf_corpus(rng, 1500)
+    docs = [Document(f"acme{n}", "", text, content_hash=str(n)) for n, text in enumerate(texts)]
+    chunks = [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs]
+    with SupabaseStore(supabase_stack.url, supabase_stack.service_key, schema=schema, tenant="acme") as s:
+        s.upsert(docs, chunks, "test/none")
+    postgres.execute(f"analyze {schema}.chunks_postings")
+
+    def sequential_scans() -> int:
+        time.sleep(11)
+        (count,) = postgres.execute(
+            "select seq_scan from pg_stat_user_tables where relid = %s::regclass",
+            (f"{schema}.chunks_postings",),
+        )[0]
+        return count
+
+    before = sequential_scans()
+    token = supabase_stack.user_token("u-acme", tenant="acme")
+    with SupabaseStore(supabase_stack.url, supabase_stack.anon_key, schema=schema, user_token=token) as user:
+        for _ in range(8):
+            assert user._call("keyword_search_chunks", query_text=random_query(rng), match_count=5)
+    assert sequential_scans() == before
 
 
 # --- bounds the SQL holds itself: anyone with the anon key calls these functions through PostgREST ---------
