@@ -10,6 +10,7 @@ for each filter over SciFact test queries measures:
 - the keyword side: whether its top 10 scores equal BM25 over every row the filter keeps, and its p50/p95.
 
     python -m benchmarks.filtered [--queries 50] [--folder DIR]   # DIR keeps the load between runs
+    python -m benchmarks.filtered --supabase   # searched through PostgREST by a user of the rows' tenant
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_retrieval import EmbeddingSettings, PostgresStore, make_embedder
+from agent_retrieval import EmbeddingSettings, PostgresStore, Store, SupabaseStore, make_embedder
 from agent_retrieval.evaluation import load_beir
 from benchmarks.latency import DATASET, RESULTS
 from benchmarks.postgres import start_postgres_for_loads
-from benchmarks.scale import load
+from benchmarks.scale import SUPABASE_TENANT, Supabase, load
 
 SCHEMA = "filtered_100k"
 FILTERS = {"50%": list(range(100)), "5%": list(range(10)), "0.5%": [0]}  # buckets kept, of 200
@@ -40,7 +41,8 @@ def percentiles(times: list[float]) -> dict[str, float]:
     }
 
 
-def measure(postgres: Any, store: PostgresStore, texts: list[str], vectors: list[Any]) -> dict[str, Any]:
+def measure(postgres: Any, schema: str, store: Store, texts: list[str], vectors: list[Any]) -> dict[str, Any]:
+    """Each filter's recall and times of `store`'s searches, against exact search over `schema`'s rows."""
     report: dict[str, Any] = {}
     for name, buckets in FILTERS.items():
         filters = {"bucket": buckets if len(buckets) > 1 else buckets[0]}
@@ -49,7 +51,7 @@ def measure(postgres: Any, store: PostgresStore, texts: list[str], vectors: list
         for vector in vectors:
             literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
             exact = postgres.execute(
-                f"select id from {SCHEMA}.chunks where {kept} "
+                f"select id from {schema}.chunks where {kept} "
                 f"order by (embedding <=> '{literal}'::vector) + 0 limit 10"  # "+ 0": no index
             )
             started = time.perf_counter()
@@ -64,9 +66,9 @@ def measure(postgres: Any, store: PostgresStore, texts: list[str], vectors: list
             ]
             keyword_times.append(1000 * (time.perf_counter() - started))
             every_row = postgres.execute(
-                f"""with w as (select * from {SCHEMA}.keyword_terms_chunks(%s, null))
-                    select p.score from w, {SCHEMA}.parts_in_chunks(
-                      (select array_agg(rowid) from {SCHEMA}.chunks where {kept}), w.terms, w.idfs,
+                f"""with w as (select * from {schema}.keyword_terms_chunks(%s, null))
+                    select p.score from w, {schema}.parts_in_chunks(
+                      (select array_agg(rowid) from {schema}.chunks where {kept}), w.terms, w.idfs,
                       (select sum(x) from unnest(w.counts) x), w.average_length, null) p
                     order by p.score desc, p.row_id limit 10""",
                 (text,),
@@ -84,27 +86,45 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--folder", type=Path, help="the Postgres folder; one that holds the load keeps it")
+    parser.add_argument(
+        "--supabase",
+        action="store_true",
+        help="search through PostgREST as a signed-in user (the rows loaded in that user's tenant)",
+    )
     args = parser.parse_args(argv)
+    schema, tenant = (f"{SCHEMA}_{SUPABASE_TENANT}", SUPABASE_TENANT) if args.supabase else (SCHEMA, None)
     texts = list(load_beir(DATASET, "test", limit=args.queries).queries.values())
     embedder = make_embedder(EmbeddingSettings())
     vectors = [embedder.embed_query(text) for text in texts]
     folder = args.folder or Path(tempfile.mkdtemp(prefix="bench-filtered-"))
     postgres = start_postgres_for_loads(folder)
+    supabase = None
     try:
-        loaded = postgres.execute(f"select 1 from information_schema.schemata where schema_name = '{SCHEMA}'")
-        store = PostgresStore(postgres.dsn, schema=SCHEMA)
+        loaded = postgres.execute(f"select 1 from information_schema.schemata where schema_name = '{schema}'")
+        store = PostgresStore(postgres.dsn, schema=schema, tenant=tenant)
         store.init(384)  # a kept load's functions brought up to date
         if not loaded:
             load(postgres, store, RESULTS / "scifact-100000.db")
             postgres.execute(
-                f"update {SCHEMA}.chunks set metadata = metadata || jsonb_build_object('bucket', rowid % 200)"
+                f"update {schema}.chunks set metadata = metadata || jsonb_build_object('bucket', rowid % 200)"
             )
-            postgres.execute(f"analyze {SCHEMA}.chunks")
-        report = measure(postgres, store, texts, vectors)
+            postgres.execute(f"analyze {schema}.chunks")
+        searcher: Store = store
+        if args.supabase:
+            supabase = Supabase(postgres, [schema])
+            supabase.postgrest.reload_schema()
+            searcher = SupabaseStore(
+                supabase.gateway.url, supabase.anon_key, schema=schema, user_token=supabase.token
+            )
+        report = measure(postgres, schema, searcher, texts, vectors)
+        searcher.close()
         store.close()
     finally:
+        if supabase:
+            supabase.stop()
         postgres.stop()
-    (RESULTS / "filtered.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    name = "filtered-supabase.json" if args.supabase else "filtered.json"
+    (RESULTS / name).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
 
 
