@@ -609,6 +609,8 @@ def _unescaped(line: str) -> str:
     indent = len(line) - len(line.lstrip())
     if line[indent : indent + 1] == "\\" and line[indent + 1 : indent + 2] in _BLOCK_MARKS:
         return line[: indent + 2] + _unescaped(line[indent + 2 :])
+    if "`" in line and ("{{<" in line or "{{%" in line):  # a shortcode's parameter may hold inline code
+        line = sitemarkup.shortcodes_outside(line, list(_code_spans(line)))
     parts, position = [], 0
     for start, end in _code_spans(line):
         parts += [_as_words(line[position:start]), line[start:end]]

@@ -15,6 +15,7 @@ at the next mark that could open another, so a line is read a bounded number of 
 
 from __future__ import annotations
 
+import bisect
 import html
 import re
 from collections.abc import Iterable
@@ -225,6 +226,19 @@ def _placeholder(match: re.Match[str]) -> str:
         return placeholder(match.group(2), code=False)
     parts = match.group(1).split()
     return placeholder(parts[0], code=True) if parts else ""
+
+
+def shortcodes_outside(line: str, spans: list[tuple[int, int]]) -> str:
+    """`line` with each shortcode that opens outside its code `spans` (start and end, in order) read as its
+    words: a parameter holding inline code (`caption="Click `Edit`"`) would otherwise split the shortcode
+    between prose and code, and leave its marks. One inside code stays as written."""
+    starts = [start for start, _ in spans]
+
+    def read(match: re.Match[str]) -> str:
+        at = bisect.bisect_right(starts, match.start()) - 1  # the last span opening at or before it
+        return match.group(0) if at >= 0 and match.start() < spans[at][1] else _shortcode(match)
+
+    return _SHORTCODE.sub(read, line)
 
 
 def _shortcode(match: re.Match[str]) -> str:

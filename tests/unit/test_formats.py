@@ -454,6 +454,9 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
         ("jekyll-tags-note.md",  # HTML code in markdown stays code; a link to a variable keeps its text
          ["place `{% raw %}` and\n    `{% endraw %}` tags around your code", "your own tags using plugins."],
          ["<code>", "{&#37;", "[plugins]("]),
+        ("docsy-figure.md",  # a shortcode whose caption holds inline code
+         ["docsy-diagrams.svg Mouse over the above image and click the `Edit` button!"],
+         ["{{<", ">}}", "caption="]),
         ("redux-writing-tests.mdx",
          ["What You'll Learn\n\n- Recommended practices", "Info\n\nFor background on why",
           "import userReducer from '../features/users/userSlice'"],
@@ -499,3 +502,12 @@ def test_an_html_page_template_keeps_its_front_matter_and_none_of_its_tags():
         "Jekyll powers many company websites; here are a few nice ones:",
     )
     assert page.metadata["permalink"] == "/showcase/"
+
+
+def test_a_shortcode_shown_as_inline_code_stays_as_written(tmp_path):
+    """Hugo's docs show shortcodes in inline code; only one that opens outside code is read as its words."""
+    page = tmp_path / "figure.md"
+    shown, used = '`{{< figure src="a.png" >}}`', '{{< figure caption="in `b`" >}}'
+    page.write_text(f"# Figure\n\nWrite {shown}, as {used} shows.\n")
+    [document] = load_file(page, "figure")
+    assert document.content.endswith('Write `{{< figure src="a.png" >}}`, as in `b` shows.')
