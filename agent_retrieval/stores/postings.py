@@ -43,10 +43,11 @@ POSTINGS_CACHE_BYTES = 256 * 2**20  # a level's postings kept per file (500 quer
 
 
 class PostingsCache:
-    """Words' postings read at one generation, the least recently used dropped past POSTINGS_CACHE_BYTES."""
+    """Words' postings read at one generation, the least recently used dropped past `limit` bytes."""
 
-    def __init__(self, generation: Hashable) -> None:
+    def __init__(self, generation: Hashable, limit: int = POSTINGS_CACHE_BYTES) -> None:
         self.generation = generation
+        self.limit = limit
         self.nbytes = 0
         self._lock = threading.Lock()
         self._terms: OrderedDict[str, Postings] = OrderedDict()
@@ -60,24 +61,27 @@ class PostingsCache:
 
     def put(self, term: str, postings: Postings) -> None:
         with self._lock:
-            if term in self._terms or postings.nbytes > POSTINGS_CACHE_BYTES:
+            if term in self._terms or postings.nbytes > self.limit:
                 return
             self._terms[term] = postings
             self.nbytes += postings.nbytes
-            while self.nbytes > POSTINGS_CACHE_BYTES:
+            while self.nbytes > self.limit:
                 self.nbytes -= self._terms.popitem(last=False)[1].nbytes
 
 
 class KeptPostings(KeptInMemory[PostingsCache]):
     """Words' postings a process's stores read, per scope (a store, a level and a tenant), each at the stamp
     it was read at: a scope read at another stamp starts empty, and the least recently used scopes are
-    dropped past a budget in bytes (`trim`)."""
+    dropped past a budget in bytes (`trim`). One scope may hold the whole budget: at a million chunks the
+    words of a few hundred queries outgrow a smaller share, and a word read again each time costs most of a
+    search."""
 
-    def of(self, scope: Hashable, stamp: Hashable) -> PostingsCache:
+    def of(self, scope: Hashable, stamp: Hashable, budget: int) -> PostingsCache:
         with self._lock:
             kept = self._kept.get(scope)
             if kept is None or kept.generation != stamp:
                 kept = self._kept[scope] = PostingsCache(stamp)
+            kept.limit = budget  # the searching store's (two stores of one scope may be given two)
             self._kept.move_to_end(scope)
             return kept
 

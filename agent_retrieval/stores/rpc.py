@@ -506,7 +506,7 @@ class RPCStore(Store):
         if not terms:
             return []
         stamp = words["stamp"]
-        kept = self._kept.of(self._postings_scope(level, stamp), stamp)
+        kept = self._kept.of(self._postings_scope(level, stamp), stamp, self._cache_bytes)
         lists = {term: found for term in terms if (found := kept.get(term)) is not None}
         read = []
         if missing := [term for term in terms if term not in lists]:

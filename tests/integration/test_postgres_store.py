@@ -16,6 +16,7 @@ from agent_retrieval.core.process import ProcessState
 from agent_retrieval.errors import DimensionMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.providers.embeddings import Embedder
+from agent_retrieval.stores import postings as kept_postings
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.postings import KeptPostings
@@ -481,6 +482,23 @@ def test_keyword_search_scored_here_answers_as_the_sql_function_in_every_scope(p
     assert {h.document_id for h in scoped} == {"d2", "d3"}
     for store in (*stores.values(), operator):
         store.close()
+
+
+def test_one_scope_may_keep_postings_up_to_the_operators_whole_budget(postgres, schema, monkeypatch):
+    # The embedded store keeps at most POSTINGS_CACHE_BYTES of a file's postings; a Postgres scope keeps up to
+    # store_cache_mb: at 1M chunks a fixed 256 MB share made a server read common words again at each search.
+    monkeypatch.setattr(kept_postings, "POSTINGS_CACHE_BYTES", 1024)
+    rng = np.random.default_rng(4)
+    texts = zipf_corpus(rng, rows=300)
+    process = ProcessState()
+    store = PostgresStore(postgres.dsn, schema=schema, process=process, cache_mb=1)
+    store.init(4)
+    docs = [Document(f"d{n}", "", t, content_hash=str(n)) for n, t in enumerate(texts)]
+    store.upsert(docs, [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs], "test/none")
+    for _ in range(10):
+        store.keyword_search("chunks", random_query(rng), 5)
+    assert 1024 < process.part("postgres postings", KeptPostings).nbytes <= 2**20
+    store.close()
 
 
 def test_the_postings_kept_stay_within_the_operators_budget(postgres, schema):
