@@ -62,7 +62,7 @@ DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
-SCHEMA_VERSION = 15  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+SCHEMA_VERSION = 16  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
 # asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
@@ -136,6 +136,7 @@ def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384, build_depth: 
     }
     values |= _fusion_defaults() | {
         "first_pass_rows": str(FIRST_PASS_ROWS),
+        "scope_rows": str(MAX_SCOPE_ROWS),
         "first_pass_scored": str(FIRST_PASS_SCORED),
         "block": str(POSTINGS_BLOCK),
     }
@@ -178,6 +179,9 @@ FIRST_PASS_SCORED = 2
 # Rows per block of the keyword postings (`*_postings`): 512 places of 8 bytes fit a page uncompressed, and
 # at 10K chunks the postings took 26 MB against 32 MB in blocks of 256 and 114 MB as one row per posting.
 POSTINGS_BLOCK = 512
+# The most rows of a document list a client scores from the postings it keeps (a few hundred documents'
+# chunks); a longer list's keyword search runs in SQL.
+MAX_SCOPE_ROWS = 20_000
 
 # searches and keyword search's parts: at most 1000 rows (match_count), or a row a query word (32)
 _SET_RETURNING = ("match_", "keyword_", "hybrid_search_")
@@ -487,7 +491,7 @@ class RPCStore(Store):
         return [_hit(search.level, r) for r in rows]
 
     def _scores_here(self, search: KeywordSearch) -> bool:
-        return not (search.filters or search.document_ids is not None)
+        return not search.filters  # a document list's rows are scored here too (scope_rows_*)
 
     def _postings_scope(self, level: Level, stamp: str) -> Hashable:
         """Whose postings a search reads: the store, level and the rows the caller may read. The stamp
@@ -513,8 +517,16 @@ class RPCStore(Store):
             read = yield from self._calling(f"keyword_postings_{level}", {"terms": missing, "tenant": tenant})
         if any(row["stamp"] != stamp for row in read):
             return None
+        within = None
+        if search.document_ids is not None:  # the list's rows, scored from the same postings
+            rows = yield from self._calling(
+                f"scope_rows_{level}", {"document_ids": search.document_ids, "tenant": tenant}
+            )
+            if len(rows) > MAX_SCOPE_ROWS:
+                return None
+            within = np.asarray(rows, dtype=np.int64)
         # numpy's work, off the event loop when async
-        ids, scores, coverages = yield blocking(_ranked, words, kept, lists, read, search.k)
+        ids, scores, coverages = yield blocking(_ranked, words, kept, lists, read, search.k, within)
         self._kept.trim(self._cache_bytes)
         unknown = words["asked"] - len(terms)
         rows = yield from self._calling(
@@ -637,16 +649,27 @@ _INTEGERS = np.dtype([("size", ">i4"), ("value", ">i4")])
 
 
 def _ranked(
-    words: dict[str, Any], kept: PostingsCache, lists: dict[str, Postings], read: list[dict[str, Any]], k: int
+    words: dict[str, Any],
+    kept: PostingsCache,
+    lists: dict[str, Postings],
+    read: list[dict[str, Any]],
+    k: int,
+    within: np.ndarray | None = None,
 ) -> tuple[list[int], list[float], list[float]]:
     """The k best rows for the query's `words` (a keyword_terms_* row) from their postings (`lists`, as
-    kept, and those `read` by keyword_postings_*, kept now): their rowids, scores and coverage of the
-    query's idf, best first."""
+    kept, and those `read` by keyword_postings_*, kept now), of the whole level or of the rows `within`:
+    their rowids, scores and coverage of the query's idf, best first (ties to the older row)."""
     idfs = dict(zip(words["terms"], words["idfs"], strict=True))
     for row in read:
         lists[row["term"]] = found = _postings(row, idfs[row["term"]], words["average_length"])
         kept.put(row["term"], found)
-    best = best_of_postings(list(lists.values()), k)
+    if within is None:
+        best = best_of_postings(list(lists.values()), k)
+    else:  # every row of a document list, scored: rows holding no word are no hit
+        total = sum((postings.parts_of(within) for postings in lists.values()), np.zeros(len(within)))
+        holding = np.flatnonzero(total > 0)
+        order = np.lexsort((within[holding], -total[holding]))[:k]
+        best = list(zip(within[holding][order].tolist(), total[holding][order].tolist(), strict=True))
     ids = np.array([rowid for rowid, _ in best], dtype=np.int64)
     held = np.zeros(len(ids))
     for term, postings in lists.items():  # every part is above zero

@@ -17,6 +17,7 @@ from agent_retrieval.errors import DimensionMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores import postings as kept_postings
+from agent_retrieval.stores import rpc
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.postings import KeptPostings
@@ -407,7 +408,7 @@ def calls_of(store: PostgresStore, called: list[str]) -> None:
     store._calling = noted
 
 
-def test_keyword_search_scored_here_answers_as_the_sql_function_in_every_scope(postgres, schema):
+def test_keyword_search_scored_here_answers_as_the_sql_function_in_every_scope(postgres, schema, monkeypatch):
     # The DSN store scores a whole level from the words' postings it keeps: each tenant's own rows and the
     # public ones, the same rows, scores, coverage and unknown words as the SQL function, after every write.
     rng = np.random.default_rng(7)
@@ -477,9 +478,29 @@ def test_keyword_search_scored_here_answers_as_the_sql_function_in_every_scope(p
     # a write that leaves the totals as they were (a word for another): its row version tells
     postgres.execute(f"update {schema}.chunks set content = replace(content, 'w5', 'w6') where id = 'd1#0'")
     same_as_sql("w5", k=120)
-    # within a filter or a document list the SQL function answers, as before
+    # a document list's rows are scored from the same postings, as the SQL function scores them
+    called: list[str] = []
+    for store in (*stores.values(), operator):
+        calls_of(store, called)
+    for query in queries[:6]:
+        for store in (*stores.values(), operator):
+            for ids in (["d2", "d3"], [f"d{n}" for n in range(35, 75, 3)], ["nowhere"]):
+                found = store.keyword_search("chunks", query, 8, document_ids=ids)
+                rows = store._call(
+                    "keyword_search_chunks",
+                    query_text=query,
+                    match_count=8,
+                    document_ids=ids,
+                    tenant=store.tenant,
+                )
+                assert fields(found) == fields([_hit("chunks", row) for row in rows]), (query, ids)
+                assert {h.document_id for h in found} <= set(ids)
+    assert "scope_rows_chunks" in called
+    # within a filter, or a list of more rows than a client scores, the SQL function answers
+    called.clear()
+    monkeypatch.setattr(rpc, "MAX_SCOPE_ROWS", 1)
     scoped = stores["acme"].keyword_search("chunks", "w0 w1", 50, document_ids=["d2", "d3"])
-    assert {h.document_id for h in scoped} == {"d2", "d3"}
+    assert {h.document_id for h in scoped} == {"d2", "d3"} and "keyword_search_chunks" in called
     for store in (*stores.values(), operator):
         store.close()
 

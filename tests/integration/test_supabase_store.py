@@ -415,12 +415,12 @@ def test_users_keyword_searches_are_scored_here_as_the_sql_function_ranks_them_f
     for user in users.values():
         calls_of(user, called)
 
-    def same_as_sql(query: str, k: int = 8) -> None:
+    def same_as_sql(query: str, k: int = 8, document_ids: list[str] | None = None) -> None:
         for name, user in users.items():
-            found = user.keyword_search("chunks", query, k)
+            found = user.keyword_search("chunks", query, k, document_ids=document_ids)
+            scope = {"match_count": k, "document_ids": document_ids}
             expected = [
-                _hit("chunks", r)
-                for r in user._call("keyword_search_chunks", query_text=query, match_count=k)
+                _hit("chunks", r) for r in user._call("keyword_search_chunks", query_text=query, **scope)
             ]
             assert [(h.id, h.unknown_terms) for h in found] == [(h.id, h.unknown_terms) for h in expected]
             assert [h.keyword_score for h in found] == pytest.approx([h.keyword_score for h in expected])
@@ -435,6 +435,9 @@ def test_users_keyword_searches_are_scored_here_as_the_sql_function_ranks_them_f
         same_as_sql(query)
     scored = [function for function in called if function != "keyword_search_chunks"]  # the comparison's
     assert scored and "keyword_postings_chunks" not in scored
+    for query in queries[:4]:  # a document list's rows, of the caller's tenant and public ones only
+        same_as_sql(query, document_ids=["acme1", "acme7", "globex120", "press250", "press251"])
+    assert "scope_rows_chunks" in called
     # a write any of them can read (public rows), then one only acme can: each answers for the rows it sees
     write("press", 200, 230, public=True, suffix=" w3 w3 w7")
     same_as_sql("w3 w7 w11")

@@ -105,7 +105,8 @@ begin
   -- Version 11: bm25_* takes each term's row count (`counts`, for its stages) and `top` (the rows a first
   -- pass scores over every term).
   -- (Version 12 adds corpus_totals_*, keyword_terms_*, keyword_postings_* and keyword_rows_*, the parts
-  -- of keyword search the DSN store calls to score it itself; nothing to drop.)
+  -- of keyword search the DSN store calls to score it itself; 15 changes how bm25_* reads a word's postings
+  -- and 16 adds scope_rows_*: nothing to drop.)
   if (select value::int from {{schema}}.store_info where key = 'schema_version') < 11 then
     drop function if exists
       {{schema}}.bm25_documents(text[], float8[], text[], float8, text, text[], float8, float8),

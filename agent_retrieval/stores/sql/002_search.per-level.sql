@@ -458,6 +458,26 @@ begin
   group by p.term;
 end $$;
 
+-- The rows of the documents `document_ids` the caller may read, ascending: a client that scores keyword search
+-- itself (the RPC stores) scores a document list's rows from the postings it keeps. At most
+-- {{scope_rows}} + 1: one more says the list holds more rows than a client should score, and it asks
+-- keyword_search_* instead.
+create or replace function {{schema}}.scope_rows_{{level}}(document_ids text[], tenant text default null)
+returns bigint[]
+language plpgsql stable security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+declare
+  found bigint[];
+begin
+  perform {{schema}}.check_scope('{}', document_ids);
+  select pg_catalog.array_agg(r.rowid order by r.rowid) into found
+  from (select d.rowid from {{schema}}.{{level}} d
+        where {{document_id}} = any (document_ids) and (tenant is null or d.tenant_id = tenant or d.is_public)
+        limit {{scope_rows}} + 1) r;
+  return coalesce(found, '{}');
+end $$;
+
 -- The hit rows of a keyword search, in the order of `ids`, each with its score and coverage: the end of
 -- keyword_search_* and of the DSN store's own scoring. At most 1000, as a search's match_count. Given the
 -- corpus totals' stamp the rows were ranked at, none when a write has changed it since (the DSN store then
