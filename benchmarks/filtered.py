@@ -11,6 +11,10 @@ for each filter over SciFact test queries measures:
 
     python -m benchmarks.filtered [--queries 50] [--folder DIR]   # DIR keeps the load between runs
     python -m benchmarks.filtered --supabase   # searched through PostgREST by a user of the rows' tenant
+    python -m benchmarks.filtered --kept 1000000 --supabase   # bench-scale's kept load of 1M chunks
+
+A kept load (`python -m benchmarks.scale --sizes N --keep [--supabase]`) is filtered by each chunk's `copy`
+(the replicated store's copy number, one of about 112 at 1M): 56, 6 and 1 copies keep 50%, 5% and 0.9%.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from typing import Any
 from agent_retrieval import EmbeddingSettings, PostgresStore, Store, SupabaseStore, make_embedder
 from agent_retrieval.evaluation import load_beir
 from benchmarks.latency import DATASET, RESULTS
-from benchmarks.postgres import start_postgres_for_loads
+from benchmarks.postgres import GROWTH_STACK, growth_schema, start_postgres_for_loads
 from benchmarks.scale import SUPABASE_TENANT, Supabase, load
 
 SCHEMA = "filtered_100k"
-FILTERS = {"50%": list(range(100)), "5%": list(range(10)), "0.5%": [0]}  # buckets kept, of 200
+BUCKETS = ("bucket", {"50%": list(range(100)), "5%": list(range(10)), "0.5%": [0]})  # kept, of 200
+COPIES = ("copy", {"50%": list(range(56)), "5%": list(range(6)), "0.9%": [0]})  # kept, of about 112 at 1M
 
 
 def percentiles(times: list[float]) -> dict[str, float]:
@@ -41,12 +46,20 @@ def percentiles(times: list[float]) -> dict[str, float]:
     }
 
 
-def measure(postgres: Any, schema: str, store: Store, texts: list[str], vectors: list[Any]) -> dict[str, Any]:
+def measure(
+    postgres: Any,
+    schema: str,
+    store: Store,
+    texts: list[str],
+    vectors: list[Any],
+    filtering: tuple[str, dict[str, list[int]]] = BUCKETS,
+) -> dict[str, Any]:
     """Each filter's recall and times of `store`'s searches, against exact search over `schema`'s rows."""
     report: dict[str, Any] = {}
-    for name, buckets in FILTERS.items():
-        filters = {"bucket": buckets if len(buckets) > 1 else buckets[0]}
-        kept = f"(metadata->>'bucket')::int = any(array{buckets})"
+    key, kinds = filtering
+    for name, values in kinds.items():
+        filters = {key: values if len(values) > 1 else values[0]}
+        kept = f"(metadata->>'{key}')::int = any(array{values})"
         recalls, vector_times = [], []
         for vector in vectors:
             literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
@@ -87,12 +100,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--folder", type=Path, help="the Postgres folder; one that holds the load keeps it")
     parser.add_argument(
+        "--kept", type=int, help="search bench-scale's kept load of this many chunks (filtered by copy)"
+    )
+    parser.add_argument(
         "--supabase",
         action="store_true",
         help="search through PostgREST as a signed-in user (the rows loaded in that user's tenant)",
     )
     args = parser.parse_args(argv)
     schema, tenant = (f"{SCHEMA}_{SUPABASE_TENANT}", SUPABASE_TENANT) if args.supabase else (SCHEMA, None)
+    filtering = BUCKETS
+    if args.kept:
+        schema, filtering, args.folder = growth_schema(args.kept), COPIES, GROWTH_STACK
     texts = list(load_beir(DATASET, "test", limit=args.queries).queries.values())
     embedder = make_embedder(EmbeddingSettings())
     vectors = [embedder.embed_query(text) for text in texts]
@@ -103,6 +122,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         loaded = postgres.execute(f"select 1 from information_schema.schemata where schema_name = '{schema}'")
         store = PostgresStore(postgres.dsn, schema=schema, tenant=tenant)
         store.init(384)  # a kept load's functions brought up to date
+        if args.kept and not loaded:
+            raise SystemExit(
+                f"no kept load in {schema}: python -m benchmarks.scale --sizes {args.kept} --keep"
+            )
         if not loaded:
             load(postgres, store, RESULTS / "scifact-100000.db")
             postgres.execute(
@@ -116,14 +139,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             searcher = SupabaseStore(
                 supabase.gateway.url, supabase.anon_key, schema=schema, user_token=supabase.token
             )
-        report = measure(postgres, schema, searcher, texts, vectors)
+        report = measure(postgres, schema, searcher, texts, vectors, filtering)
         searcher.close()
         store.close()
     finally:
         if supabase:
             supabase.stop()
         postgres.stop()
-    name = "filtered-supabase.json" if args.supabase else "filtered.json"
+    name = f"filtered{f'-{args.kept}' if args.kept else ''}{'-supabase' if args.supabase else ''}.json"
     (RESULTS / name).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
 
