@@ -14,6 +14,7 @@ vectors jittered; `python benchmarks/latency.py --sizes N` builds it) into an em
   the postings it keeps; `Retrieval.search`, the query vectors given);
 - HNSW recall@10 of `match_chunks` against exact search over the same vectors;
 - the keyword top 10 of every query against the exact BM25 top 10 (`bm25_chunks` scoring every row);
+- `chunk_retriever` scoped to each query's first three documents, as the two-tool flow calls it;
 - with `--supabase`, the same searches through PostgREST (and a gateway in front, as Supabase's) with the anon
   key and a user's token, under row-level security: the rows are loaded in that user's tenant, and the
   user's hybrid search is timed as the tools run it with a `SupabaseStore`, beside the DSN path's.
@@ -55,7 +56,7 @@ from agent_retrieval import (
 )
 from agent_retrieval.core.process import ProcessState
 from agent_retrieval.evaluation import DatasetError, load_beir
-from agent_retrieval.models import ChunkSearchRequest, parse_request
+from agent_retrieval.models import ChunkSearchRequest, SearchRequest, parse_request
 from agent_retrieval.stores.rpc import INDEXED_TEXT
 from benchmarks.latency import DATASET, RESULTS
 from benchmarks.postgres import (
@@ -222,6 +223,7 @@ class Supabase:
                 texts,
                 warm_up,
             )
+            report["scoped_tool"] = scoped(retrieval, texts)
             # the same queries again: every word's postings kept
             report["keyword_tool_kept"] = timed(
                 lambda text: user.keyword_search("chunks", text, candidates), texts
@@ -231,6 +233,25 @@ class Supabase:
     def stop(self) -> None:
         self.gateway.stop()
         self.postgrest.stop()
+
+
+def scoped(retrieval: Retrieval, texts: list[str]) -> dict[str, float]:
+    """The two-tool flow's second call: `chunk_retriever` within the three documents `document_retriever`
+    ranks first for each query (found before the clock starts), after the unscoped searches."""
+    scopes = {
+        text: [
+            hit.document_id for hit in retrieval.search(SearchRequest(query=text, top_k=3), "documents").hits
+        ]
+        for text in texts
+    }
+    request = {"top_k": 10, "hyde": "off"}
+    return timed(
+        lambda text: retrieval.search(
+            parse_request(ChunkSearchRequest, request | {"query": text, "document_ids": scopes[text]}),
+            "chunks",
+        ),
+        texts,
+    )
 
 
 class KnownVectors(Embeddings):
@@ -307,6 +328,7 @@ def measure(
             texts,
             warm_up,
         )
+        report["scoped_tool_dsn"] = scoped(retrieval, texts)
     if supabase:
         report["supabase"] = supabase.measure(schema, texts, vectors, model_id, warm_up)
     report["hnsw_recall_at_10"] = hnsw_recall(store, source, [vectors[text] for text in texts])
