@@ -51,6 +51,7 @@ from agent_retrieval import (
     EmbeddingSettings,
     PostgresStore,
     Retrieval,
+    Store,
     SupabaseStore,
     make_embedder,
 )
@@ -213,17 +214,9 @@ class Supabase:
                     texts,
                 ),
             }
-            embedder = Embedder(KnownVectors(vectors), model_id)
-            retrieval = Retrieval(Context(), store=user, embedder=embedder, process=process)
-            request = {"top_k": 10, "hyde": "off"}
-            report["hybrid_tool"] = timed(
-                lambda text: retrieval.search(
-                    parse_request(ChunkSearchRequest, request | {"query": text}), "chunks"
-                ),
-                texts,
-                warm_up,
+            report["hybrid_tool"], report["scoped_tool"] = tool_searches(
+                user, process, vectors, model_id, texts, warm_up
             )
-            report["scoped_tool"] = scoped(retrieval, texts)
             # the same queries again: every word's postings kept
             report["keyword_tool_kept"] = timed(
                 lambda text: user.keyword_search("chunks", text, candidates), texts
@@ -233,6 +226,27 @@ class Supabase:
     def stop(self) -> None:
         self.gateway.stop()
         self.postgrest.stop()
+
+
+def tool_searches(
+    store: Store,
+    process: ProcessState,
+    vectors: dict[str, np.ndarray],
+    model_id: str,
+    texts: list[str],
+    warm_up: list[str] | None,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """`chunk_retriever`'s hybrid search as the tools run it (`Retrieval.search`; the query vectors given,
+    so no model's time is counted), warmed by `warm_up` and meeting each query once; then `scoped`."""
+    embedder = Embedder(KnownVectors(vectors), model_id)
+    retrieval = Retrieval(Context(), store=store, embedder=embedder, process=process)
+    request = {"top_k": 10, "hyde": "off"}
+    hybrid = timed(
+        lambda text: retrieval.search(parse_request(ChunkSearchRequest, request | {"query": text}), "chunks"),
+        texts,
+        warm_up,
+    )
+    return hybrid, scoped(retrieval, texts)
 
 
 def scoped(retrieval: Retrieval, texts: list[str]) -> dict[str, float]:
@@ -318,17 +332,9 @@ def measure(
             lambda text: fresh.keyword_search("chunks", text, candidates), texts, warm_up
         )
     with nothing_kept(dsn, schema, tenant) as fresh:
-        embedder = Embedder(KnownVectors(vectors), model_id)
-        retrieval = Retrieval(Context(), store=fresh, embedder=embedder, process=fresh.process)
-        request = {"top_k": 10, "hyde": "off"}
-        report["hybrid_tool_dsn"] = timed(
-            lambda text: retrieval.search(
-                parse_request(ChunkSearchRequest, request | {"query": text}), "chunks"
-            ),
-            texts,
-            warm_up,
+        report["hybrid_tool_dsn"], report["scoped_tool_dsn"] = tool_searches(
+            fresh, fresh.process, vectors, model_id, texts, warm_up
         )
-        report["scoped_tool_dsn"] = scoped(retrieval, texts)
     if supabase:
         report["supabase"] = supabase.measure(schema, texts, vectors, model_id, warm_up)
     report["hnsw_recall_at_10"] = hnsw_recall(store, source, [vectors[text] for text in texts])
