@@ -32,6 +32,7 @@ from agent_retrieval.models import (
 from agent_retrieval.planning.answer import format_passages
 from agent_retrieval.planning.links import (
     bridge_names,
+    carried,
     compared,
     compares_through,
     find_links,
@@ -301,21 +302,23 @@ async def _read_on(
         best = {hit.document_id: hit for hit in passages}
         found = [(source, best[hit.document_id]) for source, hit in named if hit.document_id in best]
     taken = ahead | {hit.document_id for _, hit in named}
-    wanted = [name for source in sources for name in bridge_names(source, asked, per_source=BRIDGE_NAMES)]
+    wanted = [
+        (name, carried(question, source, name))
+        for source in sources
+        for name in bridge_names(source, asked, per_source=BRIDGE_NAMES)
+    ]
     model = ChunkSearchRequest if level == "chunks" else SearchRequest
     # Bridge queries embed as written and are not reranked: a model call for each would multiply a
     # question's calls.
     searches = [
         retrieval.asearch(
-            parse_request(
-                model, {"query": f"{question} {name}", "top_k": 10, "filters": filters, "hyde": "off"}
-            ),
+            parse_request(model, {"query": query, "top_k": 10, "filters": filters, "hyde": "off"}),
             level,
             rerank=False,
         )
-        for name in wanted
+        for _, query in wanted
     ]
-    for name, result in zip(wanted, await asyncio.gather(*searches), strict=True):
+    for (name, _), result in zip(wanted, await asyncio.gather(*searches), strict=True):
         for hit in result.hits:
             if hit.document_id not in taken and holds(f"{hit.title} {hit.content}", name):
                 taken.add(hit.document_id)

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from agent_retrieval.core.text import AUXILIARY
+from agent_retrieval.core.text import AUXILIARY, keyword_terms
 from agent_retrieval.models import Hit
 from agent_retrieval.stores.base import Store
 
@@ -163,6 +163,20 @@ async def _look_up(wanted: Sequence[str], store: Store, filters: dict[str, Any] 
             *(store.akeyword_search("documents", name, LOOKUP_DEPTH, filters=filters) for name in wanted)
         )
     )
+
+
+def carried(question: str, source: Hit, name: str) -> str:
+    """The question as the next hop asks it: the name a passage gives, in place of what that passage answers.
+    "What is the seat of the county sharing a border with the county where Tenement was founded?", read on
+    from Tenement's passage with the county it names, asks for that county with the question's words the
+    passage does not hold ("seat sharing border"): the chain's next link, not the question it started from.
+    A statement asks for nothing reached through the name (a claim to check: SciFact's lost 1.3 R@5 so),
+    and a passage holding every content word leaves nothing to ask: both are searched as written, with the
+    name."""
+    held = {word.lower() for word in re.findall(r"\w+", f"{source.title} {source.content}")}
+    rest = [word for word in keyword_terms(question) if word not in held]
+    asks = question.rstrip().endswith("?")
+    return " ".join([name, *rest]) if rest and asks else f"{question} {name}"
 
 
 def bridge_names(source: Hit, asked: str, *, per_source: int) -> list[str]:

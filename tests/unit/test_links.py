@@ -11,6 +11,7 @@ from agent_retrieval.planning import PlannedQuery, QueryPlan, run_plan
 from agent_retrieval.planning.execution import COMPARED, READING_ON
 from agent_retrieval.planning.links import (
     bridge_names,
+    carried,
     compared,
     compares,
     compares_through,
@@ -85,6 +86,17 @@ def test_bridge_names_are_the_names_beside_the_words_the_passage_shares_with_the
     # not "In" (a sentence's first word), not 1947 (a number), not Susan Walker (the question's own)
     assert bridge_names(passage, question, per_source=3) == ["Natalie Wood", "Maureen O'Hara"]
     assert bridge_names(passage, "nothing shared", per_source=3) == []
+
+
+def test_the_next_hop_asks_for_the_name_given_with_what_the_passage_did_not_answer():
+    passage = Hit("t#0", "chunks", "t", "Tenement (band)", "Tenement is a punk band founded in Appleton.")
+    question = "What is the seat of the county sharing a border with the county where Tenement was founded?"
+    # the passage answered "where Tenement was founded"; the chain goes on from Appleton
+    assert carried(question, passage, "Appleton") == "Appleton seat county sharing border"
+    whole = Hit("w#0", "chunks", "w", "Seat", "Seat of a county sharing a border where Tenement was founded")
+    assert carried(question, whole, "Appleton") == f"{question} Appleton"  # nothing left: as asked, with it
+    claim = "Tenement was founded in the county bordering the seat."  # a statement asks for nothing
+    assert carried(claim, passage, "Appleton") == f"{claim} Appleton"
 
 
 async def test_a_second_hop_reads_the_document_the_first_one_names_by_title(chain):
