@@ -293,7 +293,7 @@ class PostgresStore(RPCStore):
 
     # --- keyword search, scored here (RPCStore) ---------------------------------------------------
     def _scores_here(self, search: KeywordSearch) -> bool:
-        return super()._scores_here(search) and self._loading is None  # a load's calls join its transaction
+        return self._loading is None  # a load's calls join its transaction
 
     def _postings_scope(self, level: Level, stamp: str) -> Hashable:
         # kept per store, level and tenant: another tenant's search finds another stamp and starts over

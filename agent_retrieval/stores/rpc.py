@@ -62,7 +62,7 @@ DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
-SCHEMA_VERSION = 16  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+SCHEMA_VERSION = 17  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
 # asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
@@ -137,6 +137,7 @@ def render_sql(schema: str = DEFAULT_SCHEMA, dimension: int = 384, build_depth: 
     values |= _fusion_defaults() | {
         "first_pass_rows": str(FIRST_PASS_ROWS),
         "scope_rows": str(MAX_SCOPE_ROWS),
+        "filtered_head": str(MAX_FILTERED_HEAD),
         "first_pass_scored": str(FIRST_PASS_SCORED),
         "block": str(POSTINGS_BLOCK),
     }
@@ -182,6 +183,9 @@ POSTINGS_BLOCK = 512
 # The most rows of a document list a client scores from the postings it keeps (a few hundred documents'
 # chunks); a longer list's keyword search runs in SQL.
 MAX_SCOPE_ROWS = 20_000
+# The longest head of its unfiltered ranking a client has filtered (filter_rows_*): a filter keeping few
+# rows of a long ranking runs in SQL, which reads the filter's own rows.
+MAX_FILTERED_HEAD = 16_000
 
 # searches and keyword search's parts: at most 1000 rows (match_count), or a row a query word (32)
 _SET_RETURNING = ("match_", "keyword_", "hybrid_search_")
@@ -480,7 +484,8 @@ class RPCStore(Store):
         """BM25 over the whole level, scored here as the embedded store scores it (MaxScore over the words'
         postings in numpy): the process keeps each word's postings until a write the caller can read changes
         the corpus totals' stamp, where the SQL function reads a common word's postings again at every
-        search. The same rankings; searches inside filters or a document list run in SQL."""
+        search. The same rankings; a document list too long to score here, or a filter keeping too few rows
+        of the ranking's head, runs in SQL."""
         if self._scores_here(search):
             hits = yield from self._scored_here(search)
             if hits is not None:
@@ -491,7 +496,7 @@ class RPCStore(Store):
         return [_hit(search.level, r) for r in rows]
 
     def _scores_here(self, search: KeywordSearch) -> bool:
-        return not search.filters  # a document list's rows are scored here too (scope_rows_*)
+        return True
 
     def _postings_scope(self, level: Level, stamp: str) -> Hashable:
         """Whose postings a search reads: the store, level and the rows the caller may read. The stamp
@@ -525,8 +530,30 @@ class RPCStore(Store):
             if len(rows) > MAX_SCOPE_ROWS:
                 return None
             within = np.asarray(rows, dtype=np.int64)
-        # numpy's work, off the event loop when async
-        ids, scores, coverages = yield blocking(_ranked, words, kept, lists, read, search.k, within)
+        # With a filter: the ranking's first `wanted` rows, filtered, are exact once k of them pass or the
+        # ranking ends before `wanted` (every row below them scores lower); else four times as many.
+        wanted = min(4 * search.k, MAX_FILTERED_HEAD) if search.filters else search.k
+        while True:
+            # numpy's work, off the event loop when async
+            ids, scores, coverages = yield blocking(_ranked, words, kept, lists, read, wanted, within)
+            read = []  # its postings are in `lists` now
+            if not search.filters:
+                break
+            passing = yield from self._calling(
+                f"filter_rows_{level}",
+                {"ids": ids, "filter": self._scope(search.filters, None)["filter"], "stamp": stamp}
+                | {"tenant": tenant},
+            )
+            if passing is None:  # a write since the ranking
+                return None
+            if len(passing) >= search.k or len(ids) < wanted:
+                kept_rows = set(passing[: search.k])
+                places = [n for n, rowid in enumerate(ids) if rowid in kept_rows]
+                ids, scores, coverages = ([values[n] for n in places] for values in (ids, scores, coverages))
+                break
+            if wanted == MAX_FILTERED_HEAD:
+                return None
+            wanted = min(4 * wanted, MAX_FILTERED_HEAD)
         self._kept.trim(self._cache_bytes)
         unknown = words["asked"] - len(terms)
         rows = yield from self._calling(

@@ -289,7 +289,9 @@ def test_ingest_public_is_the_operators_flag_and_metadata_publishes_nothing(
         assert press.document_states(["hours"])["hours"].public is True
 
 
-def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_keeps(postgres, schema):
+def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_keeps(
+    postgres, schema, monkeypatch
+):
     """A filter keeping half the rows is answered from the unfiltered ranking's head, a few percent from a
     longer head, one that keeps almost nothing from its own rows (found by the metadata's index): every
     way, the exact BM25 top k of the rows the filter keeps (it scored every row holding a word: seconds
@@ -310,6 +312,8 @@ def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_k
         {"tag": 1, "flag": True},  # the text's number, and a boolean
         {"bucket": [49], "tag": ["0", "2"]},
     ]
+    called: list[str] = []
+    calls_of(store, called)
     for _ in range(20):
         query = random_query(rng)
         terms, idfs, average = idf_and_average(postgres, schema, query.split())
@@ -329,6 +333,18 @@ def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_k
             found = store.keyword_search("chunks", query, k, filters=where)
             assert [h.id for h in found] == [row for row, _ in expected], (query, where)
             assert [h.keyword_score for h in found] == pytest.approx([s for _, s in expected], rel=1e-9)
+            sql = postgres.execute(
+                f"select id from {schema}.keyword_search_chunks(%s, %s, %s::jsonb)",
+                (query, k, json.dumps(where)),
+            )
+            assert [row for (row,) in sql] == [row for row, _ in expected], (query, where)
+            # a filter keeping too little of the longest head a client filters goes to the SQL function
+            monkeypatch.setattr(rpc, "MAX_FILTERED_HEAD", 4 * k)
+            head = store.keyword_search("chunks", query, k, filters=where)
+            assert [h.id for h in head] == [row for row, _ in expected], (query, where)
+            monkeypatch.undo()
+    # the store filters the head of the ranking it scores itself; the SQL function answered the short heads
+    assert "filter_rows_chunks" in called and "keyword_search_chunks" in called
     # the filter as the GIN index reads it keeps every row the filter keeps; none for what no index answers
     for where in filters:
         path = postgres.execute(f"select {schema}.filter_path(%s::jsonb)::text", (json.dumps(where),))[0][0]

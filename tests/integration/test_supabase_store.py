@@ -27,7 +27,7 @@ from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores import open_store
 from agent_retrieval.stores.postgres import PostgresStore
-from agent_retrieval.stores.rpc import POSTINGS_BLOCK, _hit
+from agent_retrieval.stores.rpc import POSTINGS_BLOCK, Json, _hit
 from agent_retrieval.stores.supabase import SupabaseStore
 from agent_retrieval.tools import make_retrieval_tools
 from tests.bm25 import every_row_top_k, random_query, zipf_corpus
@@ -393,7 +393,7 @@ def test_users_keyword_searches_are_scored_here_as_the_sql_function_ranks_them_f
             Document(f"{tenant}{n}", "", texts[n] + suffix, content_hash=f"{n}{suffix}", public=public)
             for n in range(first, last)
         ]
-        chunks = [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs]
+        chunks = [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {"n": n % 4}) for n, d in enumerate(docs)]
         with SupabaseStore(supabase_stack.url, supabase_stack.service_key, schema=schema, tenant=tenant) as s:
             s.upsert(docs, chunks, "test/none")
 
@@ -415,10 +415,12 @@ def test_users_keyword_searches_are_scored_here_as_the_sql_function_ranks_them_f
     for user in users.values():
         calls_of(user, called)
 
-    def same_as_sql(query: str, k: int = 8, document_ids: list[str] | None = None) -> None:
+    def same_as_sql(
+        query: str, k: int = 8, document_ids: list[str] | None = None, filters: dict | None = None
+    ) -> None:
         for name, user in users.items():
-            found = user.keyword_search("chunks", query, k, document_ids=document_ids)
-            scope = {"match_count": k, "document_ids": document_ids}
+            found = user.keyword_search("chunks", query, k, document_ids=document_ids, filters=filters)
+            scope = {"match_count": k, "document_ids": document_ids, "filter": Json(filters or {})}
             expected = [
                 _hit("chunks", r) for r in user._call("keyword_search_chunks", query_text=query, **scope)
             ]
@@ -438,6 +440,10 @@ def test_users_keyword_searches_are_scored_here_as_the_sql_function_ranks_them_f
     for query in queries[:4]:  # a document list's rows, of the caller's tenant and public ones only
         same_as_sql(query, document_ids=["acme1", "acme7", "globex120", "press250", "press251"])
     assert "scope_rows_chunks" in called
+    for query in queries[:4]:  # a filter: the ranking's head, filtered under the caller's security
+        same_as_sql(query, filters={"n": [0, 3]})
+        same_as_sql(query, k=3, filters={"n": 1})
+    assert "filter_rows_chunks" in called
     # a write any of them can read (public rows), then one only acme can: each answers for the rows it sees
     write("press", 200, 230, public=True, suffix=" w3 w3 w7")
     same_as_sql("w3 w7 w11")

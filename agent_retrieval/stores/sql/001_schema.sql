@@ -106,7 +106,7 @@ begin
   -- pass scores over every term).
   -- (Version 12 adds corpus_totals_*, keyword_terms_*, keyword_postings_* and keyword_rows_*, the parts
   -- of keyword search the DSN store calls to score it itself; 15 changes how bm25_* reads a word's postings
-  -- and 16 adds scope_rows_*: nothing to drop.)
+  -- and 16 and 17 add scope_rows_* and filter_rows_*: nothing to drop.)
   if (select value::int from {{schema}}.store_info where key = 'schema_version') < 11 then
     drop function if exists
       {{schema}}.bm25_documents(text[], float8[], text[], float8, text, text[], float8, float8),

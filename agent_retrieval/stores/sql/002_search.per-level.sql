@@ -478,6 +478,31 @@ begin
   return coalesce(found, '{}');
 end $$;
 
+-- Of the rows `ids` (a client's unfiltered ranking's head, best first), those the filter keeps, in that
+-- order; null when a write has changed the corpus totals' stamp since the ranking (the client then asks
+-- keyword_search_*). At most {{filtered_head}} rows asked about.
+create or replace function {{schema}}.filter_rows_{{level}}(
+  ids bigint[], filter jsonb, stamp text default null, tenant text default null
+) returns bigint[]
+language plpgsql stable security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+declare
+  kept bigint[];
+begin
+  perform {{schema}}.check_scope(filter, null);
+  perform {{schema}}.check_bound('ids', pg_catalog.cardinality(ids), {{filtered_head}});
+  if stamp is not null
+     and stamp is distinct from (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t) then
+    return null;
+  end if;
+  select pg_catalog.array_agg(r.row_id order by r.place) into kept
+  from pg_catalog.unnest(ids) with ordinality r(row_id, place)
+  join {{schema}}.{{level}} d on d.rowid = r.row_id
+  where {{schema}}.metadata_matches(d.metadata, filter) and (tenant is null or d.tenant_id = tenant or d.is_public);
+  return coalesce(kept, '{}');
+end $$;
+
 -- The hit rows of a keyword search, in the order of `ids`, each with its score and coverage: the end of
 -- keyword_search_* and of the DSN store's own scoring. At most 1000, as a search's match_count. Given the
 -- corpus totals' stamp the rows were ranked at, none when a write has changed it since (the DSN store then
