@@ -304,6 +304,12 @@ def measure(
     store = PostgresStore(dsn, schema=schema, tenant=tenant)
     store.init(384, build_depth=build_depth)
     report: dict[str, Any] = {"load": load(postgres, store, source)} if reload else {}
+    if supabase and not postgres.execute(
+        f"select 1 from {schema}.chunks where tenant_id = %s limit 1", (tenant,)
+    ):
+        raise SystemExit(
+            f"{schema}'s rows are not the Supabase user's: load them with --keep --supabase first"
+        )
     report["size_mb"] = sizes_mb(postgres, schema)
     report["embedded_file_mb"] = round(source.stat().st_size / 2**20, 1)
     report["size_ratio"] = round(report["size_mb"]["total"] / report["embedded_file_mb"], 2)

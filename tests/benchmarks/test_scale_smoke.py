@@ -54,6 +54,13 @@ def test_a_store_is_loaded_sized_searched_and_checked(tmp_path, monkeypatch):
     assert "load" not in row_again and row_again["size_mb"].keys() == row["size_mb"].keys()
     assert row_again["keyword_rankings"] == row["keyword_rankings"] and row_again["hnsw_recall_at_10"] == 1.0
 
+    # a Supabase user searching the rows of their tenant through PostgREST, beside the DSN path
+    through = scale.main([*arguments, "--supabase", "--output", str(tmp_path / "supabase.json")])
+    supabase = through["scifact-6.db"]["supabase"]
+    for search in ("hybrid_sql", "keyword_sql", "hybrid_tool", "scoped_tool", "keyword_tool_kept"):
+        assert supabase[search]["p95_ms"] >= supabase[search]["p50_ms"] > 0
+    assert through["scifact-6.db"]["scoped_tool_dsn"]["p50_ms"] > 0
+
     # and the search SQL of a revision against this checkout's on it, alternately: here the same SQL
     stack = str(tmp_path / "kept-stack")
     ab_arguments = ["--against", "HEAD", "--sizes", "6", "--stack", stack, "--dataset", str(folder)]
