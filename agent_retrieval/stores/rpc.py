@@ -481,11 +481,11 @@ class RPCStore(Store):
         return await arun(self._scored_keyword_search(search))
 
     def _scored_keyword_search(self, search: KeywordSearch) -> Steps[list[Hit]]:
-        """BM25 over the whole level, scored here as the embedded store scores it (MaxScore over the words'
-        postings in numpy): the process keeps each word's postings until a write the caller can read changes
-        the corpus totals' stamp, where the SQL function reads a common word's postings again at every
-        search. The same rankings; a document list too long to score here, or a filter keeping too few rows
-        of the ranking's head, runs in SQL."""
+        """BM25 scored here as the embedded store scores it (MaxScore over the words' postings in numpy):
+        the process keeps each word's postings until a write the caller can read changes the corpus totals'
+        stamp, where the SQL function reads a common word's postings again at every search. The same
+        rankings; a document list too long to score here, or a filter keeping too few rows of the ranking's
+        head, runs in SQL."""
         if self._scores_here(search):
             hits = yield from self._scored_here(search)
             if hits is not None:
@@ -496,6 +496,7 @@ class RPCStore(Store):
         return [_hit(search.level, r) for r in rows]
 
     def _scores_here(self, search: KeywordSearch) -> bool:
+        """Whether the store may score this search itself (PostgresStore: not inside an initial load)."""
         return True
 
     def _postings_scope(self, level: Level, stamp: str) -> Hashable:
@@ -505,8 +506,9 @@ class RPCStore(Store):
         return (self.location, level, stamp)
 
     def _scored_here(self, search: KeywordSearch) -> Steps[list[Hit] | None]:
-        """The whole level's keyword search from the words' postings, or None if a write changed what the
-        caller can read between its calls."""
+        """The keyword search from the words' postings (the whole level, a document list's rows, or a
+        filter's rows of the ranking's head), or None: a write changed what the caller can read between its
+        calls, or the list or filter is for the SQL function."""
         level, tenant = search.level, self.tenant
         (words,) = yield from self._calling(
             f"keyword_terms_{level}", {"query_text": search.query, "tenant": tenant}
