@@ -45,9 +45,9 @@ POSTINGS_CACHE_BYTES = 256 * 2**20  # a level's postings kept per file (500 quer
 class PostingsCache:
     """Words' postings read at one generation, the least recently used dropped past `limit` bytes."""
 
-    def __init__(self, generation: Hashable, limit: int = POSTINGS_CACHE_BYTES) -> None:
+    def __init__(self, generation: Hashable, limit: int | None = None) -> None:
         self.generation = generation
-        self.limit = limit
+        self.limit = POSTINGS_CACHE_BYTES if limit is None else limit
         self.nbytes = 0
         self._lock = threading.Lock()
         self._terms: OrderedDict[str, Postings] = OrderedDict()
