@@ -58,7 +58,7 @@ from agent_retrieval import (
 from agent_retrieval.core.process import ProcessState
 from agent_retrieval.evaluation import DatasetError, load_beir
 from agent_retrieval.models import ChunkSearchRequest, SearchRequest, parse_request
-from agent_retrieval.stores.rpc import INDEXED_TEXT
+from agent_retrieval.stores.rpc import INDEXED_TEXT, RPCStore
 from benchmarks.latency import DATASET, RESULTS
 from benchmarks.postgres import (
     GROWTH_STACK,
@@ -198,22 +198,8 @@ class Supabase:
                 self.gateway.url, self.anon_key, schema=schema, user_token=self.token, process=process
             ) as user,
         ):
-            report = {
-                "hybrid_sql": timed(
-                    lambda text: user._call(
-                        "hybrid_search_chunks",
-                        query_text=text,
-                        query_embedding=vectors[text],
-                        match_count=10,
-                        candidates=candidates,
-                    ),
-                    texts,
-                ),
-                "keyword_sql": timed(
-                    lambda text: user._call("keyword_search_chunks", query_text=text, match_count=candidates),
-                    texts,
-                ),
-            }
+            report: dict[str, Any] = {}
+            report["hybrid_sql"], report["keyword_sql"] = sql_searches(user, texts, vectors)
             report["hybrid_tool"], report["scoped_tool"] = tool_searches(
                 user, process, vectors, model_id, texts, warm_up
             )
@@ -226,6 +212,28 @@ class Supabase:
     def stop(self) -> None:
         self.gateway.stop()
         self.postgrest.stop()
+
+
+def sql_searches(
+    store: RPCStore, texts: list[str], vectors: dict[str, np.ndarray]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The SQL functions a caller may run itself: `hybrid_search_chunks` (top 10, the tools' candidates deep)
+    and `keyword_search_chunks` (as many rows as the tools' candidates)."""
+    candidates = Context().candidates
+    hybrid = timed(
+        lambda text: store._call(
+            "hybrid_search_chunks",
+            query_text=text,
+            query_embedding=vectors[text],
+            match_count=10,
+            candidates=candidates,
+        ),
+        texts,
+    )
+    keyword = timed(
+        lambda text: store._call("keyword_search_chunks", query_text=text, match_count=candidates), texts
+    )
+    return hybrid, keyword
 
 
 def tool_searches(
@@ -319,19 +327,7 @@ def measure(
     # postings it keeps, vector search by match_chunks, fused in Python; the query vectors given, so no
     # model's time is counted). The store's own measures start with nothing kept, warmed by `others`
     # (other queries), and meet each query once: its rarer words are read at first sight.
-    report["hybrid_dsn"] = timed(
-        lambda text: store._call(
-            "hybrid_search_chunks",
-            query_text=text,
-            query_embedding=vectors[text],
-            match_count=10,
-            candidates=candidates,
-        ),
-        texts,
-    )
-    report["keyword_sql"] = timed(
-        lambda text: store._call("keyword_search_chunks", query_text=text, match_count=candidates), texts
-    )
+    report["hybrid_dsn"], report["keyword_sql"] = sql_searches(store, texts, vectors)
     warm_up = others or None
     with nothing_kept(dsn, schema, tenant) as fresh:
         report["keyword_dsn"] = timed(
