@@ -521,6 +521,12 @@ def test_keyword_search_scored_here_answers_as_the_sql_function_in_every_scope(p
         store.close()
 
 
+def write_texts(store: PostgresStore, texts: list[str]) -> None:
+    """Each text as document d<n> with one chunk of it."""
+    docs = [Document(f"d{n}", "", t, content_hash=str(n)) for n, t in enumerate(texts)]
+    store.upsert(docs, [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs], "test/none")
+
+
 def test_one_scope_may_keep_postings_up_to_the_operators_whole_budget(postgres, schema, monkeypatch):
     # The embedded store keeps at most POSTINGS_CACHE_BYTES of a file's postings; a Postgres scope keeps up to
     # store_cache_mb: at 1M chunks a fixed 256 MB share made a server read common words again at each search.
@@ -530,8 +536,7 @@ def test_one_scope_may_keep_postings_up_to_the_operators_whole_budget(postgres, 
     process = ProcessState()
     store = PostgresStore(postgres.dsn, schema=schema, process=process, cache_mb=1)
     store.init(4)
-    docs = [Document(f"d{n}", "", t, content_hash=str(n)) for n, t in enumerate(texts)]
-    store.upsert(docs, [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs], "test/none")
+    write_texts(store, texts)
     for _ in range(10):
         store.keyword_search("chunks", random_query(rng), 5)
     assert 1024 < process.part("postgres postings", KeptPostings).nbytes <= 2**20
@@ -544,8 +549,7 @@ def test_the_postings_kept_stay_within_the_operators_budget(postgres, schema):
     process = ProcessState()
     store = PostgresStore(postgres.dsn, schema=schema, process=process, cache_mb=0)
     store.init(4)
-    docs = [Document(f"d{n}", "", t, content_hash=str(n)) for n, t in enumerate(texts)]
-    store.upsert(docs, [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs], "test/none")
+    write_texts(store, texts)
     first = store.keyword_search("chunks", "w0 w1 w2 w9", 5)
     assert first and process.part("postgres postings", KeptPostings).nbytes == 0  # a budget of 0 keeps none
     kept = PostgresStore(postgres.dsn, schema=schema, process=process, cache_mb=1)
@@ -775,9 +779,8 @@ def test_an_initial_load_leaves_each_words_postings_side_by_side(postgres, schem
             f"select setval(pg_get_serial_sequence('{schema}.{level}', 'rowid'), {8 * POSTINGS_BLOCK - 20})"
         )
     texts = zipf_corpus(np.random.default_rng(2), rows=60)
-    docs = [Document(f"d{n}", "", t, content_hash=str(n)) for n, t in enumerate(texts)]
     with store.initial_load():
-        store.upsert(docs, [Chunk(f"{d.id}#0", d.id, 0, d.content, "", {}) for d in docs], "test/none")
+        write_texts(store, texts)
     for level in ("documents", "chunks"):
         stored = f"select term, block, tenant_id, is_public from {schema}.{level}_postings order by "
         in_place = postgres.execute(stored + "ctid")
