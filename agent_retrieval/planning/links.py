@@ -173,10 +173,12 @@ def carried(question: str, source: Hit, name: str) -> str:
     A statement asks for nothing reached through the name (a claim to check: SciFact's lost 1.3 R@5 so),
     and a passage holding every content word leaves nothing to ask: both are searched as written, with the
     name."""
+    as_written = f"{question} {name}"
+    if not question.rstrip().endswith("?"):
+        return as_written
     held = {word.lower() for word in re.findall(r"\w+", f"{source.title} {source.content}")}
     rest = [word for word in keyword_terms(question) if word not in held]
-    asks = question.rstrip().endswith("?")
-    return " ".join([name, *rest]) if rest and asks else f"{question} {name}"
+    return " ".join([name, *rest]) if rest else as_written
 
 
 def bridge_names(source: Hit, asked: str, *, per_source: int) -> list[str]:
