@@ -36,7 +36,9 @@ _COMPONENT = re.compile(r"[ \t]*<[A-Z][\w.]*(?:[ \t][^<\n]*)?>[ \t]*$")
 _SHOWN_ATTRIBUTE = re.compile(r"\b(?:title|label)=\{?(?:`([^`\n]*)`|\"([^\"\n]*)\"|'([^'\n]*)')")
 _SNIPPET = re.compile(r"\{\*([^*\n]*)\*\}|--8<--[ \t]*\"([^\"\n]*)\"")
 _SHORTCODE = re.compile(r"\{\{([<%])([^<>%\n]*)[>%]\}\}")
-_TEMPLATE_TAG = re.compile(r"\{%-?(?:[^%\n]|%(?!\}))*%\}")  # a date format's "%s" may be inside
+# A date format's "%s" may be inside; a tag stops at the next "{%", so a line of them is read once, not once
+# for each.
+_TEMPLATE_TAG = re.compile(r"\{%-?(?:[^%{\n]|%(?!\})|\{(?!%))*%\}")
 _COMMENT_MARK = re.compile(r"\{%-?[ \t]*(end)?comment[ \t]*-?%\}")
 _EMPTY_LINK = re.compile(r"\[([^\[\]\n]*)\]\(\)")
 _TEMPLATE_VARIABLE = re.compile(r"\{\{-?[ \t][^{}\n]*\}\}")  # `{{ site.x | relative_url }}`, not `{{<`

@@ -154,6 +154,7 @@ def run_of(unit: str, shape: str) -> Callable[[int], str]:
 @example(unit=" ", shape="line")  # markdownify's whitespace pattern, in HTML
 @example(unit=".. \n\n", shape="paragraph")  # docutils, quadratic in comments in a row
 @example(unit="{% comment %}", shape="line")  # Liquid notes, each opening with no closing
+@example(unit="{%", shape="heading")  # a template tag allowed "%" inside: it read on from every opening
 def test_loading_and_chunking_hostile_text_takes_linear_time(tmp_path, suffix, unit, shape):
     def file_of(size: int) -> Path:
         path = tmp_path / f"hostile-{size}{suffix}"
