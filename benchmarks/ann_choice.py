@@ -18,7 +18,10 @@ graph (vector_index.py: its links, build depth and half-precision vectors) over 
 random convex mix of three real chunk vectors: distinct points where real vectors lie. With `--postgres`,
 the Postgres store's index instead: pgvector's HNSW (the store's definition, vector_cosine_ops at pgvector's
 default links and build depth) over the same vectors in the tests' Postgres, set for a first load as
-bench-scale sets it, searched at several hnsw.ef_search values (match_* uses 400).
+bench-scale sets it, searched at several hnsw.ef_search values (match_* uses 400); then filtered (each
+vector a `bucket`, its row number mod 200; filters keeping 50%, 5% and 0.5%): the index's first 10 rows the
+filter keeps, or every kept row when fewer pass, recall@10 against the exact filtered top 10, with pgvector's
+iterative index scans off, relaxed and strict.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
 DATASET = ROOT.parent.parent / "shared" / "datasets" / "scifact"
 CANDIDATES = 100
+FILTERS = {"50%": 100, "5%": 10, "0.5%": 1}  # each keeps the rows whose bucket (of 200) is below it
 M, EF_CONSTRUCTION = 16, 200  # the graph's links per node and build depth: each library's usual choice
 DEPTHS = (50, 100, 200, 400)  # search depth (ef); at least CANDIDATES is needed to return 100
 
@@ -203,11 +207,16 @@ def postgres_graph(vectors: np.ndarray, asked: np.ndarray, build_depth: int | No
             with postgres.connect() as conn:
                 conn.autocommit = True
                 register_vector(conn)
-                conn.execute(f"create table mixed (id int primary key, embedding vector({vectors.shape[1]}))")
-                with conn.cursor().copy("copy mixed (id, embedding) from stdin (format binary)") as copy:
-                    copy.set_types(["int4", "vector"])
+                dimensions = vectors.shape[1]
+                conn.execute(
+                    f"create table mixed (id int primary key, bucket int, embedding vector({dimensions}))"
+                )
+                with conn.cursor().copy(
+                    "copy mixed (id, bucket, embedding) from stdin (format binary)"
+                ) as copy:
+                    copy.set_types(["int4", "int4", "vector"])
                     for row, vector in enumerate(tqdm(vectors, desc="copy vectors", mininterval=5)):
-                        copy.write_row((row, vector))
+                        copy.write_row((row, row % 200, vector))
                 started = time.perf_counter()
                 options = f" with (ef_construction = {int(build_depth)})" if build_depth else ""
                 conn.execute(
@@ -226,6 +235,8 @@ def postgres_graph(vectors: np.ndarray, asked: np.ndarray, build_depth: int | No
 
                     depths[ef] = at_depth(search, asked, exact)
                     print(ef, json.dumps(depths[ef]), flush=True)
+                conn.execute("set hnsw.ef_search = 400")
+                filtered = filtered_searches(conn, vectors, asked)
         finally:
             postgres.stop()
     report["pgvector hnsw"] = {
@@ -234,7 +245,36 @@ def postgres_graph(vectors: np.ndarray, asked: np.ndarray, build_depth: int | No
         "build depth": build_depth or "pgvector's default (64)",
         "search depth in use": 400,
         "by ef": depths,
+        "filtered at ef 400": filtered,
     }
+    return report
+
+
+def filtered_searches(conn: Any, vectors: np.ndarray, asked: np.ndarray) -> dict[str, Any]:
+    """For each of FILTERS and each pgvector iterative scan mode: recall@10 and p50/p95 of a filtered search
+    (the index's first 10 rows the filter keeps; every kept row, exactly, when fewer pass)."""
+    buckets = np.arange(len(vectors)) % 200
+    report: dict[str, Any] = {}
+    for name, below in FILTERS.items():
+        condition, kept = f"bucket < {below}", np.flatnonzero(buckets < below)
+        exact = [kept[exact_search(vectors[kept])(query, 10)] for query in asked]
+        for mode in ("off", "relaxed_order", "strict_order"):
+            conn.execute(f"set hnsw.iterative_scan = {mode}")
+
+            def search(query: np.ndarray, k: int, condition: str = condition) -> np.ndarray:
+                rows = conn.execute(
+                    f"select id from mixed where {condition} order by embedding <=> %s limit 10", (query,)
+                ).fetchall()
+                if len(rows) < 10:  # "+ 0": an expression the index cannot serve
+                    rows = conn.execute(
+                        f"select id from mixed where {condition} order by (embedding <=> %s) + 0 limit 10",
+                        (query,),
+                    ).fetchall()
+                return np.array([row for (row,) in rows])
+
+            found, latency = timed(search, asked)
+            report[f"{name} {mode}"] = {**latency, "recall@10": recall(found, exact, 10)}
+            print(name, mode, json.dumps(report[f"{name} {mode}"]), flush=True)
     return report
 
 
