@@ -5,8 +5,8 @@ Copies benchmarks/latency.py's embedded store of 100,000 SciFact chunks (`python
 --sizes 100000` builds it) into a fresh Postgres, gives every chunk a `bucket` (its row number mod 200), and
 for each filter over SciFact test queries measures:
 
-- the vector side: recall@10 of `match_chunks` against the exact top 10 of the rows the filter keeps, and
-  its p50/p95;
+- the vector side as the tools ask it (`candidates`, 100 rows): recall@10 of its first 10 against the exact
+  top 10 of the rows the filter keeps, and its p50/p95;
 - the keyword side: whether its top 10 scores equal BM25 over every row the filter keeps, and its p50/p95.
 
     python -m benchmarks.filtered [--queries 50] [--folder DIR]   # DIR keeps the load between runs
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_retrieval import EmbeddingSettings, PostgresStore, Store, SupabaseStore, make_embedder
+from agent_retrieval import EmbeddingSettings, PostgresStore, RunSettings, Store, SupabaseStore, make_embedder
 from agent_retrieval.evaluation import load_beir
 from benchmarks.latency import DATASET, RESULTS
 from benchmarks.postgres import GROWTH_STACK, growth_schema, start_postgres_for_loads
@@ -35,6 +35,7 @@ from benchmarks.scale import SUPABASE_TENANT, Supabase, load
 
 SCHEMA = "filtered_100k"
 BUCKETS = ("bucket", {"50%": list(range(100)), "5%": list(range(10)), "0.5%": [0]})  # kept, of 200
+CANDIDATES = RunSettings().candidates  # the rows each side of a tool's search asks for
 COPIES = ("copy", {"50%": list(range(56)), "5%": list(range(6)), "0.9%": [0]})  # kept, of about 112 at 1M
 
 
@@ -68,7 +69,8 @@ def measure(
                 f"order by (embedding <=> '{literal}'::vector) + 0 limit 10"  # "+ 0": no index
             )
             started = time.perf_counter()
-            found = {h.id for h in store.vector_search("chunks", vector, 10, filters=filters)}
+            hits = store.vector_search("chunks", vector, CANDIDATES, filters=filters)
+            found = {h.id for h in hits[:10]}
             vector_times.append(1000 * (time.perf_counter() - started))
             recalls.append(len({row for (row,) in exact} & found) / len(exact))
         equal, keyword_times = 0, []
