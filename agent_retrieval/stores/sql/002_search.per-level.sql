@@ -189,7 +189,7 @@ end $$;
 -- for, two ways fill k: with pgvector 0.8 and a filter keeping at least 2% of the index's first candidates,
 -- the index reads on (an iterative scan) to twice k permitted rows, the nearest k kept; a filter keeping less
 -- (or an earlier pgvector) has an exact scan over the permitted rows, which then costs less than reading on.
--- A million chunks, k = 100: a filter keeping 5% took 331 ms exact, 74 reading on; one keeping 0.9%, 67 ms
+-- A million chunks, k = 100: a filter keeping 5% took 331 ms exact, 58 reading on; one keeping 0.9%, 67 ms
 -- exact, 169 reading on (BENCHMARKS.md, "Filtered search").
 create or replace function {{schema}}.match_{{level}}(
   query_embedding vector,
