@@ -225,9 +225,10 @@ def test_a_filter_keeping_a_few_percent_reads_on_through_the_vector_index(postgr
     """k = 100 and a filter keeping 5%: the index's first 400 candidates hold about 20 of the filter's rows,
     so pgvector's iterative scan reads on to 200 of them and keeps the nearest 100 (the exact scan of every
     kept row took 331 ms at a million chunks). A filter keeping 0.5% (30 rows, k = 20) holds too few of the
-    first candidates for that, and has the exact scan over its own rows, found by the metadata's index.
-    Either way k rows the filter keeps; the exact scan's are the exact top k."""
-    store = PostgresStore(postgres.dsn, schema=schema)
+    first candidates for that, and has the exact scan over its own rows, found by the metadata's index;
+    but not under row-level security, where that scan reads every row: a tenant's user reads on. Each way,
+    k rows the filter keeps; the exact scan's are the exact top k."""
+    store = PostgresStore(postgres.dsn, schema=schema, tenant="t1")
     store.init(8)
     rng = np.random.default_rng(5)
     vectors = rng.normal(size=(6000, 8)).astype(np.float32)
@@ -238,43 +239,54 @@ def test_a_filter_keeping_a_few_percent_reads_on_through_the_vector_index(postgr
     ]
     for start in range(0, len(docs), 1000):
         store.upsert(docs[start : start + 1000], [], "m")
-    (metadata_index,) = postgres.execute(
-        "select indexname from pg_indexes where schemaname = %s and tablename = 'documents' "
-        "and indexdef ~ 'USING gin \\(metadata'",
-        (schema,),
-    )[0]
+    indexes = dict(
+        postgres.execute(
+            "select a.amname, c.relname from pg_index i join pg_class c on c.oid = i.indexrelid "
+            "join pg_am a on a.oid = c.relam where i.indrelid = %s::regclass",
+            (f"{schema}.documents",),
+        )
+    )
     query = vectors[0]
     with postgres.connect() as conn:
         conn.execute("set enable_seqscan = off")  # the index in use, as at scale (here 6,000 rows)
 
-        def search(buckets: list[int], k: int) -> tuple[list[str], int]:
-            """The ids found, and how many times the metadata's index was read meanwhile."""
+        def search(buckets: list[int], k: int) -> tuple[list[str], dict[str, int]]:
+            """The ids found, and how many times each index (hnsw, gin) was read meanwhile."""
 
-            def reads() -> int:
+            def reads() -> dict[str, int]:
                 conn.execute("select pg_stat_force_next_flush()")
-                return conn.execute(
-                    "select idx_scan from pg_stat_user_indexes where schemaname = %s and indexrelname = %s",
-                    (schema, metadata_index),
-                ).fetchone()[0]
+                counts = conn.execute(
+                    "select indexrelname, idx_scan from pg_stat_user_indexes where schemaname = %s", (schema,)
+                ).fetchall()
+                return {kind: dict(counts)[indexes[kind]] for kind in ("hnsw", "gin")}
 
             before = reads()
             rows = conn.execute(
                 f"select id from {schema}.match_documents(%s::vector, %s, %s::jsonb)",
                 (str(query.tolist()), k, json.dumps({"bucket": buckets})),
             ).fetchall()
-            return [row for (row,) in rows], reads() - before
+            after = reads()
+            return [row for (row,) in rows], {kind: after[kind] - before[kind] for kind in after}
 
-        for buckets, k in ((list(range(10)), 100), ([0], 20)):
+        def exact(buckets: list[int], k: int) -> list[str]:
             kept = np.flatnonzero(np.arange(len(docs)) % 200 < len(buckets))
-            exact = [docs[i].id for i in kept[np.argsort(-(vectors[kept] @ query), kind="stable")][:k]]
-            found, metadata_reads = search(buckets, k)
-            assert len(found) == k and set(found) <= {docs[i].id for i in kept}
-            if k == 100:  # 5%: read on through the vector index, never the metadata's
-                assert metadata_reads == 0
-                assert len(set(found[:10]) & set(exact[:10])) >= 9
-            else:  # 0.5%: its own rows, exactly
-                assert metadata_reads > 0
-                assert found == exact
+            return [docs[i].id for i in kept[np.argsort(-(vectors[kept] @ query), kind="stable")][:k]]
+
+        # 5%: the index's first candidates, then read on through it; never the metadata's index
+        found, read = search(list(range(10)), 100)
+        assert len(found) == 100 and all(int(row[1:]) % 200 < 10 for row in found)
+        assert read == {"hnsw": 2, "gin": 0}
+        assert len(set(found[:10]) & set(exact(list(range(10)), 10))) >= 9
+        # 0.5%: the index's first candidates, then the filter's own rows, exactly
+        found, read = search([0], 20)
+        assert found == exact([0], 20) and read["hnsw"] == 1 and read["gin"] > 0
+        # a tenant's user (row-level security on): read on through the vector index instead
+        conn.execute("set role authenticated")
+        claims = {"sub": "u1", "app_metadata": {"tenant_id": "t1"}}
+        conn.execute("select set_config('request.jwt.claims', %s, false)", (json.dumps(claims),))
+        found, read = search([0], 20)
+        assert len(found) == 20 and all(int(row[1:]) % 200 == 0 for row in found)
+        assert read["hnsw"] == 2
 
 
 def test_errors_say_what_to_do(postgres, schema, stores):
