@@ -410,3 +410,38 @@ def test_a_forked_process_opens_its_own_connection_to_the_store(tmp_path):
         assert worker.apply(_child_reads_through_its_own_connection) == (True, ["lease#0"])
     assert [hit.id for hit in store.keyword_search("chunks", "deposit", 3)] == ["lease#0"]
     store.close()
+
+
+def test_a_filters_rows_are_listed_from_the_metadata_index_not_the_tables_rows(tmp_path):
+    """A filtered vector search lists the rows the filter keeps before ranking them; read from the table,
+    that read every row's text and vector (110 ms at 100K chunks, whatever the filter kept), from the narrow
+    metadata index 6 ms. The statement the store runs, as SQLite plans it, never scans the table: a filter
+    alone scans that index, one with a list of documents looks up theirs, at both levels."""
+    store = SQLiteStore(tmp_path / "filtered.db")
+    rng = np.random.default_rng(4)
+    vectors = rng.normal(size=(40, 8)).astype(np.float32)
+    docs = [
+        Document(f"d{n}", "", f"text {n}", {"bucket": n % 4}, content_hash=str(n), embedding=v)
+        for n, v in enumerate(vectors)
+    ]
+    chunks = [
+        Chunk(f"d{n}#0", f"d{n}", 0, f"text {n}", "", {"bucket": n % 4}, str(n), v)
+        for n, v in enumerate(vectors)
+    ]
+    store.upsert(docs, chunks, "m")
+    conn = store._db.connection()
+    for level in ("documents", "chunks"):
+        for scope in (None, ["d1", "d5"]):
+            statements: list[str] = []
+            conn.set_trace_callback(statements.append)
+            try:
+                hits = store.vector_search(level, vectors[1], 3, filters={"bucket": 1}, document_ids=scope)
+            finally:
+                conn.set_trace_callback(None)
+            assert hits and all(h.document_id in {f"d{n}" for n in range(1, 40, 4)} for h in hits)
+            (listing,) = [s for s in statements if s.startswith("SELECT d.rowid FROM")]
+            plan = " ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {listing}"))
+            # a filter alone scans the narrow index; with documents listed, their rows are looked up
+            assert plan.startswith(
+                f"SCAN d USING COVERING INDEX {level}_metadata" if scope is None else "SEARCH d"
+            )

@@ -365,9 +365,8 @@ class SQLiteStore(Store):
             where, params = _where(level, filters, document_ids)
             vectors, rowids = matrix.vectors, matrix.rowids
             if where:  # the scope is applied before ranking, so k results still come back
-                allowed = [
-                    r[0] for r in conn.execute(f"SELECT d.rowid FROM {_FROM[level]} WHERE {where}", params)
-                ]
+                # the level's table alone, so its metadata index answers (joined, every row was read)
+                allowed = [r[0] for r in conn.execute(f"SELECT d.rowid FROM {level} d WHERE {where}", params)]
                 keep = np.isin(rowids, np.asarray(allowed, dtype=np.int64))
                 vectors, rowids = vectors[keep], rowids[keep]
             if len(rowids) == 0:
