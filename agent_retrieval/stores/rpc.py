@@ -535,14 +535,14 @@ class RPCStore(Store):
         # With a filter: the ranking's first `wanted` rows, filtered, are exact once k of them pass or the
         # ranking ends before `wanted` (every row below them scores lower); else four times as many.
         wanted = min(4 * search.k, MAX_FILTERED_HEAD) if search.filters else search.k
-        passes = {"filter": self._scope(search.filters, None)["filter"], "stamp": stamp, "tenant": tenant}
+        filtering = {"filter": self._scope(search.filters, None)["filter"], "stamp": stamp, "tenant": tenant}
         while True:
             # numpy's work, off the event loop when async
             ids, scores, coverages = yield blocking(_ranked, words, kept, lists, read, wanted, within)
             read = []  # its postings are in `lists` now
             if not search.filters:
                 break
-            passing = yield from self._calling(f"filter_rows_{level}", {"ids": ids} | passes)
+            passing = yield from self._calling(f"filter_rows_{level}", {"ids": ids} | filtering)
             if passing is None:  # a write since the ranking
                 return None
             if len(passing) >= search.k or len(ids) < wanted:

@@ -250,16 +250,16 @@ def test_a_filter_keeping_a_few_percent_reads_on_through_the_vector_index(postgr
     with postgres.connect() as conn:
         conn.execute("set enable_seqscan = off")  # the index in use, as at scale (here 6,000 rows)
 
+        def reads() -> dict[str, int]:
+            """How many times each index (hnsw, gin) has been read, this session's counts flushed first."""
+            conn.execute("select pg_stat_force_next_flush()")
+            counts = conn.execute(
+                "select indexrelname, idx_scan from pg_stat_user_indexes where schemaname = %s", (schema,)
+            ).fetchall()
+            return {kind: dict(counts)[indexes[kind]] for kind in ("hnsw", "gin")}
+
         def search(buckets: list[int], k: int) -> tuple[list[str], dict[str, int]]:
-            """The ids found, and how many times each index (hnsw, gin) was read meanwhile."""
-
-            def reads() -> dict[str, int]:
-                conn.execute("select pg_stat_force_next_flush()")
-                counts = conn.execute(
-                    "select indexrelname, idx_scan from pg_stat_user_indexes where schemaname = %s", (schema,)
-                ).fetchall()
-                return {kind: dict(counts)[indexes[kind]] for kind in ("hnsw", "gin")}
-
+            """The ids found, and how many times each index was read meanwhile."""
             before = reads()
             rows = conn.execute(
                 f"select id from {schema}.match_documents(%s::vector, %s, %s::jsonb)",
