@@ -213,7 +213,7 @@ as $$
 declare
   -- while reembed is switching models, only rows holding the declared model's vectors are comparable
   stored_model text := (select value from {{schema}}.store_info where key = 'embedding_model');
-  filtered jsonpath;  -- the filter as the metadata's GIN index reads it (null: no index helps)
+  filtered jsonpath;  -- the filter as a path: its GIN index reads it, and a cheap first test of a row
   depth int := match_count;  -- the permitted rows asked of the index
   reading_on boolean := false;  -- pgvector's iterative scan
   nearest bigint[];  -- the rows found, nearest first, with their distances
@@ -235,6 +235,7 @@ begin
       select d.rowid, d.embedding <=> query_embedding as distance
       from {{schema}}.{{level}} d
       where d.embedding is not null and d.embedding_model = stored_model
+        and (filtered is null or pg_catalog.jsonb_path_exists(d.metadata, filtered))  -- most rows leave here
         and {{schema}}.metadata_matches(d.metadata, filter)
         and (document_ids is null or {{document_id}} = any (document_ids))
         and (tenant is null or d.tenant_id = tenant or d.is_public)
@@ -254,14 +255,18 @@ begin
            coalesce(array_agg(a.distance order by a.distance), '{}')
     into nearest, distances
     from (
-      select d.rowid, d.embedding <=> query_embedding as distance
-      from {{schema}}.{{level}} d
-      where d.embedding is not null and d.embedding_model = stored_model
-        and (filtered is null or d.metadata @? filtered)  -- a selective filter: its rows from the index
-        and {{schema}}.metadata_matches(d.metadata, filter)
-        and (document_ids is null or {{document_id}} = any (document_ids))
-        and (tenant is null or d.tenant_id = tenant or d.is_public)
-      order by (d.embedding <=> query_embedding) + 0  -- "+ 0": an expression the HNSW index cannot serve
+      select c.rowid, c.distance
+      from (
+        select d.rowid, d.metadata, d.embedding <=> query_embedding as distance
+        from {{schema}}.{{level}} d
+        where d.embedding is not null and d.embedding_model = stored_model
+          and (filtered is null or d.metadata @? filtered)  -- a selective filter: its rows from the index
+          and (document_ids is null or {{document_id}} = any (document_ids))
+          and (tenant is null or d.tenant_id = tenant or d.is_public)
+        order by (d.embedding <=> query_embedding) + 0  -- "+ 0": an expression the HNSW index cannot serve
+        offset 0  -- kept apart, so metadata_matches confirms the nearest rows only, until k pass
+      ) c
+      where {{schema}}.metadata_matches(c.metadata, filter)
       limit match_count
     ) a;
   end if;
@@ -511,9 +516,11 @@ set search_path = {{schema}}, public, extensions
 as $$
 declare
   kept bigint[];
+  filtered jsonpath;  -- the filter as a path: a cheap first test, which metadata_matches confirms
 begin
   perform {{schema}}.check_scope(filter, null);
   perform {{schema}}.check_bound('ids', pg_catalog.cardinality(ids), {{filtered_head}});
+  filtered := {{schema}}.filter_path(filter);
   if stamp is not null
      and stamp is distinct from (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t) then
     return null;
@@ -521,7 +528,8 @@ begin
   select pg_catalog.array_agg(r.row_id order by r.place) into kept
   from pg_catalog.unnest(ids) with ordinality r(row_id, place)
   join {{schema}}.{{level}} d on d.rowid = r.row_id
-  where {{schema}}.metadata_matches(d.metadata, filter) and (tenant is null or d.tenant_id = tenant or d.is_public);
+  where (filtered is null or pg_catalog.jsonb_path_exists(d.metadata, filtered))
+    and {{schema}}.metadata_matches(d.metadata, filter) and (tenant is null or d.tenant_id = tenant or d.is_public);
   return coalesce(kept, '{}');
 end $$;
 
@@ -597,7 +605,7 @@ declare
   filtered boolean := coalesce(filter, '{}') <> '{}';
   wanted int := match_count;  -- rows of the unfiltered ranking to rank (with a filter: to filter)
   kept bigint[];
-  indexed jsonpath;  -- the filter as the metadata's index reads it
+  indexed jsonpath;  -- the filter as a path: the metadata's index reads it, and a cheap first test of a row
 begin
   perform {{schema}}.check_search(match_count, null);
   perform {{schema}}.check_scope(filter, document_ids);
@@ -612,6 +620,7 @@ begin
   -- scored, found by the metadata's index (filter_path): its rows are read, not every row holding a word.
   if filtered then
     wanted := least(1000, 4 * match_count);
+    indexed := {{schema}}.filter_path(filter);
   end if;
   <<ranking>> loop
     essential := null;
@@ -657,7 +666,8 @@ begin
     select pg_catalog.array_agg(r.row_id order by r.place) into kept
     from pg_catalog.unnest(ids) with ordinality r(row_id, place)
     join {{schema}}.{{level}} d on d.rowid = r.row_id
-    where {{schema}}.metadata_matches(d.metadata, filter);
+    where (indexed is null or pg_catalog.jsonb_path_exists(d.metadata, indexed))
+      and {{schema}}.metadata_matches(d.metadata, filter);
     if coalesce(pg_catalog.cardinality(kept), 0) >= match_count
        or coalesce(pg_catalog.cardinality(ids), 0) < wanted then
       select pg_catalog.array_agg(r.row_id order by r.place), pg_catalog.array_agg(r.score order by r.place),
@@ -673,7 +683,6 @@ begin
       wanted := least(1000, 4 * wanted);
       continue ranking;
     end if;
-    indexed := {{schema}}.filter_path(filter);
     select pg_catalog.array_agg(b.row_id order by b.score desc, b.row_id),
            pg_catalog.array_agg(b.score order by b.score desc, b.row_id),
            pg_catalog.array_agg(b.held / (select pg_catalog.sum(i) from pg_catalog.unnest(idfs) i)
