@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import random
 import re
 import time
@@ -533,18 +534,23 @@ class RPCStore(Store):
                 return None
             within = np.asarray(rows, dtype=np.int64)
         # With a filter: the ranking's first `wanted` rows, filtered, are exact once k of them pass or the
-        # ranking ends before `wanted` (every row below them scores lower); else four times as many.
+        # ranking ends before `wanted` (every row below them scores lower); else a longer head, as long as
+        # the share passing so far says k needs. Each row is asked about once.
         wanted = min(4 * search.k, MAX_FILTERED_HEAD) if search.filters else search.k
         filtering = {"filter": self._scope(search.filters, None)["filter"], "stamp": stamp, "tenant": tenant}
+        verdicts: dict[int, bool] = {}  # the rows filtered so far: whether each passed
         while True:
             # numpy's work, off the event loop when async
             ids, scores, coverages = yield blocking(_ranked, words, kept, lists, read, wanted, within)
             read = []  # its postings are in `lists` now
             if not search.filters:
                 break
-            passing = yield from self._calling(f"filter_rows_{level}", {"ids": ids} | filtering)
-            if passing is None:  # a write since the ranking
+            unasked = [rowid for rowid in ids if rowid not in verdicts]
+            passed = yield from self._calling(f"filter_rows_{level}", {"ids": unasked} | filtering)
+            if passed is None:  # a write since the ranking
                 return None
+            verdicts |= dict.fromkeys(unasked, False) | dict.fromkeys(passed, True)
+            passing = [rowid for rowid in ids if verdicts[rowid]]
             if len(passing) >= search.k or len(ids) < wanted:
                 kept_rows = set(passing[: search.k])
                 places = [n for n, rowid in enumerate(ids) if rowid in kept_rows]
@@ -552,7 +558,9 @@ class RPCStore(Store):
                 break
             if wanted == MAX_FILTERED_HEAD:
                 return None
-            wanted = min(4 * wanted, MAX_FILTERED_HEAD)
+            # a quarter deeper than the share seen asks for, and at least twice as deep
+            needed = math.ceil(1.25 * search.k * len(ids) / max(len(passing), 1))
+            wanted = min(max(2 * wanted, needed), MAX_FILTERED_HEAD)
         self._kept.trim(self._cache_bytes)
         unknown = words["asked"] - len(terms)
         rows = yield from self._calling(

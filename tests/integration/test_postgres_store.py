@@ -395,6 +395,16 @@ def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_k
     ]
     called: list[str] = []
     calls_of(store, called)
+    asked: list[list[int]] = []  # the rows of each filter_rows call of a search
+    calling = store._calling
+
+    def noting(function, params):
+        if function == "filter_rows_chunks":
+            asked.append(params["ids"])
+        return (yield from calling(function, params))
+
+    store._calling = noting
+    deeper = 0
     for _ in range(20):
         query = random_query(rng)
         terms, idfs, average = idf_and_average(postgres, schema, query.split())
@@ -411,8 +421,12 @@ def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_k
             )
             allowed = {row for (row,) in kept}
             expected = [(row, score) for row, score, _ in every_row if row in allowed][:k]
+            asked.clear()
             found = store.keyword_search("chunks", query, k, filters=where)
             assert [h.id for h in found] == [row for row, _ in expected], (query, where)
+            rows = [row for call in asked for row in call]
+            assert len(rows) == len(set(rows)), "a row of the ranking was asked about twice"
+            deeper += len(asked) > 1
             assert [h.keyword_score for h in found] == pytest.approx([s for _, s in expected], rel=1e-9)
             sql = postgres.execute(
                 f"select id from {schema}.keyword_search_chunks(%s, %s, %s::jsonb)",
@@ -424,8 +438,9 @@ def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_k
             head = store.keyword_search("chunks", query, k, filters=where)
             assert [h.id for h in head] == [row for row, _ in expected], (query, where)
             monkeypatch.undo()
-    # the store filters the head of the ranking it scores itself; the SQL function answered the short heads
-    assert "filter_rows_chunks" in called and "keyword_search_chunks" in called
+    # the store filters the head of the ranking it scores itself, deeper where few passed; the SQL function
+    # answered the short heads
+    assert "filter_rows_chunks" in called and "keyword_search_chunks" in called and deeper
     # the filter as the GIN index reads it keeps every row the filter keeps; none for what no index answers
     for where in filters:
         path = postgres.execute(f"select {schema}.filter_path(%s::jsonb)::text", (json.dumps(where),))[0][0]
