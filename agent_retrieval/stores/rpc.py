@@ -13,6 +13,7 @@ import logging
 import math
 import random
 import re
+import threading
 import time
 from abc import abstractmethod
 from collections.abc import Hashable, Sequence
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 
 from agent_retrieval.context import STORE_CACHE_MB, VECTOR_INDEX_BUILD_DEPTHS, RunSettings
 from agent_retrieval.core.fusion import FULL_KEYWORD_COVERAGE
@@ -535,9 +537,17 @@ class RPCStore(Store):
             within = np.asarray(rows, dtype=np.int64)
         # With a filter: the ranking's first `wanted` rows, filtered, are exact once k of them pass or the
         # ranking ends before `wanted` (every row below them scores lower); else a longer head, as long as
-        # the share passing so far says k needs. Each row is asked about once.
-        wanted = min(4 * search.k, MAX_FILTERED_HEAD) if search.filters else search.k
+        # the share passing so far says k needs. Each row is asked about once. The share the same filter
+        # passed last time sets the first head.
+        wanted = search.k
         filtering = {"filter": self._scope(search.filters, None)["filter"], "stamp": stamp, "tenant": tenant}
+        shares = self._filter_shares
+        shared = (self._postings_scope(level, stamp), json.dumps(search.filters, sort_keys=True, default=str))
+        if search.filters:
+            last = shares.get(shared)
+            wanted = _head(search.k, *last, at_least=4 * search.k) if last else 4 * search.k
+            if wanted > MAX_FILTERED_HEAD:
+                return None
         verdicts: dict[int, bool] = {}  # the rows filtered so far: whether each passed
         while True:
             # numpy's work, off the event loop when async
@@ -551,16 +561,15 @@ class RPCStore(Store):
                 return None
             verdicts |= dict.fromkeys(unasked, False) | dict.fromkeys(passed, True)
             passing = [rowid for rowid in ids if verdicts[rowid]]
+            shares.put(shared, (len(passing), len(ids)))
             if len(passing) >= search.k or len(ids) < wanted:
                 kept_rows = set(passing[: search.k])
                 places = [n for n, rowid in enumerate(ids) if rowid in kept_rows]
                 ids, scores, coverages = ([values[n] for n in places] for values in (ids, scores, coverages))
                 break
-            if wanted == MAX_FILTERED_HEAD:
+            if wanted >= MAX_FILTERED_HEAD:
                 return None
-            # a quarter deeper than the share seen asks for, and at least twice as deep
-            needed = math.ceil(1.25 * search.k * len(ids) / max(len(passing), 1))
-            wanted = min(max(2 * wanted, needed), MAX_FILTERED_HEAD)
+            wanted = min(_head(search.k, len(passing), len(ids), at_least=2 * wanted), MAX_FILTERED_HEAD)
         self._kept.trim(self._cache_bytes)
         unknown = words["asked"] - len(terms)
         rows = yield from self._calling(
@@ -569,6 +578,11 @@ class RPCStore(Store):
             | {"stamp": stamp, "tenant": tenant},  # no rows if a write changed the stamp since
         )
         return [_hit(level, r) for r in rows] if len(rows) == len(ids) else None
+
+    @property
+    def _filter_shares(self) -> Shares:
+        """What share of a ranking's head each filter kept when last used, per scope (at most 1,024)."""
+        return self.process.part("filter shares", Shares)
 
     @property
     def _kept(self) -> KeptPostings:
@@ -709,6 +723,30 @@ def _ranked(
     for term, postings in lists.items():  # every part is above zero
         held += np.where(postings.parts_of(ids) > 0, idfs[term], 0.0)
     return ids.tolist(), [score for _, score in best], (held / sum(idfs.values())).tolist()
+
+
+def _head(k: int, passed: int, asked: int, *, at_least: int) -> int:
+    """How much of a ranking to filter for k rows to pass at the share seen (`passed` of `asked`), with room
+    for chance (a quarter more and ten rows: a small k's count varies most), and at least `at_least`."""
+    return max(at_least, math.ceil((1.25 * k + 10) * asked / max(passed, 1)))
+
+
+class Shares:
+    """The last (passed, asked) of each filter in a scope: a filter an agent repeats across its calls starts
+    at the head it needs, one round to the database instead of two. A hint only (too few passing still goes
+    deeper), and forgotten at a write (the scope names the stamp)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: LRUCache[Hashable, tuple[int, int]] = LRUCache(maxsize=1024)
+
+    def get(self, key: Hashable) -> tuple[int, int] | None:
+        with self._lock:
+            return self._seen.get(key)
+
+    def put(self, key: Hashable, seen: tuple[int, int]) -> None:
+        with self._lock:
+            self._seen[key] = seen
 
 
 def _postings(row: dict[str, Any], idf: float, average_length: float) -> Postings:

@@ -441,6 +441,15 @@ def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_k
     # the store filters the head of the ranking it scores itself, deeper where few passed; the SQL function
     # answered the short heads
     assert "filter_rows_chunks" in called and "keyword_search_chunks" in called and deeper
+    # a filter used before starts at the head its share asked for: one round where its first search took more
+    rounds = []
+    for _ in range(40):
+        asked.clear()
+        store.keyword_search("chunks", random_query(rng), 5, filters={"bucket": [3, 4]})
+        rounds.append(len(asked))
+        if len(rounds) > 1 and rounds[-2] > 1:
+            break
+    assert rounds[-2:] == [rounds[-2], 1] and rounds[-2] > 1, rounds
     # the filter as the GIN index reads it keeps every row the filter keeps; none for what no index answers
     for where in filters:
         path = postgres.execute(f"select {schema}.filter_path(%s::jsonb)::text", (json.dumps(where),))[0][0]
