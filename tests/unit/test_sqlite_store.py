@@ -445,3 +445,35 @@ def test_a_filters_rows_are_listed_from_the_metadata_index_not_the_tables_rows(t
             assert plan.startswith(
                 f"SCAN d USING COVERING INDEX {level}_metadata" if scope is None else "SEARCH d"
             )
+
+
+def test_a_repeated_filters_rows_are_listed_once_until_the_next_write(tmp_path):
+    """An agent repeats its filter across calls: listing the filter's rows reads every row's metadata (30 ms
+    at 100K chunks keeping half), so the rows a scope leaves are kept until a write changes them."""
+    store = SQLiteStore(tmp_path / "scoped.db")
+    vectors = np.random.default_rng(4).normal(size=(41, 8)).astype(np.float32)
+    chunks = [
+        Chunk(f"d{n}#0", f"d{n}", 0, f"text {n}", "", {"bucket": n % 4}, str(n), v)
+        for n, v in enumerate(vectors)
+    ]
+    docs = [Document(f"d{n}", "", f"text {n}", content_hash=str(n)) for n in range(41)]
+    store.upsert(docs[:40], chunks[:40], "m")
+    conn = store._db.connection()
+
+    def listed(bucket: int) -> tuple[int, set[str]]:
+        """How many times the search listed the filter's rows, and the documents it found."""
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        try:
+            hits = store.vector_search("chunks", vectors[40], 20, filters={"bucket": bucket})
+        finally:
+            conn.set_trace_callback(None)
+        return sum(s.startswith("SELECT d.rowid FROM") for s in statements), {h.document_id for h in hits}
+
+    bucket_0 = {f"d{n}" for n in range(0, 41, 4)}
+    times, found = listed(0)
+    assert times == 1 and found and found <= bucket_0 - {"d40"}
+    assert listed(0)[0] == 0 and listed(1)[0] == 1 and listed(0)[0] == 0
+    store.upsert(docs[40:], chunks[40:], "m")  # d40, in bucket 0, is the query's own vector
+    times, found = listed(0)
+    assert times == 1 and "d40" in found and found <= bucket_0

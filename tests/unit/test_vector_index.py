@@ -85,17 +85,38 @@ def test_past_the_threshold_the_graph_finds_what_reading_every_vector_finds(
         assert pairs == [(h.id, h.vector_similarity) for h in exact.vector_search("documents", queries[0], 5)]
 
 
-def test_below_the_threshold_and_inside_a_scope_the_scan_stays_exact(tmp_path, vectors, graph_searches):
+def test_below_the_threshold_and_inside_a_narrow_scope_the_scan_stays_exact(tmp_path, vectors, graph_searches):
     with SQLiteStore(tmp_path / "s.db", index_rows=ROWS + 1) as store:
         store.upsert(documents(vectors[:1000]) + documents(vectors[1000:], 1000, "b"), [], "m")
         ids(store, vectors[0])
         assert graph_searches == [] and not sidecar(store.path, "documents").exists()
     with SQLiteStore(tmp_path / "s.db", index_rows=1000) as store:
         store.refresh_indexes()
-        assert ids(store, vectors[3], 3, filters={"group": "b"})[0] != "d3"  # searched only group b's rows
         assert ids(store, vectors[1200], 3, document_ids=["d1200", "d7"]) == ["d1200", "d7"]
-        assert graph_searches == []
+        assert graph_searches == []  # two rows of 1,500: each scored, not looked for in the graph
         assert ids(store, vectors[3], 1) == ["d3"] and graph_searches == [1]
+
+
+def test_a_filter_keeping_a_large_share_reads_deeper_into_the_graph(tmp_path, vectors, graph_searches):
+    """A third of the rows: the graph's nearest 2 x k x 3 hold k of them, as the exact scan of that third
+    finds them; a filter keeping a tenth of a percent (k more than 1,000 rows deep) is scanned exactly."""
+    with (
+        SQLiteStore(tmp_path / "graph.db", index_rows=1000) as graph,
+        SQLiteStore(tmp_path / "exact.db", index_rows=0) as exact,
+    ):
+        for store in (graph, exact):
+            store.upsert(documents(vectors[:1000]) + documents(vectors[1000:], 1000, "b"), [], "m")
+        graph.refresh_indexes()
+        queries = unit(vectors[:40] + np.random.default_rng(9).normal(0, 0.3, (40, DIM)))
+        found = [
+            len(set(ids(graph, q, 10, filters={"group": "b"})) & set(ids(exact, q, 10, filters={"group": "b"})))
+            for q in queries
+        ]
+        assert graph_searches == [60] * len(queries)  # 2 x 10 x 1,500 / 500 rows
+        assert np.mean(found) >= 9.8
+        graph.upsert(documents(vectors[:1], ROWS, "c"), [], "m")
+        assert ids(graph, vectors[0], 3, filters={"group": "c"}) == [f"d{ROWS}"]
+        assert len(graph_searches) == len(queries)  # one row of 1,501 passes: the scan
 
 
 def test_the_graph_follows_every_write(tmp_path, vectors, graph_searches):

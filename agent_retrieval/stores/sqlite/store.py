@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sqlite3
 import typing
 from collections.abc import Sequence
@@ -59,6 +60,9 @@ _COLUMNS = {
     "chunks": "d.rowid, d.id, d.document_id, p.title, d.content, d.metadata, d.ordinal, d.heading_path",
 }
 _FROM = {"documents": "documents d", "chunks": "chunks d JOIN documents p ON p.id = d.document_id"}
+# A filtered search past index_rows reads the graph's nearest twice as deep as its share of the rows asks, up
+# to MAX_SCOPED_DEPTH rows (k = 100: filters keeping a fifth or more); a smaller share is scanned exactly.
+SCOPE_OVERREAD, MAX_SCOPED_DEPTH = 2, 1000
 
 
 class SQLiteStore(Store):
@@ -363,32 +367,60 @@ class SQLiteStore(Store):
                     query.shape[-1] if query.ndim else None,
                 )
             where, params = _where(level, filters, document_ids)
-            vectors, rowids = matrix.vectors, matrix.rowids
-            if where:  # the scope is applied before ranking, so k results still come back
-                # the level's table alone, so its metadata index answers (joined, every row was read)
-                allowed = [r[0] for r in conn.execute(f"SELECT d.rowid FROM {level} d WHERE {where}", params)]
-                keep = np.isin(rowids, np.asarray(allowed, dtype=np.int64))
-                vectors, rowids = vectors[keep], rowids[keep]
-            if len(rowids) == 0:
+            rowids = matrix.rowids
+            # the rows a filter or document list leaves, over the matrix's rows: the scope is applied before
+            # ranking, so k results still come back
+            keep = self._scope_rows(conn, level, matrix, where, params) if where else None
+            permitted = len(rowids) if keep is None else int(np.count_nonzero(keep))
+            if permitted == 0:
                 return []
-            # A scope reads only its own rows, exactly; a whole level past index_rows goes through the graph.
-            index = None if where else self._vector_index(level, matrix, searching=True)
-            if index is not None:  # the graph's candidates, scored as the scan scores them
-                top = index.search(query, min(k, len(rowids)))
-                scores = np.einsum("ij,j->i", vectors[top], query)
+            top = self._graph_candidates(level, matrix, query, min(k, permitted), keep, permitted)
+            if top is not None:  # the graph's candidates, scored as the scan scores them
+                scores = np.einsum("ij,j->i", matrix.vectors[top], query)
             else:
+                inside = None if keep is None else np.flatnonzero(keep)
+                vectors = matrix.vectors if inside is None else matrix.vectors[inside]
                 # einsum's own loop, not BLAS: one thread, as fast as single-threaded BLAS for a matrix-vector
                 # product (memory-bound), and BLAS's threads, spinning on both cores, would stall the keyword
                 # search beside it; limiting them instead would switch a setting of the process per call.
                 every = np.einsum("ij,j->i", vectors, query)
-                top = np.argpartition(-every, k - 1)[:k] if len(every) > k else np.arange(len(every))
-                scores = every[top]
+                best = np.argpartition(-every, k - 1)[:k] if len(every) > k else np.arange(len(every))
+                top, scores = (best if inside is None else inside[best]), every[best]
             order = np.lexsort((top, -scores))  # best first; a tie goes to the older row, on either path
             # compared in float64: a floor below float32's precision (1e-300) would otherwise round to 0.0
             order = order[scores[order] >= np.float64(min_similarity)]
             return self._hits(
                 conn, level, {int(rowids[top[i]]): float(scores[i]) for i in order}, "vector_similarity"
             )
+
+    def _scope_rows(
+        self, conn: sqlite3.Connection, level: Level, matrix: Matrix, where: str, params: list[Any]
+    ) -> np.ndarray:
+        """Which of `matrix`'s rows a scope leaves, kept until the next write for the scopes searched last."""
+        key = (level, where, tuple(params))
+        keep = self._cache.scope(key, matrix.generation)
+        if keep is None:
+            # the level's table alone, so its metadata index answers (joined, every row was read)
+            allowed = [r[0] for r in conn.execute(f"SELECT d.rowid FROM {level} d WHERE {where}", params)]
+            keep = np.isin(matrix.rowids, np.asarray(allowed, dtype=np.int64))
+            self._cache.keep_scope(key, matrix.generation, keep)
+        return keep
+
+    def _graph_candidates(
+        self, level: Level, matrix: Matrix, query: np.ndarray, k: int, keep: np.ndarray | None, permitted: int
+    ) -> np.ndarray | None:
+        """The matrix positions of the k nearest permitted rows by the level's graph, or None where the exact
+        scan answers: below `index_rows`, or a scope keeping too small a share of the rows for the graph's
+        nearest to hold k of them (a document list, a selective filter: the scan reads only its rows)."""
+        index = self._vector_index(level, matrix, searching=True)
+        if index is None or keep is None:
+            return None if index is None else index.search(query, k)
+        depth = math.ceil(SCOPE_OVERREAD * k * len(matrix.rowids) / permitted)  # twice what the share asks
+        if depth > MAX_SCOPED_DEPTH:
+            return None
+        found = index.search(query, depth)
+        found = found[keep[found]][:k]
+        return found if len(found) == k else None
 
     def _keyword_search(self, search: KeywordSearch) -> list[Hit]:
         level, query, k, filters, document_ids = search
