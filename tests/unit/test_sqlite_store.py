@@ -51,9 +51,10 @@ def full_bm25(path: str | Path, level: str, query: str, k: int) -> list[tuple[st
 
 @pytest.mark.parametrize("dense_rowids", [2**25, 1], ids=["summed by rowid", "sorted"])
 def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatch, dense_rowids):
-    """Both paths: the whole level from the words' cached postings (their parts summed in an array by
-    rowid, or, past DENSE_ROWIDS, by sorting the rows), and a scope (every document named, so the same
-    rows) through FTS5; each prunes, and each ranks as scoring every row does."""
+    """Every path: the whole level and a scope (every document named, so the same rows) from the words'
+    cached postings (their parts summed in an array by rowid, or, past DENSE_ROWIDS, by sorting the rows),
+    and both through FTS5, as when a common word's postings are not read; each prunes, and each ranks as
+    scoring every row does."""
     monkeypatch.setattr(postings, "DENSE_ROWIDS", dense_rowids)
     path = str(tmp_path / "zipf.db")
     store = SQLiteStore(path)
@@ -74,7 +75,10 @@ def test_keyword_search_prunes_without_changing_the_ranking(tmp_path, monkeypatc
         return rows, scores
 
     monkeypatch.setattr(postings, "_scored", counting)
-    for _ in range(40):
+    read_postings = keywords.postings
+    for n in range(40):
+        # the last ten searches find no postings read: FTS5 scores them
+        monkeypatch.setattr(keywords, "postings", read_postings if n < 30 else lambda *_: None)
         query = " ".join(
             f"w{rng.choice([0, 1, 2, 3, rng.randint(4, 399), rng.randint(50, 399)])}x"
             for _ in range(rng.randint(3, 8))
@@ -477,3 +481,41 @@ def test_a_repeated_filters_rows_are_listed_once_until_the_next_write(tmp_path):
     store.upsert(docs[40:], chunks[40:], "m")  # d40, in bucket 0, is the query's own vector
     times, found = listed(0)
     assert times == 1 and "d40" in found and found <= bucket_0
+
+
+@pytest.mark.parametrize(
+    "scored_scope_rows", [20_000, 10], ids=["scored row by row", "the level's head filtered"]
+)
+def test_a_filtered_keyword_search_from_postings_ranks_as_fts5_within_the_filter(
+    tmp_path, monkeypatch, scored_scope_rows
+):
+    """A filter's rows are ranked from the words' kept postings (a small scope scored row by row, a large one
+    by filtering the whole level's ranking, deeper until k pass), as FTS5 ranks the filter's rows: the same
+    rows and scores, at filters keeping half, a tenth and one row in a hundred."""
+    monkeypatch.setattr(keywords, "SCORED_SCOPE_ROWS", scored_scope_rows)
+    store = SQLiteStore(tmp_path / "filtered.db")
+    docs, chunks = zipf_corpus(600)
+    for n, chunk in enumerate(chunks):
+        chunk.metadata = {"bucket": n % 100}
+    store.upsert(docs, chunks, "test/none")
+    heads: list[int] = []
+    ranked = keywords.best_of_postings
+    monkeypatch.setattr(keywords, "best_of_postings", lambda found, k: heads.append(k) or ranked(found, k))
+    read_postings = keywords.postings
+    rng = random.Random(5)
+    for _ in range(30):
+        query = " ".join(f"w{rng.choice([0, 1, 2, rng.randint(3, 399)])}x" for _ in range(rng.randint(2, 6)))
+        for kept in (list(range(50)), list(range(10)), [7]):
+            k = rng.choice([1, 5, 20])
+            found = store.keyword_search("chunks", query, k, filters={"bucket": kept})
+            monkeypatch.setattr(keywords, "postings", lambda *_: None)  # FTS5 over the filter's rows
+            by_fts = store.keyword_search("chunks", query, k, filters={"bucket": kept})
+            monkeypatch.setattr(keywords, "postings", read_postings)
+            assert [h.id for h in found] == [h.id for h in by_fts], (query, kept)
+            assert [h.keyword_score for h in found] == pytest.approx(
+                [h.keyword_score for h in by_fts], rel=1e-9
+            )
+    if scored_scope_rows == 10:  # the level's ranking was read, deeper where too few passed
+        assert len(set(heads)) > 1
+    else:
+        assert heads == []

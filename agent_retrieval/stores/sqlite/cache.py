@@ -39,6 +39,20 @@ class Matrix:
 
 
 @dataclass
+class ScopeRows:
+    """The rows a scope (a filter, a document list) leaves at one generation: their rowids, ascending, and,
+    once a vector search has asked, which of its level's vector matrix rows they are."""
+
+    generation: int
+    rowids: np.ndarray
+    in_matrix: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.rowids.nbytes + (0 if self.in_matrix is None else self.in_matrix.nbytes)
+
+
+@dataclass
 class FileCache:
     """What searches keep of one store file until its next write, each entry with the generation it was
     read at: the vectors (and their approximate index, past the size where it pays), the words' row counts
@@ -55,29 +69,29 @@ class FileCache:
     postings: dict[Level, PostingsCache] = field(default_factory=dict)  # each word's rows and scores
     stored: dict[Level, tuple[int, StoredLevel | None]] = field(default_factory=dict)  # generation, lists
     metadata: tuple[int, int, list[MetadataCount]] | None = None  # generation, max_values, counts
-    # (level, where, params) -> generation, the matrix rows that scope leaves: the last SCOPES scopes searched
-    scopes: OrderedDict[Hashable, tuple[int, np.ndarray]] = field(default_factory=OrderedDict)
+    # (level, where, params) -> the rows that scope leaves: the last SCOPES scopes searched
+    scopes: OrderedDict[Hashable, ScopeRows] = field(default_factory=OrderedDict)
 
     @property
     def nbytes(self) -> int:
         matrices = sum(m.vectors.nbytes + m.rowids.nbytes for m in tuple(self.matrices.values()))
         indexes = sum(index.nbytes for index in tuple(self.indexes.values()))
         stored = sum(s.nbytes for _, s in tuple(self.stored.values()) if s is not None)
-        scopes = sum(mask.nbytes for _, mask in tuple(self.scopes.values()))
+        scopes = sum(scope.nbytes for scope in tuple(self.scopes.values()))
         return matrices + indexes + stored + scopes + sum(p.nbytes for p in tuple(self.postings.values()))
 
-    def scope(self, key: Hashable, generation: int) -> np.ndarray | None:
+    def scope(self, key: Hashable, generation: int) -> ScopeRows | None:
         """The rows a scope left at `generation`, if it was searched since the last write."""
         with self.lock:
             kept = self.scopes.get(key)
-            if kept is None or kept[0] != generation:
+            if kept is None or kept.generation != generation:
                 return None
             self.scopes.move_to_end(key)
-            return kept[1]
+            return kept
 
-    def keep_scope(self, key: Hashable, generation: int, mask: np.ndarray) -> None:
+    def keep_scope(self, key: Hashable, scope: ScopeRows) -> None:
         with self.lock:
-            self.scopes[key] = (generation, mask)
+            self.scopes[key] = scope
             self.scopes.move_to_end(key)
             while len(self.scopes) > SCOPES:
                 self.scopes.popitem(last=False)

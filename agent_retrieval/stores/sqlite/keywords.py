@@ -9,6 +9,7 @@ a word in more than POSTINGS_ROWS rows that the file has no list of, asks FTS5 d
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from typing import Any
 
@@ -100,20 +101,50 @@ def best_rows(
     level: Level,
     terms: list[str],
     k: int,
-    where: str,
-    params: list[Any],
+    scope: tuple[str, list[Any], np.ndarray | None],
     tokenizer: Tokenizer,
 ) -> tuple[list[tuple[int, float]], dict[str, float]]:
-    """The k best rows (rowid, BM25 score) for the terms within `where` (SQL on alias d; empty for the
-    whole level), best first, and each term's idf."""
+    """The k best rows (rowid, BM25 score) for the terms within a scope (`where`, SQL on alias d, with its
+    `params`, and the rowids it leaves; empty for the whole level), best first, and each term's idf."""
+    where, params, within = scope
     held = _held(cache, generation, level)
     from_file = stored_postings(conn, cache, generation, level, terms, held, tokenizer)
     level_rows, counted = row_counts(conn, cache, generation, level, [t for t in terms if t not in from_file])
     counts = {t: len(from_file[t].rowids) if t in from_file else counted[t] for t in terms}
     weights = idf(level_rows, counts)
-    if not where and (found := postings(conn, held, level, counts, from_file)) is not None:
-        return best_of_postings(found, k), weights
+    if (found := postings(conn, held, level, counts, from_file)) is not None:
+        if not where:
+            return best_of_postings(found, k), weights
+        if within is not None:
+            return best_within(found, within, k, level_rows), weights
     return best_by_fts(conn, level, terms, weights, k, where, params), weights
+
+
+# A scope of at most this many rows is scored row by row; a larger one filters the whole level's ranking.
+SCORED_SCOPE_ROWS = 20_000
+
+
+def best_within(
+    found: list[Postings], within: np.ndarray, k: int, level_rows: int
+) -> list[tuple[int, float]]:
+    """The k best rows of `within` (rowids, ascending) from the words' postings, best first (ties to the
+    older row), exactly as scoring every row of it: a small scope scored row by row, a large one by the
+    whole level's ranking, whose first rows are filtered and read deeper until k of them are the scope's
+    (every row below them scores lower) or the ranking ends."""
+    if len(within) <= SCORED_SCOPE_ROWS:
+        total = sum((postings.parts_of(within) for postings in found), np.zeros(len(within)))
+        holding = np.flatnonzero(total > 0)
+        order = np.lexsort((within[holding], -total[holding]))[:k]
+        return list(zip(within[holding][order].tolist(), total[holding][order].tolist(), strict=True))
+    head = math.ceil(2 * k * level_rows / len(within))  # twice what the scope's share asks
+    while True:
+        ranked = best_of_postings(found, head)
+        rowids = np.array([rowid for rowid, _ in ranked], dtype=np.int64)
+        at = np.minimum(np.searchsorted(within, rowids), len(within) - 1)
+        kept = [pair for pair, inside in zip(ranked, within[at] == rowids, strict=True) if inside]
+        if len(kept) >= k or len(ranked) < head:
+            return kept[:k]
+        head *= 4
 
 
 def best_by_fts(

@@ -46,7 +46,7 @@ from agent_retrieval.stores.base import (
     pending_rows,
 )
 from agent_retrieval.stores.sqlite import stored_postings
-from agent_retrieval.stores.sqlite.cache import FileCache, Matrix, file_caches
+from agent_retrieval.stores.sqlite.cache import FileCache, Matrix, ScopeRows, file_caches
 from agent_retrieval.stores.sqlite.connection import Connections
 from agent_retrieval.stores.sqlite.keywords import best_rows, coverage
 from agent_retrieval.stores.sqlite.schema import NOW, TABLE
@@ -370,7 +370,12 @@ class SQLiteStore(Store):
             rowids = matrix.rowids
             # the rows a filter or document list leaves, over the matrix's rows: the scope is applied before
             # ranking, so k results still come back
-            keep = self._scope_rows(conn, level, matrix, where, params) if where else None
+            keep = None
+            if where:
+                scope = self._scope_rows(conn, level, where, params, matrix.generation)
+                if scope.in_matrix is None:
+                    scope.in_matrix = np.isin(rowids, scope.rowids)
+                keep = scope.in_matrix
             permitted = len(rowids) if keep is None else int(np.count_nonzero(keep))
             if permitted == 0:
                 return []
@@ -394,17 +399,17 @@ class SQLiteStore(Store):
             )
 
     def _scope_rows(
-        self, conn: sqlite3.Connection, level: Level, matrix: Matrix, where: str, params: list[Any]
-    ) -> np.ndarray:
-        """Which of `matrix`'s rows a scope leaves, kept until the next write for the scopes searched last."""
+        self, conn: sqlite3.Connection, level: Level, where: str, params: list[Any], generation: int
+    ) -> ScopeRows:
+        """The rows a scope leaves, kept until the next write for the scopes searched last."""
         key = (level, where, tuple(params))
-        keep = self._cache.scope(key, matrix.generation)
-        if keep is None:
+        scope = self._cache.scope(key, generation)
+        if scope is None:
             # the level's table alone, so its metadata index answers (joined, every row was read)
-            allowed = [r[0] for r in conn.execute(f"SELECT d.rowid FROM {level} d WHERE {where}", params)]
-            keep = np.isin(matrix.rowids, np.asarray(allowed, dtype=np.int64))
-            self._cache.keep_scope(key, matrix.generation, keep)
-        return keep
+            rows = conn.execute(f"SELECT d.rowid FROM {level} d WHERE {where}", params)
+            scope = ScopeRows(generation, np.sort(np.fromiter((r[0] for r in rows), dtype=np.int64)))
+            self._cache.keep_scope(key, scope)
+        return scope
 
     def _graph_candidates(
         self, level: Level, matrix: Matrix, query: np.ndarray, k: int, keep: np.ndarray | None, permitted: int
@@ -430,6 +435,7 @@ class SQLiteStore(Store):
         where, params = _where(level, filters, document_ids)
         with self._db.read() as conn:
             generation = int(self._info(conn)["generation"])
+            within = self._scope_rows(conn, level, where, params, generation).rowids if where else None
             rows, weights = best_rows(
                 conn,
                 self._cache,
@@ -437,8 +443,7 @@ class SQLiteStore(Store):
                 level,
                 terms,
                 k,
-                where,
-                params,
+                (where, params, within),
                 stored_postings.tokenizer(self.process),
             )
             file_caches(self.process).trim(self._cache_bytes)  # the postings it read count in the budget
