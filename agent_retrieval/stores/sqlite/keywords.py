@@ -4,8 +4,9 @@ rows that can reach the top k (MaxScore).
 A search of the whole level reads each word's part of the score in every row holding it (its postings)
 once, and keeps it until the next write: a common word is then summed in numpy instead of being scored
 again, row by row, by every query that holds it. A common word's postings come from the lists stored in the
-file (stored_postings.py), a rarer one's from FTS5. A search inside a scope (filters, documents), or holding
-a word in more than POSTINGS_ROWS rows that the file has no list of, asks FTS5 directly."""
+file (stored_postings.py), a rarer one's from FTS5. A search inside a scope (filters, documents) ranks the
+scope's rows from the same postings (best_within); one holding a word in more than POSTINGS_ROWS rows that
+the file has no list of asks FTS5 directly."""
 
 from __future__ import annotations
 
