@@ -85,7 +85,9 @@ def test_past_the_threshold_the_graph_finds_what_reading_every_vector_finds(
         assert pairs == [(h.id, h.vector_similarity) for h in exact.vector_search("documents", queries[0], 5)]
 
 
-def test_below_the_threshold_and_inside_a_narrow_scope_the_scan_stays_exact(tmp_path, vectors, graph_searches):
+def test_below_the_threshold_and_inside_a_narrow_scope_the_scan_stays_exact(
+    tmp_path, vectors, graph_searches
+):
     with SQLiteStore(tmp_path / "s.db", index_rows=ROWS + 1) as store:
         store.upsert(documents(vectors[:1000]) + documents(vectors[1000:], 1000, "b"), [], "m")
         ids(store, vectors[0])
@@ -109,7 +111,10 @@ def test_a_filter_keeping_a_large_share_reads_deeper_into_the_graph(tmp_path, ve
         graph.refresh_indexes()
         queries = unit(vectors[:40] + np.random.default_rng(9).normal(0, 0.3, (40, DIM)))
         found = [
-            len(set(ids(graph, q, 10, filters={"group": "b"})) & set(ids(exact, q, 10, filters={"group": "b"})))
+            len(
+                set(ids(graph, q, 10, filters={"group": "b"}))
+                & set(ids(exact, q, 10, filters={"group": "b"}))
+            )
             for q in queries
         ]
         assert graph_searches == [60] * len(queries)  # 2 x 10 x 1,500 / 500 rows
