@@ -546,7 +546,7 @@ class RPCStore(Store):
         if search.filters:
             last = shares.get(shared)
             wanted = _head(search.k, *last, at_least=4 * search.k) if last else 4 * search.k
-            if wanted > MAX_FILTERED_HEAD:
+            if wanted > MAX_FILTERED_HEAD:  # too few pass for any head a client filters: the SQL function
                 return None
         verdicts: dict[int, bool] = {}  # the rows filtered so far: whether each passed
         while True:
