@@ -112,6 +112,15 @@ def best_of_postings(lists: list[Postings], k: int) -> list[tuple[int, float]]:
     return list(zip(rows[order].tolist(), scores[order].tolist(), strict=True))
 
 
+def best_of_rows(lists: list[Postings], rows: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The k best of `rows` (rowids, ascending: a document list's or a filter's) for the words' postings,
+    every row scored, best first (ties to the older row); rows holding no word are no hit."""
+    total = sum((postings.parts_of(rows) for postings in lists), np.zeros(len(rows)))
+    holding = np.flatnonzero(total > 0)
+    order = np.lexsort((rows[holding], -total[holding]))[:k]
+    return list(zip(rows[holding][order].tolist(), total[holding][order].tolist(), strict=True))
+
+
 # The widest span of rowids scored in one array (8 bytes a rowid): a wider one (a file whose rows were
 # written again many times over) is scored by sorting the rows instead.
 DENSE_ROWIDS = 2**25

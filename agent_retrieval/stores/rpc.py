@@ -56,7 +56,13 @@ from agent_retrieval.stores.base import (
     filter_values,
     pending_rows,
 )
-from agent_retrieval.stores.postings import KeptPostings, Postings, PostingsCache, best_of_postings
+from agent_retrieval.stores.postings import (
+    KeptPostings,
+    Postings,
+    PostingsCache,
+    best_of_postings,
+    best_of_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -542,8 +548,12 @@ class RPCStore(Store):
         wanted = search.k
         filtering = {"filter": self._scope(search.filters, None)["filter"], "stamp": stamp, "tenant": tenant}
         shares = self._filter_shares
-        shared = (self._postings_scope(level, stamp), json.dumps(search.filters, sort_keys=True, default=str))
+        shared: Hashable = None  # the filter's key among the shares: its scope and its values
         if search.filters:
+            shared = (
+                self._postings_scope(level, stamp),
+                json.dumps(search.filters, sort_keys=True, default=str),
+            )
             last = shares.get(shared)
             wanted = _head(search.k, *last, at_least=4 * search.k) if last else 4 * search.k
             if wanted > MAX_FILTERED_HEAD:  # too few pass for any head a client filters: the SQL function
@@ -713,11 +723,8 @@ def _ranked(
         kept.put(row["term"], found)
     if within is None:
         best = best_of_postings(list(lists.values()), k)
-    else:  # every row of a document list, scored: rows holding no word are no hit
-        total = sum((postings.parts_of(within) for postings in lists.values()), np.zeros(len(within)))
-        holding = np.flatnonzero(total > 0)
-        order = np.lexsort((within[holding], -total[holding]))[:k]
-        best = list(zip(within[holding][order].tolist(), total[holding][order].tolist(), strict=True))
+    else:  # every row of a document list, scored
+        best = best_of_rows(list(lists.values()), within, k)
     ids = np.array([rowid for rowid, _ in best], dtype=np.int64)
     held = np.zeros(len(ids))
     for term, postings in lists.items():  # every part is above zero

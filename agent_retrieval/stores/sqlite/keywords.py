@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from agent_retrieval.models import Level
-from agent_retrieval.stores.postings import Postings, PostingsCache, best_of_postings
+from agent_retrieval.stores.postings import Postings, PostingsCache, best_of_postings, best_of_rows
 from agent_retrieval.stores.sqlite.cache import FileCache
 from agent_retrieval.stores.sqlite.schema import BM25_K1, EVERY_ROW, TABLE, bm25_score, fts_any
 from agent_retrieval.stores.sqlite.stored_postings import Tokenizer, fts5_idf, stored_level
@@ -133,10 +133,7 @@ def best_within(
     whole level's ranking, whose first rows are filtered and read deeper until k of them are the scope's
     (every row below them scores lower) or the ranking ends."""
     if len(within) <= SCORED_SCOPE_ROWS:
-        total = sum((postings.parts_of(within) for postings in found), np.zeros(len(within)))
-        holding = np.flatnonzero(total > 0)
-        order = np.lexsort((within[holding], -total[holding]))[:k]
-        return list(zip(within[holding][order].tolist(), total[holding][order].tolist(), strict=True))
+        return best_of_rows(found, within, k)
     head = math.ceil(2 * k * level_rows / len(within))  # twice what the scope's share asks
     while True:
         ranked = best_of_postings(found, head)
