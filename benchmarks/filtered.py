@@ -42,6 +42,7 @@ from agent_retrieval import (
 )
 from agent_retrieval.evaluation import load_beir
 from agent_retrieval.models import ChunkSearchRequest, parse_request
+from benchmarks.embedded_peers import percentiles
 from benchmarks.latency import DATASET, RESULTS
 from benchmarks.postgres import GROWTH_STACK, growth_schema, start_postgres_for_loads, timed
 from benchmarks.scale import SUPABASE_TENANT, KnownVectors, Supabase, load
@@ -50,14 +51,6 @@ SCHEMA = "filtered_100k"
 BUCKETS = ("bucket", {"50%": list(range(100)), "5%": list(range(10)), "0.5%": [0]})  # kept, of 200
 CANDIDATES = RunSettings().candidates  # the rows each side of a tool's search asks for
 COPIES = ("copy", {"50%": list(range(56)), "5%": list(range(6)), "0.9%": [0]})  # kept, of about 112 at 1M
-
-
-def percentiles(times: list[float]) -> dict[str, float]:
-    ordered = sorted(times)
-    return {
-        "p50_ms": round(statistics.median(ordered), 1),
-        "p95_ms": round(ordered[int(0.95 * len(ordered))], 1),
-    }
 
 
 def measure(
