@@ -195,6 +195,8 @@ MAX_SCOPE_ROWS = 20_000
 # The longest head of its unfiltered ranking a client has filtered (filter_rows_*): a filter keeping few
 # rows of a long ranking runs in SQL, which reads the filter's own rows.
 MAX_FILTERED_HEAD = 16_000
+# Filters whose last share of a ranking's head a process keeps (a caller may send a new filter every call).
+FILTER_SHARES = 1024
 
 # searches and keyword search's parts: at most 1000 rows (match_count), or a row a query word (32)
 _SET_RETURNING = ("match_", "keyword_", "hybrid_search_")
@@ -591,7 +593,7 @@ class RPCStore(Store):
 
     @property
     def _filter_shares(self) -> Shares:
-        """What share of a ranking's head each filter kept when last used, per scope (at most 1,024)."""
+        """What share of a ranking's head each filter kept when last used, per scope (FILTER_SHARES)."""
         return self.process.part("filter shares", Shares)
 
     @property
@@ -745,7 +747,7 @@ class Shares:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._seen: LRUCache[Hashable, tuple[int, int]] = LRUCache(maxsize=1024)
+        self._seen: LRUCache[Hashable, tuple[int, int]] = LRUCache(maxsize=FILTER_SHARES)
 
     def get(self, key: Hashable) -> tuple[int, int] | None:
         with self._lock:

@@ -450,6 +450,10 @@ def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_k
         if len(rounds) > 1 and rounds[-2] > 1:
             break
     assert rounds[-2:] == [rounds[-2], 1] and rounds[-2] > 1, rounds
+    shares = store._filter_shares  # a caller may send a new filter every call: the process keeps so many
+    for n in range(rpc.FILTER_SHARES + 10):
+        shares.put(("another filter", n), (1, 2))
+    assert len(shares._seen) == rpc.FILTER_SHARES
     # the filter as the GIN index reads it keeps every row the filter keeps; none for what no index answers
     for where in filters:
         path = postgres.execute(f"select {schema}.filter_path(%s::jsonb)::text", (json.dumps(where),))[0][0]

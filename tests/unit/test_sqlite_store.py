@@ -18,7 +18,7 @@ from agent_retrieval.models import Chunk, Document
 from agent_retrieval.stores import SQLiteStore, postings
 from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.sqlite import keywords
-from agent_retrieval.stores.sqlite.cache import file_caches
+from agent_retrieval.stores.sqlite.cache import SCOPES, file_caches
 from agent_retrieval.stores.sqlite.schema import MIGRATIONS, bm25_score
 
 
@@ -519,3 +519,17 @@ def test_a_filtered_keyword_search_from_postings_ranks_as_fts5_within_the_filter
         assert len(set(heads)) > 1
     else:
         assert heads == []
+
+
+def test_the_kept_scopes_are_bounded(tmp_path):
+    """A caller may send a new filter every call: the file keeps the rows of the last SCOPES scopes only."""
+    store = SQLiteStore(tmp_path / "bounded.db")
+    vectors = np.random.default_rng(2).normal(size=(40, 8)).astype(np.float32)
+    chunks = [
+        Chunk(f"d{n}#0", f"d{n}", 0, f"text {n}", "", {"n": n}, str(n), v) for n, v in enumerate(vectors)
+    ]
+    store.upsert([Document(f"d{n}", "", f"text {n}", content_hash=str(n)) for n in range(40)], chunks, "m")
+    for n in range(SCOPES + 5):
+        store.vector_search("chunks", vectors[0], 3, filters={"n": n})
+        store.keyword_search("chunks", "text", 3, filters={"n": n})
+    assert len(store._cache.scopes) == SCOPES
