@@ -71,7 +71,7 @@ DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
-SCHEMA_VERSION = 19  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+SCHEMA_VERSION = 20  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
 # asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
@@ -195,8 +195,9 @@ MAX_SCOPE_ROWS = 20_000
 # The longest head of its unfiltered ranking a client has filtered (filter_rows_*): a filter keeping few
 # rows of a long ranking runs in SQL, which reads the filter's own rows.
 MAX_FILTERED_HEAD = 16_000
-# Filters whose last share of a ranking's head a process keeps (a caller may send a new filter every call).
-FILTER_SHARES = 1024
+# Filters whose last share of a ranking's head a process keeps (a caller may send a new filter every call),
+# and selective filters whose rows it keeps (each at most MAX_SCOPE_ROWS rowids, 160 KB).
+FILTER_SHARES, FILTER_SCOPES = 1024, 16
 
 # searches and keyword search's parts: at most 1000 rows (match_count), or a row a query word (32)
 _SET_RETURNING = ("match_", "keyword_", "hybrid_search_")
@@ -517,9 +518,9 @@ class RPCStore(Store):
         return (self.location, level, stamp)
 
     def _scored_here(self, search: KeywordSearch) -> Steps[list[Hit] | None]:
-        """The keyword search from the words' postings (the whole level, a document list's rows, or a
-        filter's rows of the ranking's head), or None: a write changed what the caller can read between its
-        calls, or the list or filter is for the SQL function."""
+        """The keyword search from the words' postings (the whole level, a document list's rows, a filter's
+        rows, or a filter's rows of the ranking's head), or None: a write changed what the caller can read
+        between its calls, or the list or filter is for the SQL function."""
         level, tenant = search.level, self.tenant
         (words,) = yield from self._calling(
             f"keyword_terms_{level}", {"query_text": search.query, "tenant": tenant}
@@ -546,26 +547,39 @@ class RPCStore(Store):
         # With a filter: the ranking's first `wanted` rows, filtered, are exact once k of them pass or the
         # ranking ends before `wanted` (every row below them scores lower); else a longer head, as long as
         # the share passing so far says k needs. Each row is asked about once. The share the same filter
-        # passed last time sets the first head.
+        # passed last time sets the first head. A filter keeping fewer rows than that head (by its share) is
+        # listed instead, and its rows kept until a write: its searches score them as a document list's.
         wanted = search.k
         filtering = {"filter": self._scope(search.filters, None)["filter"], "stamp": stamp, "tenant": tenant}
-        shares = self._filter_shares
-        shared: Hashable = None  # the filter's key among the shares: its scope and its values
+        shares, scopes = self._filter_shares, self._filter_scopes
+        shared: Hashable = None  # the filter's key among the shares and scopes: whose rows, at which stamp
         if search.filters:
             shared = (
                 self._postings_scope(level, stamp),
+                stamp,  # a DSN store's scope names none (it checks the stamp of the postings it keeps)
                 json.dumps(search.filters, sort_keys=True, default=str),
             )
             last = shares.get(shared)
             wanted = _head(search.k, *last, at_least=4 * search.k) if last else 4 * search.k
-            if wanted > MAX_FILTERED_HEAD:  # too few pass for any head a client filters: the SQL function
-                return None
+        listed = False  # whether `within` holds the filter's own rows
         verdicts: dict[int, bool] = {}  # the rows filtered so far: whether each passed
         while True:
+            if shared is not None and within is None:
+                rows = scopes.get(shared)
+                if rows is None and _worth_listing(words["rows"], shares.get(shared), wanted):
+                    rows = yield from self._calling(f"filter_scope_rows_{level}", filtering)
+                    if rows is None:  # a write since the ranking
+                        return None
+                    rows = np.asarray(rows, dtype=np.int64) if len(rows) <= MAX_SCOPE_ROWS else False
+                    scopes.put(shared, rows)
+                if isinstance(rows, np.ndarray):
+                    within, wanted, listed = rows, search.k, True
+            if wanted > MAX_FILTERED_HEAD:  # too few pass for any head a client filters: the SQL function
+                return None
             # numpy's work, off the event loop when async
             ids, scores, coverages = yield blocking(_ranked, words, kept, lists, read, wanted, within)
             read = []  # its postings are in `lists` now
-            if not search.filters:
+            if not search.filters or listed:
                 break
             unasked = [rowid for rowid in ids if rowid not in verdicts]
             passed = yield from self._calling(f"filter_rows_{level}", {"ids": unasked} | filtering)
@@ -592,9 +606,16 @@ class RPCStore(Store):
         return [_hit(level, r) for r in rows] if len(rows) == len(ids) else None
 
     @property
-    def _filter_shares(self) -> Shares:
-        """What share of a ranking's head each filter kept when last used, per scope (FILTER_SHARES)."""
-        return self.process.part("filter shares", Shares)
+    def _filter_shares(self) -> Recent:
+        """The last (passed, asked) of each filter over a ranking's head, per scope: a filter an agent repeats
+        across its calls starts at the head it needs, one round to the database instead of two. A hint only
+        (too few passing still goes deeper), forgotten at a write (its key names the stamp)."""
+        return self.process.part("filter shares", lambda: Recent(FILTER_SHARES))
+
+    @property
+    def _filter_scopes(self) -> Recent:
+        """The rows of each selective filter listed, per scope (False: too many to keep), until a write."""
+        return self.process.part("filter scopes", lambda: Recent(FILTER_SCOPES))
 
     @property
     def _kept(self) -> KeptPostings:
@@ -740,22 +761,30 @@ def _head(k: int, passed: int, asked: int, *, at_least: int) -> int:
     return max(at_least, math.ceil((1.25 * k + 10) * asked / max(passed, 1)))
 
 
-class Shares:
-    """The last (passed, asked) of each filter in a scope: a filter an agent repeats across its calls starts
-    at the head it needs, one round to the database instead of two. A hint only (too few passing still goes
-    deeper), and forgotten at a write (the scope names the stamp)."""
+def _worth_listing(rows: float, share: tuple[int, int] | None, wanted: int) -> bool:
+    """Whether a filter that passed `share` (passed, asked) of a ranking's head keeps fewer of the level's
+    `rows` than the `wanted` head it would filter, and few enough for a client to keep."""
+    if share is None:
+        return False
+    passed, asked = share
+    return rows * passed / max(asked, 1) <= min(wanted, MAX_SCOPE_ROWS)
 
-    def __init__(self) -> None:
+
+class Recent:
+    """The values of the last `maxsize` keys used, safe across threads: what a process remembers of the
+    filters callers send, who may send a new one every call."""
+
+    def __init__(self, maxsize: int) -> None:
         self._lock = threading.Lock()
-        self._seen: LRUCache[Hashable, tuple[int, int]] = LRUCache(maxsize=FILTER_SHARES)
+        self._values: LRUCache[Hashable, Any] = LRUCache(maxsize=maxsize)
 
-    def get(self, key: Hashable) -> tuple[int, int] | None:
+    def get(self, key: Hashable) -> Any:
         with self._lock:
-            return self._seen.get(key)
+            return self._values.get(key)
 
-    def put(self, key: Hashable, seen: tuple[int, int]) -> None:
+    def put(self, key: Hashable, value: Any) -> None:
         with self._lock:
-            self._seen[key] = seen
+            self._values[key] = value
 
 
 def _postings(row: dict[str, Any], idf: float, average_length: float) -> Postings:

@@ -370,13 +370,17 @@ def test_ingest_public_is_the_operators_flag_and_metadata_publishes_nothing(
         assert press.document_states(["hours"])["hours"].public is True
 
 
+@pytest.mark.parametrize("listing", ["listed when few", "the ranking's head only"])
 def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_keeps(
-    postgres, schema, monkeypatch
+    postgres, schema, monkeypatch, listing
 ):
     """A filter keeping half the rows is answered from the unfiltered ranking's head, a few percent from a
-    longer head, one that keeps almost nothing from its own rows (found by the metadata's index): every
-    way, the exact BM25 top k of the rows the filter keeps (it scored every row holding a word: seconds
-    at 100K chunks). Filters match numbers and their text alike, as metadata_matches does."""
+    longer head or from its own rows, listed once and kept until a write, one that keeps almost nothing
+    from the SQL function: every way, the exact BM25 top k of the rows the filter keeps (it scored every
+    row holding a word: seconds at 100K chunks). Filters match numbers and their text alike, as
+    metadata_matches does."""
+    if listing != "listed when few":
+        monkeypatch.setattr(rpc, "_worth_listing", lambda *_: False)
     rng = np.random.default_rng(12)
     texts = zipf_corpus(rng)
     store = PostgresStore(postgres.dsn, schema=schema)
@@ -434,13 +438,19 @@ def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_k
             )
             assert [row for (row,) in sql] == [row for row, _ in expected], (query, where)
             # a filter keeping too little of the longest head a client filters goes to the SQL function
-            monkeypatch.setattr(rpc, "MAX_FILTERED_HEAD", 4 * k)
-            head = store.keyword_search("chunks", query, k, filters=where)
+            with monkeypatch.context() as short:
+                short.setattr(rpc, "MAX_FILTERED_HEAD", 4 * k)
+                head = store.keyword_search("chunks", query, k, filters=where)
             assert [h.id for h in head] == [row for row, _ in expected], (query, where)
-            monkeypatch.undo()
     # the store filters the head of the ranking it scores itself, deeper where few passed; the SQL function
     # answered the short heads
-    assert "filter_rows_chunks" in called and "keyword_search_chunks" in called and deeper
+    assert "filter_rows_chunks" in called and "keyword_search_chunks" in called
+    if listing == "listed when few":
+        assert "filter_scope_rows_chunks" in called
+        assert_a_listed_filters_rows_are_kept_until_a_write(store, rng, called, monkeypatch)
+        store.close()
+        return
+    assert "filter_scope_rows_chunks" not in called and deeper
     # a filter used before starts at the head its share asked for: one round where its first search took more
     rounds = []
     for _ in range(40):
@@ -450,10 +460,12 @@ def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_k
         if len(rounds) > 1 and rounds[-2] > 1:
             break
     assert rounds[-2:] == [rounds[-2], 1] and rounds[-2] > 1, rounds
-    shares = store._filter_shares  # a caller may send a new filter every call: the process keeps so many
-    for n in range(rpc.FILTER_SHARES + 10):
-        shares.put(("another filter", n), (1, 2))
-    assert len(shares._seen) == rpc.FILTER_SHARES
+    # a caller may send a new filter every call: the process keeps so many shares and listed rows
+    memories = ((store._filter_shares, rpc.FILTER_SHARES), (store._filter_scopes, rpc.FILTER_SCOPES))
+    for memory, bound in memories:
+        for n in range(bound + 10):
+            memory.put(("another filter", n), (1, 2))
+        assert len(memory._values) == bound
     # the filter as the GIN index reads it keeps every row the filter keeps; none for what no index answers
     for where in filters:
         path = postgres.execute(f"select {schema}.filter_path(%s::jsonb)::text", (json.dumps(where),))[0][0]
@@ -469,6 +481,41 @@ def test_filtered_keyword_search_ranks_exactly_as_scoring_every_row_the_filter_k
         path = postgres.execute(f"select {schema}.filter_path(%s::jsonb)::text", (json.dumps(hard),))[0][0]
         assert (path is None) == (hard != {'a "quoted" key': 'it\'s \\ "x"'}), hard
     store.close()
+
+
+def assert_a_listed_filters_rows_are_kept_until_a_write(store, rng, called, monkeypatch):
+    where = {"bucket": 11}  # 8 rows of 400
+    for _ in range(3):  # the first search measures the filter's share of a head; a later one lists its rows
+        store.keyword_search("chunks", random_query(rng), 5, filters=where)
+    called.clear()
+    store.keyword_search("chunks", random_query(rng), 5, filters=where)
+    assert called and not {"filter_rows_chunks", "filter_scope_rows_chunks", "keyword_search_chunks"} & set(
+        called
+    ), called
+    # a write changes the stamp: what was kept of the filter is forgotten, and its rows listed again hold
+    # the new one
+    text = "zqxnew w0"
+    store.upsert(
+        [Document("new", "", text, content_hash="new", text_hash="new")],
+        [Chunk("new#0", "new", 0, text, "", {"bucket": 11, "tag": "0", "flag": False}, "new")],
+        "test/none",
+    )
+    listed = []
+    for _ in range(3):
+        called.clear()
+        found = store.keyword_search("chunks", text, 5, filters=where)
+        assert found[0].id == "new#0" and {h.metadata["bucket"] for h in found} == {11}
+        listed.append(called.count("filter_scope_rows_chunks"))
+    assert sum(listed) == 1 and "filter_rows_chunks" not in called, listed
+    # a filter found to keep more rows than a client keeps is listed once, then filtered from the head
+    monkeypatch.setattr(rpc, "MAX_SCOPE_ROWS", 4)
+    monkeypatch.setattr(rpc, "_worth_listing", lambda *_: True)
+    lists = []
+    for _ in range(4):
+        called.clear()
+        store.keyword_search("chunks", random_query(rng), 5, filters={"bucket": 12})
+        lists.append(called.count("filter_scope_rows_chunks"))
+    assert sum(lists) == 1, lists
 
 
 def test_pruned_keyword_search_ranks_exactly_as_scoring_every_row(postgres, schema):

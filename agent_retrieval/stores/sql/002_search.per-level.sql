@@ -417,9 +417,11 @@ $$;
 -- The query's words as keyword search weighs them: stemmed in english, stopwords dropped unless nothing else
 -- is left, 32 at most, never parsed as query syntax. Over the rows the caller may read (whatever the filters,
 -- so they reveal nothing of other tenants): the words some row holds, rarest first, with their idf and row
--- count; how many words the query has; and the corpus totals' average length and stamp.
+-- count; how many words the query has; and the corpus totals' rows, average length and stamp.
 create or replace function {{schema}}.keyword_terms_{{level}}(query_text text, tenant text default null)
-returns table (terms text[], idfs float8[], counts float8[], asked int, average_length float8, stamp text)
+returns table (
+  terms text[], idfs float8[], counts float8[], asked int, rows float8, average_length float8, stamp text
+)
 language sql stable security invoker
 set search_path = {{schema}}, public, extensions
 as $$
@@ -450,7 +452,7 @@ as $$
   select (select pg_catalog.array_agg(w.term order by w.idf desc, w.term) from weights w),
          (select pg_catalog.array_agg(w.idf order by w.idf desc, w.term) from weights w),
          (select pg_catalog.array_agg(w.count order by w.idf desc, w.term) from weights w),
-         (select count(*) from words)::int, o.average_length, o.stamp
+         (select count(*) from words)::int, o.rows, o.average_length, o.stamp
   from totals o
 $$;
 
@@ -531,6 +533,36 @@ begin
   where (filtered is null or pg_catalog.jsonb_path_exists(d.metadata, filtered))
     and {{schema}}.metadata_matches(d.metadata, filter) and (tenant is null or d.tenant_id = tenant or d.is_public);
   return coalesce(kept, '{}');
+end $$;
+
+-- Every row the filter keeps among those the caller may read, ascending: a client that scores keyword search
+-- itself keeps a selective filter's rows until a write and scores them from the postings it keeps, as it
+-- scores a document list's, where filtering its ranking's head would ask about many times more rows. At
+-- most {{scope_rows}} + 1 (one more: too many to keep); null when a write has changed the corpus totals'
+-- stamp since the client's ranking.
+create or replace function {{schema}}.filter_scope_rows_{{level}}(
+  filter jsonb, stamp text default null, tenant text default null
+) returns bigint[]
+language plpgsql stable security invoker
+set search_path = {{schema}}, public, extensions
+set plan_cache_mode = force_custom_plan  -- a plan for this filter: its rows from the GIN index
+as $$
+declare
+  found bigint[];
+  filtered jsonpath;
+begin
+  perform {{schema}}.check_scope(filter, null);
+  filtered := {{schema}}.filter_path(filter);
+  if stamp is not null
+     and stamp is distinct from (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t) then
+    return null;
+  end if;
+  select pg_catalog.array_agg(r.rowid order by r.rowid) into found
+  from (select d.rowid from {{schema}}.{{level}} d
+        where (filtered is null or d.metadata @? filtered) and {{schema}}.metadata_matches(d.metadata, filter)
+          and (tenant is null or d.tenant_id = tenant or d.is_public)
+        limit {{scope_rows}} + 1) r;
+  return coalesce(found, '{}');
 end $$;
 
 -- The hit rows of a keyword search, in the order of `ids`, each with its score and coverage: the end of
