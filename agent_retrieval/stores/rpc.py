@@ -71,7 +71,7 @@ DEFAULT_SCHEMA = "agent_retrieval"
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MODEL_CACHE_SECONDS = 5.0
 _SqlCall = tuple[str, dict[str, Any]]  # one call to make: a SQL function and its named arguments
-SCHEMA_VERSION = 20  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
+SCHEMA_VERSION = 21  # of the SQL in stores/sql/; `db init` brings a store made by an earlier version up to it
 # PostgREST cuts a function's rows at its db-max-rows (1000 on hosted Supabase) without a word, and the cap is
 # the server's to choose. So no answer that may grow is sent as rows: each is one jsonb value, kept small by
 # asking for a page of chunks at a time, or for the states and vectors of a batch of ids at a time.
@@ -274,6 +274,7 @@ class RPCStore(Store):
         self.max_retries = max_retries
         self.timeout = timeout
         self._model_cache: tuple[float, tuple[str, int] | None] | None = None
+        self._stamps: dict[Level, str] = {}  # the corpus stamp this store's last keyword search read
 
     # --- transport ----------------------------------------------------------------------------------
     @abstractmethod
@@ -463,12 +464,20 @@ class RPCStore(Store):
         return {"filter": Json(expanded), "document_ids": document_ids, "tenant": self.tenant}
 
     def _vector_call(self, search: VectorSearch) -> _SqlCall:
-        return f"match_{search.level}", {
+        params = {
             "query_embedding": search.vector,
             "match_count": search.k,
             "min_similarity": search.min_similarity,
             **self._scope(search.filters, search.document_ids),
         }
+        # A filter whose rows the keyword side listed: match_* scans them by their keys while the stamp
+        # they were listed at is current (else it reads the filter), under row-level security too.
+        stamp = self._stamps.get(search.level)
+        if search.filters and stamp is not None:
+            rows = self._filter_scopes.get(self._filter_key(search.level, stamp, search.filters))
+            if isinstance(rows, np.ndarray):
+                params |= {"filter_rows": rows.tolist(), "rows_stamp": stamp}
+        return f"match_{search.level}", params
 
     def _keyword_call(self, search: KeywordSearch) -> _SqlCall:
         return f"keyword_search_{search.level}", {
@@ -528,7 +537,7 @@ class RPCStore(Store):
         terms: list[str] = words["terms"] or []
         if not terms:
             return []
-        stamp = words["stamp"]
+        stamp = self._stamps[level] = words["stamp"]
         kept = self._kept.of(self._postings_scope(level, stamp), stamp, self._cache_bytes)
         lists = {term: found for term in terms if (found := kept.get(term)) is not None}
         read = []
@@ -552,13 +561,9 @@ class RPCStore(Store):
         wanted = search.k
         filtering = {"filter": self._scope(search.filters, None)["filter"], "stamp": stamp, "tenant": tenant}
         shares, scopes = self._filter_shares, self._filter_scopes
-        shared: Hashable = None  # the filter's key among the shares and scopes: whose rows, at which stamp
+        shared: Hashable = None  # the filter's key among the shares and scopes
         if search.filters:
-            shared = (
-                self._postings_scope(level, stamp),
-                stamp,  # a DSN store's scope names none (it checks the stamp of the postings it keeps)
-                json.dumps(search.filters, sort_keys=True, default=str),
-            )
+            shared = self._filter_key(level, stamp, search.filters)
             last = shares.get(shared)
             wanted = _head(search.k, *last, at_least=4 * search.k) if last else 4 * search.k
         listed = False  # whether `within` holds the filter's own rows
@@ -604,6 +609,11 @@ class RPCStore(Store):
             | {"stamp": stamp, "tenant": tenant},  # no rows if a write changed the stamp since
         )
         return [_hit(level, r) for r in rows] if len(rows) == len(ids) else None
+
+    def _filter_key(self, level: Level, stamp: str, filters: dict[str, Any]) -> Hashable:
+        """A filter among those the process remembers: whose rows, at which stamp (a DSN store's postings
+        scope names none: it checks the stamp of the postings it keeps), and its values."""
+        return (self._postings_scope(level, stamp), stamp, json.dumps(filters, sort_keys=True, default=str))
 
     @property
     def _filter_shares(self) -> Recent:

@@ -228,7 +228,9 @@ def test_a_filter_keeping_a_few_percent_reads_on_through_the_vector_index(postgr
     first candidates for that, and has the exact scan over its own rows, found by the metadata's index;
     but not under row-level security, where that scan reads every row: a tenant's user reads on. Each way,
     k rows the filter keeps; the exact scan's are the exact top k. metadata_matches (about 10 us a call, not
-    inlined) confirms only rows that pass the filter's path, and the exact scan's nearest until k pass."""
+    inlined) confirms only rows that pass the filter's path, and the exact scan's nearest until k pass. The
+    filter's rows as the keyword side listed them are scanned by their keys, under row-level security
+    too, while no write has come since."""
     store = PostgresStore(postgres.dsn, schema=schema, tenant="t1")
     store.init(8)
     rng = np.random.default_rng(5)
@@ -300,6 +302,41 @@ def test_a_filter_keeping_a_few_percent_reads_on_through_the_vector_index(postgr
         found, read = search([0], 20)
         assert len(found) == 20 and all(int(row[1:]) % 200 == 0 for row in found)
         assert read["hnsw"] == 2
+        # the filter's rows as a client listed them, at the stamp it read: scanned by their keys, neither
+        # index read and no read-on under row-level security; at another stamp they are not used
+        listed = conn.execute(
+            f"select {schema}.filter_scope_rows_documents(%s::jsonb)", (json.dumps({"bucket": [0]}),)
+        ).fetchone()[0]
+        others = conn.execute(
+            f"select {schema}.filter_scope_rows_documents(%s::jsonb)", (json.dumps({"bucket": [1]}),)
+        ).fetchone()[0]
+        (stamp,) = conn.execute(f"select stamp from {schema}.corpus_totals_documents(null)").fetchone()
+        for rows, at in ((listed, stamp), (others, "a stamp before a write")):
+            before = reads()
+            found = conn.execute(
+                f"select id from {schema}.match_documents(%s::vector, 20, %s::jsonb, "
+                "filter_rows => %s, rows_stamp => %s)",
+                (str(query.tolist()), json.dumps({"bucket": [0]}), rows, at),
+            ).fetchall()
+            read = {kind: count - before[kind] for kind, count in reads().items()}
+            assert [row for (row,) in found] == exact([0], 20), at
+            assert read["hnsw"] == (0 if at == stamp else 2), (at, read)
+    # the store passes the rows its keyword side listed to the vector side, until a write
+    sent: list[dict] = []
+    calling = store._call
+
+    def noting(function, **params):
+        sent.append(params)
+        return calling(function, **params)
+
+    store._call = noting
+    assert store.keyword_search("documents", "text", 5, filters={"bucket": [0]})
+    found = store.vector_search("documents", query, 20, filters={"bucket": [0]})
+    assert [h.id for h in found] == exact([0], 20) and len(sent[-1]["filter_rows"]) == 30
+    store.upsert([Document("near", "", "text", {"bucket": 0}, content_hash="near", embedding=query)], [], "m")
+    found = store.vector_search("documents", query, 20, filters={"bucket": [0]})
+    assert "near" in [h.id for h in found][:2] and "filter_rows" in sent[-1]
+    store.close()
 
 
 def test_errors_say_what_to_do(postgres, schema, stores):

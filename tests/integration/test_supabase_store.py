@@ -534,6 +534,8 @@ QUERY_VECTOR = [1.0] + [0.0] * (DIM - 1)
          {"ids": [1] * 16_001, "filter": {"owner": "press"}}, "ids: at most 16000"),
         ("filter_scope_rows_chunks", {"filter": {f"k{i}": 1 for i in range(16)}},
          {"filter": {f"k{i}": 1 for i in range(17)}}, "filter keys: at most 16"),
+        ("match_chunks", {"query_embedding": QUERY_VECTOR, "filter_rows": [1] * 20_000},
+         {"query_embedding": QUERY_VECTOR, "filter_rows": [1] * 20_001}, "filter_rows: at most 20000"),
         ("hybrid_search_documents",
          {"query_text": "plan", "query_embedding": QUERY_VECTOR, "filter": {"owner": ["press"] * 200}},
          {"query_text": "plan", "query_embedding": QUERY_VECTOR, "filter": {"owner": ["press"] * 201}},

@@ -199,7 +199,12 @@ create or replace function {{schema}}.match_{{level}}(
   filter jsonb default '{}',
   document_ids text[] default null,
   min_similarity float8 default -1,
-  tenant text default null
+  tenant text default null,
+  -- the filter's rows as a client listed them (filter_scope_rows_*) at the corpus totals' stamp
+  -- `rows_stamp`: while no write has changed it, they are scanned by their keys instead of the filter's
+  -- index, which row-level security cannot use
+  filter_rows bigint[] default null,
+  rows_stamp text default null
 ) returns table (
   id text, document_id text, title text, content text, metadata jsonb, ordinal int, heading_path text,
   tenant_id text, vector_similarity float8
@@ -218,16 +223,23 @@ declare
   reading_on boolean := false;  -- pgvector's iterative scan
   nearest bigint[];  -- the rows found, nearest first, with their distances
   distances float8[];
+  listed bigint[];  -- filter_rows, while no write has changed the stamp they were listed at
 begin
   perform {{schema}}.check_search(match_count, query_embedding);
   perform {{schema}}.check_scope(filter, document_ids);
+  perform {{schema}}.check_bound('filter_rows', pg_catalog.cardinality(filter_rows), {{scope_rows}});
   if coalesce(filter, '{}') <> '{}' then  -- unfiltered searches skip working it out
     filtered := {{schema}}.filter_path(filter);
+  end if;
+  if filter_rows is not null
+     and rows_stamp is not distinct from (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t) then
+    listed := filter_rows;
   end if;
   if match_count > current_setting('hnsw.ef_search')::int then  -- the index yields at most ef_search rows
     perform pg_catalog.set_config('hnsw.ef_search', least(match_count, 1000)::text, true);
   end if;
   loop
+    exit when listed is not null;  -- the filter's rows are known: the exact scan reads just them
     select coalesce(array_agg(a.rowid order by a.distance), '{}'),
            coalesce(array_agg(a.distance order by a.distance), '{}')
     into nearest, distances
@@ -250,7 +262,7 @@ begin
     depth := least(2 * match_count, 1000);
     perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
   end loop;
-  if pg_catalog.cardinality(nearest) < match_count then
+  if listed is not null or pg_catalog.cardinality(nearest) < match_count then
     select coalesce(array_agg(a.rowid order by a.distance), '{}'),
            coalesce(array_agg(a.distance order by a.distance), '{}')
     into nearest, distances
@@ -260,7 +272,8 @@ begin
         select d.rowid, d.metadata, d.embedding <=> query_embedding as distance
         from {{schema}}.{{level}} d
         where d.embedding is not null and d.embedding_model = stored_model
-          and (filtered is null or d.metadata @? filtered)  -- a selective filter: its rows from the index
+          and (listed is null or d.rowid = any (listed))
+          and (listed is not null or filtered is null or d.metadata @? filtered)  -- else from the index
           and (document_ids is null or {{document_id}} = any (document_ids))
           and (tenant is null or d.tenant_id = tenant or d.is_public)
         order by (d.embedding <=> query_embedding) + 0  -- "+ 0": an expression the HNSW index cannot serve
