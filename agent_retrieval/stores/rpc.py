@@ -570,15 +570,16 @@ class RPCStore(Store):
         verdicts: dict[int, bool] = {}  # the rows filtered so far: whether each passed
         while True:
             if shared is not None and within is None:
-                rows = scopes.get(shared)
-                if rows is None and _worth_listing(words["rows"], shares.get(shared), wanted):
-                    rows = yield from self._calling(f"filter_scope_rows_{level}", filtering)
-                    if rows is None:  # a write since the ranking
+                listing = scopes.get(shared)
+                if listing is None and _worth_listing(words["rows"], shares.get(shared), wanted):
+                    listing = yield from self._calling(f"filter_scope_rows_{level}", filtering)
+                    if listing is None:  # a write since the ranking
                         return None
-                    rows = np.asarray(rows, dtype=np.int64) if len(rows) <= MAX_SCOPE_ROWS else False
-                    scopes.put(shared, rows)
-                if isinstance(rows, np.ndarray):
-                    within, wanted, listed = rows, search.k, True
+                    too_many = len(listing) > MAX_SCOPE_ROWS
+                    listing = False if too_many else np.asarray(listing, dtype=np.int64)
+                    scopes.put(shared, listing)
+                if isinstance(listing, np.ndarray):
+                    within, wanted, listed = listing, search.k, True
             if wanted > MAX_FILTERED_HEAD:  # too few pass for any head a client filters: the SQL function
                 return None
             # numpy's work, off the event loop when async

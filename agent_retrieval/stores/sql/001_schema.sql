@@ -113,7 +113,8 @@ begin
       {{schema}}.bm25_chunks(text[], float8[], text[], float8, text, text[], float8, float8);
   end if;
   -- Version 20: keyword_terms_* also returns the corpus totals' rows (a client sizes a filter's rows by them;
-  -- filter_scope_rows_* is new). Version 21: match_* takes the rows a client listed for a filter.
+  -- filter_scope_rows_* is new). Version 21: match_* takes the rows a client listed for a filter (and
+  -- stamp_holds_* is new).
   if (select value::int from {{schema}}.store_info where key = 'schema_version') < 20 then
     drop function if exists
       {{schema}}.keyword_terms_documents(text, text), {{schema}}.keyword_terms_chunks(text, text);

@@ -231,8 +231,7 @@ begin
   if coalesce(filter, '{}') <> '{}' then  -- unfiltered searches skip working it out
     filtered := {{schema}}.filter_path(filter);
   end if;
-  if filter_rows is not null
-     and rows_stamp is not distinct from (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t) then
+  if filter_rows is not null and {{schema}}.stamp_holds_{{level}}(rows_stamp, tenant) then
     listed := filter_rows;
   end if;
   if match_count > current_setting('hnsw.ef_search')::int then  -- the index yields at most ef_search rows
@@ -427,6 +426,17 @@ as $$
   where s.level = '{{level}}' and (tenant is null or s.tenant_id = tenant or s.is_public)
 $$;
 
+-- Whether no write to the rows the caller may read has changed the corpus totals since `stamp` (their stamp
+-- when a client ranked, listed or read postings): what a client keeps under a stamp holds while it does.
+create or replace function {{schema}}.stamp_holds_{{level}}(stamp text, tenant text)
+returns boolean
+language sql stable security invoker
+set search_path = {{schema}}, public, extensions
+as $$
+  select stamp_holds_{{level}}.stamp is not distinct from
+         (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t)
+$$;
+
 -- The query's words as keyword search weighs them: stemmed in english, stopwords dropped unless nothing else
 -- is left, 32 at most, never parsed as query syntax. Over the rows the caller may read (whatever the filters,
 -- so they reveal nothing of other tenants): the words some row holds, rarest first, with their idf and row
@@ -536,8 +546,7 @@ begin
   perform {{schema}}.check_scope(filter, null);
   perform {{schema}}.check_bound('ids', pg_catalog.cardinality(ids), {{filtered_head}});
   filtered := {{schema}}.filter_path(filter);
-  if stamp is not null
-     and stamp is distinct from (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t) then
+  if stamp is not null and not {{schema}}.stamp_holds_{{level}}(stamp, tenant) then
     return null;
   end if;
   select pg_catalog.array_agg(r.row_id order by r.place) into kept
@@ -566,8 +575,7 @@ declare
 begin
   perform {{schema}}.check_scope(filter, null);
   filtered := {{schema}}.filter_path(filter);
-  if stamp is not null
-     and stamp is distinct from (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t) then
+  if stamp is not null and not {{schema}}.stamp_holds_{{level}}(stamp, tenant) then
     return null;
   end if;
   select pg_catalog.array_agg(r.rowid order by r.rowid) into found
@@ -598,8 +606,7 @@ begin
     raise exception using errcode = '22023',
       message = format('ids: at most 1000 rows, as a search returns (got %s)', pg_catalog.cardinality(ids));
   end if;
-  if stamp is not null
-     and stamp is distinct from (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t) then
+  if stamp is not null and not {{schema}}.stamp_holds_{{level}}(stamp, tenant) then
     return;
   end if;
   return query
