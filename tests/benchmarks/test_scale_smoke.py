@@ -11,7 +11,7 @@ from agent_retrieval.evaluation import load_beir
 from agent_retrieval.ingest import ingest
 from agent_retrieval.search.retrieval import Retrieval
 from agent_retrieval.stores.rpc import render_sql
-from benchmarks import scale, sql_ab
+from benchmarks import filtered, scale, sql_ab
 from tests.beir import write_beir
 from tests.stack import start_postgres
 
@@ -60,6 +60,18 @@ def test_a_store_is_loaded_sized_searched_and_checked(tmp_path, monkeypatch):
     for search in ("hybrid_sql", "keyword_sql", "hybrid_tool", "scoped_tool", "keyword_tool_kept"):
         assert supabase[search]["p95_ms"] >= supabase[search]["p50_ms"] > 0
     assert through["scifact-6.db"]["scoped_tool_dsn"]["p50_ms"] > 0
+
+    # the kept load filtered as bench-filtered filters it, by the copy of a replicated store each row is (here
+    # all copy 0): each filter is listed on its first call and both sides read its kept rows
+    copies = """update bench_0k.chunks set metadata = metadata || '{"copy": 0}'"""
+    start_postgres(tmp_path / "kept-stack").execute(copies)
+    monkeypatch.setattr(filtered, "GROWTH_STACK", tmp_path / "kept-stack")
+    monkeypatch.setattr(filtered, "DATASET", folder)
+    monkeypatch.setattr(filtered, "RESULTS", tmp_path)
+    for row in filtered.main(["--kept", "6", "--queries", "2"]).values():
+        assert row["vector"]["recall_at_10"] == 1.0 and row["keyword"]["equal_to_every_row"] == "2/2"
+        tool = row["hybrid_tool"]
+        assert tool["first_call_ms"] > 0 and tool["p95_ms"] >= tool["p50_ms"] > 0
 
     # and the search SQL of a revision against this checkout's on it, alternately: here the same SQL
     stack = str(tmp_path / "kept-stack")

@@ -426,15 +426,14 @@ as $$
   where s.level = '{{level}}' and (tenant is null or s.tenant_id = tenant or s.is_public)
 $$;
 
--- Whether no write to the rows the caller may read has changed the corpus totals since `stamp` (their stamp
+-- Whether no write to the rows the caller may read has changed the corpus totals since `given` (their stamp
 -- when a client ranked, listed or read postings): what a client keeps under a stamp holds while it does.
-create or replace function {{schema}}.stamp_holds_{{level}}(stamp text, tenant text)
+create or replace function {{schema}}.stamp_holds_{{level}}(given text, tenant text)
 returns boolean
 language sql stable security invoker
 set search_path = {{schema}}, public, extensions
 as $$
-  select stamp_holds_{{level}}.stamp is not distinct from
-         (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t)
+  select given is not distinct from (select t.stamp from {{schema}}.corpus_totals_{{level}}(tenant) t)
 $$;
 
 -- The query's words as keyword search weighs them: stemmed in english, stopwords dropped unless nothing else
