@@ -22,7 +22,7 @@ from agent_retrieval.context import Context
 from agent_retrieval.core.fusion import PROFILES, fuse
 from agent_retrieval.core.process import PROCESS, ProcessState
 from agent_retrieval.core.steps import Outcome, Steps, Together, arun, blocking, call, run, single
-from agent_retrieval.core.text import entity_terms
+from agent_retrieval.core.text import entity_terms, keyword_terms
 from agent_retrieval.errors import EmbeddingModelMismatch, InvalidRequest, StoreError
 from agent_retrieval.ingest import IngestReport, ingest
 from agent_retrieval.ingest.sync import sync_paths
@@ -397,6 +397,7 @@ class Retrieval:
             entities=entity_terms(request.query),
             boost=context.entity_boost,
             limit=depth or request.top_k,
+            query_words=len(keyword_terms(request.query)),
         )
         query_embedding = candidates.query_embedding
         return RetrievalResult(

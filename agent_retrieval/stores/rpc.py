@@ -25,7 +25,7 @@ import numpy as np
 from cachetools import LRUCache
 
 from agent_retrieval.context import STORE_CACHE_MB, VECTOR_INDEX_BUILD_DEPTHS, RunSettings
-from agent_retrieval.core.fusion import FULL_KEYWORD_COVERAGE
+from agent_retrieval.core.fusion import FULL_KEYWORD_COVERAGE, MANY_WORDS, STANDOUT
 from agent_retrieval.core.process import PROCESS, ProcessState
 from agent_retrieval.core.redaction import redact
 from agent_retrieval.core.steps import Steps, arun, blocking, call, run
@@ -163,12 +163,21 @@ def _fusion_defaults() -> dict[str, str]:
 
 
 def _keyword_trust_sql(level: Level) -> str:
-    """fusion.keyword_trust in SQL, over the keyword rows `k` of hybrid_search."""
+    """fusion.keyword_trust in SQL, over the keyword rows `k` of hybrid_search (the query's words counted as
+    keyword_terms_* counts them)."""
     full = FULL_KEYWORD_COVERAGE[level]
     if full is None:
         return "1"
     best = "(select k.keyword_coverage from k where k.rank = 1)"
-    return f"pg_catalog.power(least(1, coalesce({best}, {full}) / {full}), 2)"
+    words = f"(select t.asked from {{{{schema}}}}.keyword_terms_{level}(query_text, tenant) t)"
+    stands_out = (
+        "(select count(*) >= 5 and stddev_pop(k.keyword_score) > 0 and max(k.keyword_score) - "
+        f"avg(k.keyword_score) >= {STANDOUT} * stddev_pop(k.keyword_score) from k)"
+    )
+    return (
+        f"case when {words} >= {MANY_WORDS} and {stands_out} then 1 "
+        f"else pg_catalog.power(least(1, coalesce({best}, {full}) / {full}), 2) end"
+    )
 
 
 def _fill(text: str, values: dict[str, str]) -> str:

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from agent_retrieval import cli
+from agent_retrieval.core.fusion import fuse, keyword_trust
 from agent_retrieval.core.process import ProcessState
+from agent_retrieval.core.text import keyword_terms
 from agent_retrieval.errors import DimensionMismatch, InvalidRequest, StoreError
 from agent_retrieval.models import Chunk, Document
 from agent_retrieval.providers.embeddings import Embedder
@@ -22,7 +24,7 @@ from agent_retrieval.stores.base import DocumentState
 from agent_retrieval.stores.postgres import PostgresStore
 from agent_retrieval.stores.postings import KeptPostings
 from agent_retrieval.stores.rpc import POSTINGS_BLOCK, _hit
-from tests.bm25 import every_row_top_k, idf_and_average, random_query, zipf_corpus
+from tests.bm25 import VOCABULARY, every_row_top_k, idf_and_average, random_query, zipf_corpus
 from tests.conftest import WordHashEmbeddings
 
 
@@ -553,6 +555,52 @@ def assert_a_listed_filters_rows_are_kept_until_a_write(store, rng, called, monk
         store.keyword_search("chunks", random_query(rng), 5, filters={"bucket": 12})
         lists.append(called.count("filter_scope_rows_chunks"))
     assert sum(lists) == 1, lists
+
+
+def test_the_sql_hybrid_function_trusts_a_keyword_passage_standing_out_of_its_list_as_the_tools_do(
+    postgres, schema
+):
+    """fusion.keyword_trust in SQL: for a question of many words, a best keyword passage far above the rest
+    of the list (a rare name it holds) keeps the keyword side's full weight, as the tools give it; below
+    that, or for a short question, the side counts by how much of the query its best passage holds."""
+    rng = np.random.default_rng(3)
+    texts = zipf_corpus(rng, 300)
+    texts[7] += " zqxrare zqxrare zqxrare"  # the rare name one passage holds
+    embeddings = WordHashEmbeddings(size=16)
+    store = PostgresStore(postgres.dsn, schema=schema)
+    store.init(16)
+    docs = [Document(f"d{n}", "", t, content_hash=str(n), text_hash=str(n)) for n, t in enumerate(texts)]
+    chunks = [
+        Chunk(f"d{n}#0", f"d{n}", 0, t, "", {}, str(n), embedding=embeddings.vector(t))
+        for n, t in enumerate(texts)
+    ]
+    store.upsert(docs, chunks, "test/word-hash")
+    fired = 0
+    for words in (3, 6, 7, 9):
+        for _ in range(6):
+            query = " ".join([*rng.choice(VOCABULARY, size=words - 1, replace=False), "zqxrare"])
+            vector = embeddings.vector(query)
+            keyword = store.keyword_search("chunks", query, 300)  # every row: no ties cut at the end
+            trust = keyword_trust(keyword, len(keyword_terms(query)))
+            fired += trust == 1.0 and keyword_trust(keyword) < 1.0
+            vector_hits = store.vector_search("chunks", vector, 300)
+            expected = fuse(vector_hits, keyword, mode="convex", query_words=len(keyword_terms(query)))
+            rows = store._call(
+                "hybrid_search_chunks",
+                query_text=query,
+                query_embedding=np.asarray(vector, dtype=np.float32),
+                match_count=600,  # every row either side found
+                fusion="convex",
+                vector_weight=1.0,
+                keyword_weight=1.0,
+                candidates=300,
+            )
+            # every fused row with its score (SQL's BM25 differs from the store's own in the last digits)
+            found = {r["id"]: r["score"] for r in rows}
+            scores = {h.id: h.score for h in expected}
+            assert found == pytest.approx(scores, rel=1e-6, abs=1e-6), (query, trust)
+    assert fired  # the rule decided some of these: long questions whose rare name stood out
+    store.close()
 
 
 def test_pruned_keyword_search_ranks_exactly_as_scoring_every_row(postgres, schema):

@@ -19,6 +19,7 @@ from agent_retrieval import demo
 from agent_retrieval.context import Context
 from agent_retrieval.core.fusion import fuse, keyword_trust
 from agent_retrieval.core.process import ProcessState
+from agent_retrieval.core.text import keyword_terms
 from agent_retrieval.errors import StoreError
 from agent_retrieval.ingest import ingest
 from agent_retrieval.ingest.loaders import load_documents
@@ -285,6 +286,7 @@ def test_the_sql_hybrid_function_fuses_as_the_tools_do(stack, mode):
         keyword,
         mode=mode,
         k=10,
+        query_words=len(keyword_terms(query)),
         **weights,
     )
     assert [r["id"] for r in rows] == [h.id for h in expected]

@@ -6,6 +6,7 @@ import pytest
 
 from agent_retrieval.core.fusion import (
     FULL_KEYWORD_COVERAGE,
+    MANY_WORDS,
     PROFILES,
     convex,
     fuse,
@@ -103,6 +104,20 @@ def test_the_keyword_side_counts_by_how_much_of_the_query_its_best_hit_holds():
         fused = fuse(vector, keyword, mode=mode, vector_weight=0.45, keyword_weight=0.55)
         assert fused[0].id == "answer"
     assert next(h for h in fused if h.id == "noise").keyword_coverage == 0.2  # carried into the fused hit
+
+
+def test_a_long_questions_keyword_passage_standing_out_of_its_list_keeps_full_weight():
+    # A question of several relations: its best keyword passage holds the rare name the question hinges on,
+    # little else of it, and scores far above the rest of the list; chance matches of common words do not.
+    low = FULL_KEYWORD_COVERAGE["chunks"] / 4
+    rest = [hit(f"k{n}", keyword_score=1.0 + n / 100) for n in range(20)]
+    standing_out = [hit("name", keyword_score=9.0, keyword_coverage=low), *rest]
+    flat = [hit("common", keyword_score=1.3, keyword_coverage=low), *rest]
+    assert keyword_trust(standing_out, query_words=MANY_WORDS) == 1.0
+    assert keyword_trust(flat, query_words=MANY_WORDS) == pytest.approx(1 / 16)
+    # a short question's best passage is still weighed by how much of it it holds
+    assert keyword_trust(standing_out, query_words=MANY_WORDS - 1) == pytest.approx(1 / 16)
+    assert keyword_trust(standing_out[:4], query_words=MANY_WORDS) == pytest.approx(1 / 16)  # too few to tell
 
 
 def test_unknown_mode_is_rejected():
