@@ -39,10 +39,10 @@ FULL_KEYWORD_COVERAGE: dict[Level, float | None] = {"chunks": 0.8, "documents": 
 # A question of several relations ("the state where the author of X died") holds more words than any one
 # passage, and its keyword side's best passage holds the rare name it hinges on and little else: low
 # coverage, for a reason other than chance. Such a passage stands far out of the keyword list, where chance
-# matches of common words score alike: in a question of MANY_WORDS words or more, a best passage STANDOUT
-# standard deviations above the list's mean keeps the keyword side's full weight. Chosen on MuSiQue dev
-# (4-hop R@5 of the rag graph's retrieval 31.5 -> 37.0), keeping the demo, SciFact and the documentation
-# sets as they were (benchmarks/reports/multihop.md).
+# matches of common words score alike: in a question of MANY_WORDS words or more (those keyword search looks
+# for, stopwords aside), a best passage STANDOUT standard deviations above the list's mean keeps the keyword
+# side's full weight. Chosen on MuSiQue dev (4-hop R@5 of the rag graph's retrieval 31.5 -> 37.0), keeping
+# the demo, SciFact and the documentation sets as they were (benchmarks/reports/multihop.md).
 STANDOUT, MANY_WORDS = 3.5, 7
 
 
