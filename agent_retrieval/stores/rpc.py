@@ -174,8 +174,8 @@ def _keyword_trust_sql(level: Level) -> str:
         "(select count(*) >= 5 and stddev_pop(k.keyword_score) > 0 and max(k.keyword_score) - "
         f"avg(k.keyword_score) >= {STANDOUT} * stddev_pop(k.keyword_score) from k)"
     )
-    return (
-        f"case when {words} >= {MANY_WORDS} and {stands_out} then 1 "
+    return (  # the words are counted (keyword_terms_* again) only when the list stands out
+        f"case when {stands_out} and {words} >= {MANY_WORDS} then 1 "
         f"else pg_catalog.power(least(1, coalesce({best}, {full}) / {full}), 2) end"
     )
 
@@ -766,7 +766,7 @@ def _ranked(
         kept.put(row["term"], found)
     if within is None:
         best = best_of_postings(list(lists.values()), k)
-    else:  # every row of a document list, scored
+    else:  # every row of a document list or of a listed filter, scored
         best = best_of_rows(list(lists.values()), within, k)
     ids = np.array([rowid for rowid, _ in best], dtype=np.int64)
     held = np.zeros(len(ids))

@@ -5,13 +5,13 @@ counts."""
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from cachetools import LRUCache
 
 from agent_retrieval.core.process import PROCESS, KeptInMemory, ProcessState
 from agent_retrieval.models import Level
@@ -70,7 +70,7 @@ class FileCache:
     stored: dict[Level, tuple[int, StoredLevel | None]] = field(default_factory=dict)  # generation, lists
     metadata: tuple[int, int, list[MetadataCount]] | None = None  # generation, max_values, counts
     # (level, where, params) -> the rows that scope leaves: the last SCOPES scopes searched
-    scopes: OrderedDict[Hashable, ScopeRows] = field(default_factory=OrderedDict)
+    scopes: LRUCache[Hashable, ScopeRows] = field(default_factory=lambda: LRUCache(maxsize=SCOPES))
 
     @property
     def nbytes(self) -> int:
@@ -84,17 +84,11 @@ class FileCache:
         """The rows a scope left at `generation`, if it was searched since the last write."""
         with self.lock:
             kept = self.scopes.get(key)
-            if kept is None or kept.generation != generation:
-                return None
-            self.scopes.move_to_end(key)
-            return kept
+            return kept if kept is not None and kept.generation == generation else None
 
     def keep_scope(self, key: Hashable, scope: ScopeRows) -> None:
         with self.lock:
             self.scopes[key] = scope
-            self.scopes.move_to_end(key)
-            while len(self.scopes) > SCOPES:
-                self.scopes.popitem(last=False)
 
 
 class FileCaches(KeptInMemory[FileCache]):

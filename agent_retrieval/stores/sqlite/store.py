@@ -418,8 +418,10 @@ class SQLiteStore(Store):
         scan answers: below `index_rows`, or a scope keeping too small a share of the rows for the graph's
         nearest to hold k of them (a document list, a selective filter: the scan reads only its rows)."""
         index = self._vector_index(level, matrix, searching=True)
-        if index is None or keep is None:
-            return None if index is None else index.search(query, k)
+        if index is None:
+            return None
+        if keep is None:
+            return index.search(query, k)
         depth = math.ceil(SCOPE_OVERREAD * k * len(matrix.rowids) / permitted)  # twice what the share asks
         if depth > MAX_SCOPED_DEPTH:
             return None
