@@ -189,8 +189,9 @@ class LocalEmbeddings(Embeddings):
 
     The bundled model runs on ONNX Runtime when it can (`runtime` "auto" or "onnx"): exported once from the
     bundled weights into `cache`, it embeds without importing torch, which is most of a command's start-up.
-    Its vectors equal sentence-transformers' (cosine 1.0000), so stores keep the same model id. Any other
-    model, or `runtime="torch"`, runs on sentence-transformers.
+    Its vectors equal sentence-transformers' (cosine 1.0000), so stores keep the same model id; a query's,
+    from its 8-bit copy (onnx_model.py), within cosine 0.9993. Any other model, or `runtime="torch"`, runs on
+    sentence-transformers.
     """
 
     def __init__(
@@ -211,18 +212,18 @@ class LocalEmbeddings(Embeddings):
         return cast(list[list[float]], self._encode(texts))
 
     def embed_query(self, text: str) -> list[float]:
-        return cast(list[float], self._encode([text])[0])
+        return cast(list[float], self._encode([text], query=True)[0])
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
         return cast(list[list[float]], await asyncio.to_thread(self._encode, texts))
 
     async def aembed_query(self, text: str) -> list[float]:
-        return cast(list[float], (await asyncio.to_thread(self._encode, [text]))[0])
+        return cast(list[float], (await asyncio.to_thread(self._encode, [text], query=True))[0])
 
-    def _encode(self, texts: list[str]) -> np.ndarray:
+    def _encode(self, texts: list[str], *, query: bool = False) -> np.ndarray:
         onnx = self._onnx()
         if onnx is not None:
-            vectors: np.ndarray = onnx.encode(texts)
+            vectors: np.ndarray = onnx.encode(texts, query=query)
             return vectors
         # Loaded once per process (it takes seconds), even when searches side by side ask for it at once.
         model = self.process.part(("sentence-transformer", self.model), lambda: _load(self.model))

@@ -5,6 +5,12 @@ The model is exported once from the bundled weights (with torch, which the `loca
 cache folder, written atomically beside a SHA-256 checksum; a file that fails its checksum is exported again.
 Mean pooling and normalisation are part of the exported graph, exactly as the sentence-transformers model
 defines them, so the file's output is the sentence embedding itself.
+
+A lone query runs on a copy whose matrix weights are 8-bit (blocks of 32, each with its own scale): one
+query's run reads the whole model from memory, and a quarter of the bytes makes it 1.7 times faster, while
+its vector stays within cosine 0.9993 of the float model's on 1,300 real questions, 0.9997 at the median
+(SciFact nDCG@10 unchanged to two decimals: benchmarks/int8.py). Stored vectors always come from the float
+model.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +78,52 @@ def load(model_dir: Path, cache: Path, runtime: str) -> OnnxModel | None:
                 ) from None
             log.warning("ONNX export failed (%s); the local model runs on sentence-transformers", error)
             return None
-    return OnnxModel(path, model_dir)
+    return OnnxModel(path, model_dir, _query_copy(path))
+
+
+def query_file(path: Path) -> Path:
+    """Where the 8-bit copy of the export at `path`, for lone queries, is kept."""
+    return path.with_name(f"{path.stem}-q8.onnx")
+
+
+def _query_copy(path: Path) -> Path | None:
+    """The 8-bit copy of the export, made once; None when it cannot be made here (queries then run on the
+    float model: slower, never wrong)."""
+    target = query_file(path)
+    if _verified(target):
+        return target
+    try:
+        _write(target, lambda staged: _quantize(path, staged))
+    except Exception as error:  # the quantizer's failures have no common type; any of them leaves fp32
+        log.warning("no 8-bit copy of the model for queries (%s); queries run on the float model", error)
+        return None
+    return target
+
+
+def _quantize(path: Path, staged: str) -> None:
+    import onnx
+
+    # Importing the quantizer calls logging.basicConfig, which would set up the caller's root logger at
+    # INFO; with a handler on the root for the import, it does nothing.
+    root, guard = logging.getLogger(), logging.NullHandler()
+    root.addHandler(guard)
+    try:
+        from onnxruntime.quantization import matmul_nbits_quantizer
+    finally:
+        root.removeHandler(guard)
+    # accuracy_level 4: the runs multiply in int8, which makes the copy faster; at 0 they would turn the
+    # weights back into floats first and run 3 times slower than the float model.
+    quantizer = matmul_nbits_quantizer.MatMulNBitsQuantizer(
+        onnx.load(str(path)), bits=8, block_size=32, is_symmetric=True, accuracy_level=4
+    )
+    quiet = matmul_nbits_quantizer.logger  # it logs every node it passes over at INFO
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        quantizer.process()
+    finally:
+        quiet.setLevel(level)
+    quantizer.model.save_model_to_file(staged, use_external_data_format=False)
 
 
 def status(model_dir: Path, cache: Path) -> str:
@@ -81,7 +133,10 @@ def status(model_dir: Path, cache: Path) -> str:
     if importlib.util.find_spec("onnxruntime") is None:
         return "sentence-transformers (torch): onnxruntime is not installed"
     path = model_file(model_dir, cache)
-    return f"onnxruntime ({path})" if path.exists() else f"onnxruntime once exported to {cache} (first use)"
+    if not path.exists():
+        return f"onnxruntime once exported to {cache} (first use)"
+    copy = query_file(path)
+    return f"onnxruntime ({path}; queries on {copy.name})" if copy.exists() else f"onnxruntime ({path})"
 
 
 def _verified(path: Path) -> bool:
@@ -102,9 +157,25 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _write(path: Path, write: Callable[[str], None]) -> None:
+    """A model file made by `write` into a staged name, then moved to `path` beside its checksum, each written
+    to a temporary file first: a crash leaves no file, or a file without a checksum, both made again."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, staged = tempfile.mkstemp(dir=path.parent, suffix=".onnx.partial")
+    os.close(handle)
+    try:
+        write(staged)
+        checksum = _sha256(Path(staged))
+        os.replace(staged, path)
+    finally:
+        Path(staged).unlink(missing_ok=True)
+    staged_sum = path.with_suffix(".sha256.partial")
+    staged_sum.write_text(checksum + "\n", encoding="utf-8")
+    os.replace(staged_sum, path.with_suffix(".sha256"))
+
+
 def _export(model_dir: Path, path: Path) -> None:
-    """Export the weights with mean pooling and normalisation into `path`, then its checksum, each written
-    to a temporary file first: a crash leaves no file, or a file without a checksum, both exported again."""
+    """Export the weights with mean pooling and normalisation into `path` (`_write`)."""
     import torch
     from transformers import AutoModel
 
@@ -123,13 +194,11 @@ def _export(model_dir: Path, path: Path) -> None:
             mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             return torch.nn.functional.normalize(mean, p=2, dim=1)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     sample = torch.ones(2, 8, dtype=torch.long)
     axes = {0: "batch", 1: "tokens"}
     names = ["input_ids", "attention_mask", "token_type_ids"]
-    handle, staged = tempfile.mkstemp(dir=path.parent, suffix=".onnx.partial")
-    os.close(handle)
-    try:
+
+    def write(staged: str) -> None:
         with transformers_bars_off():
             model = AutoModel.from_pretrained(str(model_dir)).eval()
         with warnings.catch_warnings(), torch.no_grad():
@@ -144,20 +213,16 @@ def _export(model_dir: Path, path: Path) -> None:
                 opset_version=17,
                 dynamo=False,
             )
-        checksum = _sha256(Path(staged))
-        os.replace(staged, path)
-    finally:
-        Path(staged).unlink(missing_ok=True)
-    staged_sum = path.with_suffix(".sha256.partial")
-    staged_sum.write_text(checksum + "\n", encoding="utf-8")
-    os.replace(staged_sum, path.with_suffix(".sha256"))
+
+    _write(path, write)
 
 
 class OnnxModel:
-    """The exported model and the model's own tokenizer; a lone query runs on one thread (leaving the other
-    cores to the keyword search beside it), batches on every core."""
+    """The exported model and the model's own tokenizer; a lone text runs on one thread (leaving the other
+    cores to the keyword search beside it), batches on every core, and a query on the 8-bit copy
+    (`query_path`) where there is one."""
 
-    def __init__(self, path: Path, model_dir: Path):
+    def __init__(self, path: Path, model_dir: Path, query_path: Path | None = None):
         from tokenizers import Tokenizer
 
         config = json.loads((model_dir / "sentence_bert_config.json").read_text(encoding="utf-8"))
@@ -165,15 +230,24 @@ class OnnxModel:
         self.tokenizer.enable_truncation(int(config["max_seq_length"]))
         self.tokenizer.no_padding()  # each batch is padded to its own longest text (encode)
         self.path = path
-        self.single = _session(path, threads=1)
+        self.query_path = query_path
+
+    @functools.cached_property
+    def single(self) -> Any:
+        return _session(self.path, threads=1)
 
     @functools.cached_property
     def batch(self) -> Any:
         return _session(self.path, threads=0)  # 0: ONNX Runtime's default, every core
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        """Unit vectors, one row per text; texts are batched by length, so little of a batch is padding."""
-        session = self.single if len(texts) == 1 else self.batch
+    @functools.cached_property
+    def query(self) -> Any:
+        return self.single if self.query_path is None else _session(self.query_path, threads=1)
+
+    def encode(self, texts: list[str], *, query: bool = False) -> np.ndarray:
+        """Unit vectors, one row per text; texts are batched by length, so little of a batch is padding. A
+        `query` (one text) runs on the 8-bit copy."""
+        session = self.query if query else self.single if len(texts) == 1 else self.batch
         tokens = [e.ids for e in self.tokenizer.encode_batch(texts)]
         order = sorted(range(len(texts)), key=lambda i: len(tokens[i]))
         vectors = np.empty((len(texts), 0), dtype=np.float32)
