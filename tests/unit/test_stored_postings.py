@@ -155,6 +155,54 @@ def test_a_version_3_store_gains_the_lists_and_the_log(tmp_path):
     assert dict(logged.fetchall()) == {"chunks": 5, "documents": 5}
 
 
+def test_lists_written_from_another_word_count_are_written_again_by_the_next_refresh(
+    tmp_path, monkeypatch, reads
+):
+    """A store's lists from before STORED_ROWS changed (an older version's file: 2,000) are read as they
+    are, and the next refresh writes them from the new count."""
+    path = tmp_path / "older.db"
+    store = SQLiteStore(path)
+    store.upsert(*corpus(400, 1), "test/none")
+    monkeypatch.setattr(stored_postings, "STORED_ROWS", 60)
+    store.refresh_indexes()
+    with store._db.read() as conn:
+        before = conn.execute("SELECT count(*) FROM keyword_postings WHERE level = 'chunks'").fetchone()[0]
+    store.close()
+    monkeypatch.setattr(stored_postings, "STORED_ROWS", 20)  # this version's count
+    store = SQLiteStore(path)
+    with store._db.read() as conn:
+        assert stored_postings.needs_writing(conn, "chunks")
+    for query in queries(11):  # the older lists, read until then
+        assert_ranked_as_every_row(store.keyword_search("chunks", query, 10), store.path, "chunks", query, 10)
+    assert reads
+    store.refresh_indexes()
+    with store._db.read() as conn:
+        assert not stored_postings.needs_writing(conn, "chunks")
+        after = conn.execute("SELECT count(*) FROM keyword_postings WHERE level = 'chunks'").fetchone()[0]
+        assert (
+            conn.execute("SELECT stored_rows FROM keyword_lengths WHERE level = 'chunks'").fetchone()[0] == 20
+        )
+    assert after > before
+    for query in queries(12):
+        assert_ranked_as_every_row(store.keyword_search("chunks", query, 10), store.path, "chunks", query, 10)
+
+
+def test_a_store_from_before_the_word_count_was_kept_has_lists_from_2000_rows(tmp_path):
+    """Every list written before the count was recorded was written from 2,000 rows."""
+    path = tmp_path / "v10.db"
+    conn = sqlite3.connect(path)
+    for statements in MIGRATIONS[:-1]:
+        for statement in statements:
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
+    conn.execute("INSERT INTO keyword_lengths VALUES ('chunks', 2.0, x'', x'')")
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(path)
+    with store._db.read() as conn:
+        assert conn.execute("SELECT stored_rows FROM keyword_lengths").fetchone()[0] == 2000
+
+
 def test_the_tokenizer_tokenizes_as_the_store_does():
     tokens = stored_postings.Tokenizer()
     assert tokens.tokens("running") == ("run",)
