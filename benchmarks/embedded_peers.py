@@ -210,8 +210,12 @@ def ours(store: Path, folder: Path, embedder: Embedder) -> Callable[[str, int], 
     return search
 
 
-def build(system: str, store: Path, folder: Path, embedder: Embedder) -> Callable[[str, int], list[str]]:
-    """The system over the store's chunks, as (query, k) -> chunk ids; peers embed the query as ours does."""
+def build(
+    system: str, store: Path, folder: Path, embedder: Embedder, peer_queries: str = "same"
+) -> Callable[[str, int], list[str]]:
+    """The system over the store's chunks, as (query, k) -> chunk ids. Peers embed the query as ours does
+    (`peer_queries` "same"), or on the float model ("float"), as Chroma's default embedding function runs
+    the same all-MiniLM-L6-v2: ours embeds a query on its 8-bit copy (providers/onnx_model.py)."""
     if system == "ours":
         return ours(store, folder, embedder)
     rows = read_rows(store)
@@ -222,19 +226,24 @@ def build(system: str, store: Path, folder: Path, embedder: Embedder) -> Callabl
         peer = chroma_peer(rows, folder)
     else:
         peer = sqlite_vec_peer(rows, folder, system.rsplit("-", 1)[1])
+    if peer_queries == "float":
+        model = embedder.embeddings._onnx()  # type: ignore[attr-defined]  # the local model's ONNX file
+        return lambda query, k: peer(query, model.encode([query])[0], k)
     return lambda query, k: peer(query, embedder.embed_query(query), k)
 
 
 # --- one system in one process -------------------------------------------------------------------
 
 
-def measure(system: str, store: Path, folder: Path, queries: dict[str, str], k: int) -> dict[str, Any]:
+def measure(
+    system: str, store: Path, folder: Path, queries: dict[str, str], k: int, peer_queries: str = "same"
+) -> dict[str, Any]:
     """Build (or reopen) the system in `folder`, run every query once timed; memory and disk are its own."""
     embedder = make_embedder(EmbeddingSettings())
     embedder.embed_query("load the model")
     before = _peak_rss_mb()
     started = time.perf_counter()
-    search = build(system, store, folder, embedder)
+    search = build(system, store, folder, embedder, peer_queries)
     built = time.perf_counter() - started
     for query in list(queries.values())[:10]:  # warm: first calls open files and fill caches
         search(query, k)
@@ -263,12 +272,13 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def in_process(system: str, store: Path, folder: Path, queries: dict[str, str], k: int) -> dict[str, Any]:
+def in_process(
+    system: str, store: Path, folder: Path, queries: dict[str, str], k: int, peer_queries: str = "same"
+) -> dict[str, Any]:
     """`measure` in a fresh interpreter, so no system's memory or caches count for another."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as spec:
-        json.dump(
-            {"system": system, "store": str(store), "folder": str(folder), "queries": queries, "k": k}, spec
-        )
+        job = {"system": system, "store": str(store), "folder": str(folder), "queries": queries, "k": k}
+        json.dump(job | {"peer_queries": peer_queries}, spec)
     asked, answer = Path(spec.name), Path(spec.name).with_suffix(".out.json")
     command = [sys.executable, "-m", "benchmarks.embedded_peers", "--one", str(asked)]
     quiet = os.environ | {"LANCE_LOG": "error", "RUST_LOG": "error"}  # LanceDB warns of a coming change
@@ -307,11 +317,11 @@ def quality(
 
 
 def speed(
-    size: int, store: Path, queries: dict[str, str], work: Path, systems: Sequence[str]
+    size: int, store: Path, queries: dict[str, str], work: Path, systems: Sequence[str], peer_queries: str
 ) -> dict[str, Any]:
     report = {}
     for system in systems:
-        found = in_process(system, store, work / f"{size}-{system}", queries, TOP_K)
+        found = in_process(system, store, work / f"{size}-{system}", queries, TOP_K, peer_queries)
         found.pop("ranked")
         report[system] = {key: round(value, 2) for key, value in found.items()}
         print(size, system, report[system], file=sys.stderr)
@@ -329,13 +339,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=RESULTS / "embedded-peers.json")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=SYSTEMS, help="some, in one run")
     parser.add_argument("--no-quality", action="store_true", help="speed only (quality needs no rerun)")
+    parser.add_argument(
+        "--peer-queries",
+        choices=["same", "float"],
+        default="same",
+        help="peers' query vectors: ours (same), or the float model's, as Chroma's default runs it",
+    )
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # a child: one system, one store
     args = parser.parse_args(argv)
     if args.one:
         spec = json.loads(args.one.read_text())
         folder = Path(spec["folder"])
         folder.mkdir(parents=True, exist_ok=True)
-        result = measure(spec["system"], Path(spec["store"]), folder, spec["queries"], spec["k"])
+        result = measure(
+            spec["system"], Path(spec["store"]), folder, spec["queries"], spec["k"], spec["peer_queries"]
+        )
         args.one.with_suffix(".out.json").write_text(json.dumps(result))
         return result
     missing = [
@@ -351,7 +369,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     timed = load_beir(args.dataset, "test", limit=args.queries).queries
     for size in args.sizes:
         store = Path(args.store.format(size=size))
-        report[f"{size} chunks"] = speed(size, store, timed, args.work, args.systems)
+        report[f"{size} chunks"] = speed(size, store, timed, args.work, args.systems, args.peer_queries)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
     return report
