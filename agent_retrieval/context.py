@@ -449,11 +449,13 @@ class EmbeddingSettings(_OpenAI, _Voyage, _Requests):
     local_runtime: LocalRuntime = setting(
         "auto",
         "How the bundled local model runs: onnx (ONNX Runtime, no torch import; exported once from the "
-        "bundled weights), torch (sentence-transformers), or auto (onnx when onnxruntime is installed).",
+        "bundled weights, a query on its 8-bit copy), torch (sentence-transformers), or auto (onnx when "
+        "onnxruntime is installed).",
     )
     local_model_cache: str = setting(
         "",
-        "Folder for the exported ONNX model (blank: agent-retrieval/ in $XDG_CACHE_HOME or ~/.cache).",
+        "Folder for the exported ONNX model and its 8-bit copy (blank: agent-retrieval/ in $XDG_CACHE_HOME "
+        "or ~/.cache).",
         env=("AGENT_RETRIEVAL_MODEL_CACHE",),
     )
     voyage_embedding_model: str = setting("voyage-3.5", "Voyage embedding model.")
