@@ -242,7 +242,14 @@ class OnnxModel:
 
     @functools.cached_property
     def query(self) -> Any:
-        return self.single if self.query_path is None else _session(self.query_path, threads=1)
+        if self.query_path is not None:
+            try:
+                return _session(self.query_path, threads=1)
+            except Exception as error:  # an ONNX Runtime without 8-bit MatMulNBits kernels, say
+                log.warning(
+                    "the model's 8-bit copy does not load (%s); queries run on the float model", error
+                )
+        return self.single
 
     def encode(self, texts: list[str], *, query: bool = False) -> np.ndarray:
         """Unit vectors, one row per text; texts are batched by length, so little of a batch is padding. A

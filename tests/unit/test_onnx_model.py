@@ -109,6 +109,20 @@ def test_without_the_quantizer_queries_run_on_the_float_model(cache, tmp_path, m
     assert sorted(f.name for f in tmp_path.iterdir()) == sorted([exported.name, f"{exported.stem}.sha256"])
 
 
+def test_a_copy_this_onnx_runtime_cannot_run_leaves_queries_on_the_float_model(cache, monkeypatch, caplog):
+    model = onnx_model.load(bundled_model_path(), cache, "onnx")
+    made = onnx_model._session
+
+    def session(path, *, threads):
+        if path == model.query_path:
+            raise RuntimeError("Could not find an implementation for MatMulNBits(1) node")
+        return made(path, threads=threads)
+
+    monkeypatch.setattr(onnx_model, "_session", session)
+    assert np.array_equal(model.encode([TEXTS[1]], query=True), model.encode([TEXTS[1]]))
+    assert "does not load" in caplog.text and "MatMulNBits" in caplog.text
+
+
 def test_each_run_of_the_model_holds_a_bounded_number_of_tokens(cache):
     """Attention's memory grows with texts x tokens², and ONNX Runtime keeps its largest run: 64 long texts
     at once held 2 GB. Texts of every length, long ones many times over, still embed alike."""
