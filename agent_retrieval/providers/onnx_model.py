@@ -7,8 +7,8 @@ Mean pooling and normalisation are part of the exported graph, exactly as the se
 defines them, so the file's output is the sentence embedding itself.
 
 A lone query runs on a copy whose matrix weights are 8-bit (blocks of 32, each with its own scale): one
-query's run reads the whole model from memory, and a quarter of the bytes makes it 1.7 times faster, while
-its vector stays within cosine 0.9993 of the float model's on 1,300 real questions, 0.9997 at the median
+query's run reads every matrix weight from memory, and a quarter of the bytes makes it 1.7 times faster,
+while its vector stays within cosine 0.9993 of the float model's on 1,300 real questions, 0.9997 at the median
 (SciFact nDCG@10 unchanged to two decimals: benchmarks/int8.py). Stored vectors always come from the float
 model.
 """
