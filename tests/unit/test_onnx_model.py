@@ -92,6 +92,15 @@ def test_making_the_copy_leaves_the_callers_logging_as_it_was(cache, tmp_path, l
     assert "skip to quantize" not in done.stderr
 
 
+async def test_an_awaited_query_runs_on_the_copy_too(cache):
+    embeddings = LocalEmbeddings(runtime="onnx", cache=str(cache))
+    model = onnx_model.load(bundled_model_path(), cache, "onnx")
+    awaited = np.asarray(await embeddings.aembed_query(TEXTS[1]))
+    assert np.array_equal(awaited, model.encode([TEXTS[1]], query=True)[0])
+    stored = np.asarray((await embeddings.aembed_documents([TEXTS[1]]))[0])
+    assert np.array_equal(stored, model.encode([TEXTS[1]])[0])
+
+
 def test_without_the_quantizer_queries_run_on_the_float_model(cache, tmp_path, monkeypatch, caplog):
     model_dir = bundled_model_path()
     exported = onnx_model.model_file(model_dir, cache)
