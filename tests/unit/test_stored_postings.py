@@ -189,7 +189,7 @@ def test_lists_written_from_another_word_count_are_written_again_by_the_next_ref
 
 def test_a_store_from_before_the_word_count_was_kept_has_lists_from_2000_rows(tmp_path):
     """Every list written before the count was recorded was written from 2,000 rows."""
-    path = tmp_path / "v10.db"
+    path = tmp_path / "older.db"
     conn = sqlite3.connect(path)
     for statements in MIGRATIONS[:-1]:
         for statement in statements:
