@@ -179,28 +179,26 @@ def test_lists_written_from_another_word_count_are_written_again_by_the_next_ref
     with store._db.read() as conn:
         assert not stored_postings.needs_writing(conn, "chunks")
         after = conn.execute("SELECT count(*) FROM keyword_postings WHERE level = 'chunks'").fetchone()[0]
-        assert (
-            conn.execute("SELECT stored_rows FROM keyword_lengths WHERE level = 'chunks'").fetchone()[0] == 20
-        )
+        assert stored_postings._written_from(conn, "chunks") == 20
     assert after > before
     for query in queries(12):
         assert_ranked_as_every_row(store.keyword_search("chunks", query, 10), store.path, "chunks", query, 10)
 
 
-def test_a_store_from_before_the_word_count_was_kept_has_lists_from_2000_rows(tmp_path):
-    """Every list written before the count was recorded was written from 2,000 rows."""
-    path = tmp_path / "older.db"
-    conn = sqlite3.connect(path)
-    for statements in MIGRATIONS[:-1]:
-        for statement in statements:
-            conn.execute(statement)
-    conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
-    conn.execute("INSERT INTO keyword_lengths VALUES ('chunks', 2.0, x'', x'')")
-    conn.commit()
-    conn.close()
-    store = SQLiteStore(path)
+def test_lists_an_older_version_wrote_are_taken_as_written_from_2000_rows(tmp_path, monkeypatch, reads):
+    """Older versions wrote no note of the count (and must still be able to write lists into the file, so
+    the note is not a column of keyword_lengths): their lists count as written from 2,000 rows."""
+    store = SQLiteStore(tmp_path / "older.db")
+    store.upsert(*corpus(400, 1), "test/none")
+    store.refresh_indexes()
+    with store._db.write() as conn:
+        conn.execute("DELETE FROM store_info WHERE key = 'chunks lists from'")  # as an older version left it
     with store._db.read() as conn:
-        assert conn.execute("SELECT stored_rows FROM keyword_lengths").fetchone()[0] == 2000
+        assert stored_postings._written_from(conn, "chunks") == 2_000
+        assert stored_postings.needs_writing(conn, "chunks")
+        assert not stored_postings.needs_writing(conn, "documents")
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(keyword_lengths)")]
+    assert columns == ["level", "title_weight", "rowids", "lengths"]
 
 
 def test_the_tokenizer_tokenizes_as_the_store_does():

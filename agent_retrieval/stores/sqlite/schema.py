@@ -157,9 +157,6 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX documents_metadata ON documents (metadata)",
         "CREATE INDEX chunks_metadata ON chunks (metadata, document_id)",
     ],
-    # The word count from which a level's lists hold a word, so lists written under another one are written
-    # again by the next refresh (every list before this was written from 2,000 rows).
-    ["ALTER TABLE keyword_lengths ADD COLUMN stored_rows INTEGER NOT NULL DEFAULT 2000"],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

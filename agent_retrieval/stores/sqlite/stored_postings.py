@@ -178,13 +178,20 @@ def _varints(blob: bytes) -> list[int]:
 def needs_writing(conn: sqlite3.Connection, level: Level) -> bool:
     """Whether the level's lists should be written (again): none yet on a level with a word that common,
     lists of another title weight or from another word count, or too many rows written since."""
-    sql = "SELECT title_weight, stored_rows FROM keyword_lengths WHERE level = ?"
-    row = conn.execute(sql, (level,)).fetchone()
+    row = conn.execute("SELECT title_weight FROM keyword_lengths WHERE level = ?", (level,)).fetchone()
     rows = conn.execute(f"SELECT count(*) FROM {TABLE[level]}").fetchone()[0]
-    if row is None or tuple(row) != (TITLE_WEIGHT, STORED_ROWS):
+    if row is None or row[0] != TITLE_WEIGHT or _written_from(conn, level) != STORED_ROWS:
         return bool(rows >= STORED_ROWS)
     changed, runs = _changed(conn, level)
     return len(changed) > REWRITE_SHARE * rows or len(runs) > MAX_CHANGED_RUNS // 2
+
+
+def _written_from(conn: sqlite3.Connection, level: Level) -> int:
+    """The word count the level's lists were written from. Kept in store_info, not in keyword_lengths, so
+    that an older version, which writes that table's four columns, can still write lists into this file;
+    lists it wrote without the note were written from 2,000."""
+    row = conn.execute("SELECT value FROM store_info WHERE key = ?", (f"{level} lists from",)).fetchone()
+    return int(row[0]) if row else 2_000
 
 
 def write(conn: sqlite3.Connection, level: Level, *, progress: bool = False) -> None:
@@ -224,9 +231,10 @@ def write(conn: sqlite3.Connection, level: Level, *, progress: bool = False) -> 
     rowids = np.array([r[0] for r in sizes], dtype=np.uint32)
     lengths = np.array([sum(_varints(r[1])) for r in sizes], dtype=np.uint32)
     conn.execute(
-        "INSERT INTO keyword_lengths VALUES (?, ?, ?, ?, ?)",
-        (level, TITLE_WEIGHT, rowids.tobytes(), lengths.tobytes(), STORED_ROWS),
+        "INSERT INTO keyword_lengths (level, title_weight, rowids, lengths) VALUES (?, ?, ?, ?)",
+        (level, TITLE_WEIGHT, rowids.tobytes(), lengths.tobytes()),
     )
+    conn.execute("INSERT OR REPLACE INTO store_info VALUES (?, ?)", (f"{level} lists from", str(STORED_ROWS)))
 
 
 class Tokenizer:
