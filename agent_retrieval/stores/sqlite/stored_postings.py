@@ -187,9 +187,10 @@ def needs_writing(conn: sqlite3.Connection, level: Level) -> bool:
 
 
 def _written_from(conn: sqlite3.Connection, level: Level) -> int:
-    """The word count the level's lists were written from. Kept in store_info, not in keyword_lengths, so
-    that an older version, which writes that table's four columns, can still write lists into this file;
-    lists it wrote without the note were written from 2,000."""
+    """The word count the level's lists were written from: a note in store_info, not a column of
+    keyword_lengths, so an older version (which inserts that table's four columns) can still write lists into
+    this file. Lists with no note were written from 2,000 rows; an older version's rewrite leaves the note as
+    it was, which costs first sights their speed until the next rewrite, never a ranking."""
     row = conn.execute("SELECT value FROM store_info WHERE key = ?", (f"{level} lists from",)).fetchone()
     return int(row[0]) if row else 2_000
 
