@@ -102,7 +102,7 @@ def load(model_dir: Path, cache: Path, runtime: str) -> OnnxModel | None:
                 ) from None
             log.warning("ONNX export failed (%s); the local model runs on sentence-transformers", error)
             return None
-    return OnnxModel(path, model_dir, _query_copy(path))
+    return OnnxModel(path, model_dir)
 
 
 def query_file(path: Path) -> Path:
@@ -244,9 +244,10 @@ def _export(model_dir: Path, path: Path) -> None:
 class OnnxModel:
     """The exported model and the model's own tokenizer; a lone text runs on one thread (leaving the other
     cores to the keyword search beside it), batches on every core, and a query on the 8-bit copy
-    (`query_path`) where there is one."""
+    (`query_path`) where there is one: made, or checked, at the first query, so a process that only
+    ingests never reads it."""
 
-    def __init__(self, path: Path, model_dir: Path, query_path: Path | None = None):
+    def __init__(self, path: Path, model_dir: Path):
         from tokenizers import Tokenizer
 
         config = json.loads((model_dir / "sentence_bert_config.json").read_text(encoding="utf-8"))
@@ -254,7 +255,6 @@ class OnnxModel:
         self.tokenizer.enable_truncation(int(config["max_seq_length"]))
         self.tokenizer.no_padding()  # each batch is padded to its own longest text (encode)
         self.path = path
-        self.query_path = query_path
 
     @functools.cached_property
     def single(self) -> Any:
@@ -263,6 +263,10 @@ class OnnxModel:
     @functools.cached_property
     def batch(self) -> Any:
         return _session(self.path, threads=0)  # 0: ONNX Runtime's default, every core
+
+    @functools.cached_property
+    def query_path(self) -> Path | None:
+        return _query_copy(self.path)
 
     @functools.cached_property
     def query(self) -> Any:

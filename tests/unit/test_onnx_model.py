@@ -101,6 +101,18 @@ async def test_an_awaited_query_runs_on_the_copy_too(cache):
     assert np.array_equal(stored, model.encode([TEXTS[1]])[0])
 
 
+def test_the_copy_is_made_at_the_first_query_not_by_embedding_documents(cache, tmp_path):
+    exported = onnx_model.model_file(bundled_model_path(), cache)
+    for source in (exported, exported.with_suffix(".sha256")):
+        (tmp_path / source.name).write_bytes(source.read_bytes())
+    model = onnx_model.load(bundled_model_path(), tmp_path, "onnx")
+    model.encode(TEXTS[:3])
+    model.encode([TEXTS[1]])
+    assert not onnx_model.query_file(model.path).exists()  # an ingest never makes or reads it
+    model.encode([TEXTS[1]], query=True)
+    assert onnx_model.query_file(model.path).exists()
+
+
 def test_without_the_quantizer_queries_run_on_the_float_model(cache, tmp_path, monkeypatch, caplog):
     model_dir = bundled_model_path()
     exported = onnx_model.model_file(model_dir, cache)
