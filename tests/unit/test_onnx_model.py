@@ -101,10 +101,16 @@ async def test_an_awaited_query_runs_on_the_copy_too(cache):
     assert np.array_equal(stored, model.encode([TEXTS[1]])[0])
 
 
-def test_the_copy_is_made_at_the_first_query_not_by_embedding_documents(cache, tmp_path):
+def export_only(cache: Path, folder: Path) -> Path:
+    """The cached export and its checksum copied into `folder`, without an 8-bit copy."""
     exported = onnx_model.model_file(bundled_model_path(), cache)
     for source in (exported, exported.with_suffix(".sha256")):
-        (tmp_path / source.name).write_bytes(source.read_bytes())
+        (folder / source.name).write_bytes(source.read_bytes())
+    return exported
+
+
+def test_the_copy_is_made_at_the_first_query_not_by_embedding_documents(cache, tmp_path):
+    export_only(cache, tmp_path)
     model = onnx_model.load(bundled_model_path(), tmp_path, "onnx")
     model.encode(TEXTS[:3])
     model.encode([TEXTS[1]])
@@ -115,9 +121,7 @@ def test_the_copy_is_made_at_the_first_query_not_by_embedding_documents(cache, t
 
 def test_without_the_quantizer_queries_run_on_the_float_model(cache, tmp_path, monkeypatch, caplog):
     model_dir = bundled_model_path()
-    exported = onnx_model.model_file(model_dir, cache)
-    for source in (exported, exported.with_suffix(".sha256")):  # the export, without a copy
-        (tmp_path / source.name).write_bytes(source.read_bytes())
+    exported = export_only(cache, tmp_path)
 
     def missing(path, staged):
         raise ImportError("No module named 'onnx_ir'")
