@@ -449,8 +449,8 @@ class EmbeddingSettings(_OpenAI, _Voyage, _Requests):
     local_runtime: LocalRuntime = setting(
         "auto",
         "How the bundled local model runs: onnx (ONNX Runtime, no torch import; exported once from the "
-        "bundled weights, a query on its 8-bit copy), torch (sentence-transformers), or auto (onnx when "
-        "onnxruntime is installed).",
+        "bundled weights, a query on its 8-bit copy where the CPU has 8-bit products), torch "
+        "(sentence-transformers), or auto (onnx when onnxruntime is installed).",
     )
     local_model_cache: str = setting(
         "",

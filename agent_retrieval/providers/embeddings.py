@@ -190,8 +190,8 @@ class LocalEmbeddings(Embeddings):
     The bundled model runs on ONNX Runtime when it can (`runtime` "auto" or "onnx"): exported once from the
     bundled weights into `cache`, it embeds without importing torch, which is most of a command's start-up.
     Its vectors equal sentence-transformers' (cosine 1.0000), so stores keep the same model id; a query's,
-    from its 8-bit copy (onnx_model.py), within cosine 0.9993. Any other model, or `runtime="torch"`, runs on
-    sentence-transformers.
+    from its 8-bit copy where the CPU has 8-bit products (onnx_model.py), within cosine 0.9993. Any other
+    model, or `runtime="torch"`, runs on sentence-transformers.
     """
 
     def __init__(

@@ -6,11 +6,13 @@ cache folder, written atomically beside a SHA-256 checksum; a file that fails it
 Mean pooling and normalisation are part of the exported graph, exactly as the sentence-transformers model
 defines them, so the file's output is the sentence embedding itself.
 
-A lone query runs on a copy whose matrix weights are 8-bit (blocks of 32, each with its own scale): one
-query's run reads every matrix weight from memory, and a quarter of the bytes makes it 1.7 times faster,
-while its vector stays within cosine 0.9993 of the float model's on 1,300 real questions, 0.9997 at the median
-(SciFact nDCG@10 unchanged to two decimals: benchmarks/int8.py). Stored vectors always come from the float
-model.
+On a CPU that multiplies 8-bit integers in one instruction, a lone query runs on a copy whose matrix
+weights are 8-bit (blocks of 32, each with its own scale): one query's run reads every matrix weight from
+memory, and a quarter of the bytes made it 1.8 times faster on AVX-512 VNNI, while its vector stays within
+cosine 0.9993 of the float model's on 1,300 real questions, 0.9997 at the median (SciFact nDCG@10 unchanged
+to two decimals: benchmarks/int8.py). Without such an instruction ONNX Runtime emulates the products and the
+copy ran slower than the float model (AVX2 only: 14.5 against 13.1 ms, p95 25.0 against 19.4), so there
+queries stay on the float model and no copy is made. Stored vectors always come from the float model.
 """
 
 from __future__ import annotations
@@ -110,7 +112,19 @@ def query_file(path: Path) -> Path:
     return path.with_name(f"{path.stem}-q8.onnx")
 
 
-def _query_copy(path: Path) -> Path | None:
+def int8_products() -> bool:
+    """Whether this CPU multiplies 8-bit integers in one instruction (x86's AVX-512 VNNI, Arm's dot
+    product), as NumPy's own dispatch detects them: where the 8-bit copy makes a query faster."""
+    for module in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):  # NumPy 2, then 1
+        try:
+            features = importlib.import_module(module).__cpu_features__
+        except (ImportError, AttributeError):
+            continue
+        return bool(features.get("AVX512VNNI") or features.get("ASIMDDP"))
+    return False
+
+
+def query_copy(path: Path) -> Path | None:
     """The 8-bit copy of the export, made once; None when it cannot be made here (queries then run on the
     float model: slower, never wrong)."""
     target = query_file(path)
@@ -160,7 +174,8 @@ def status(model_dir: Path, cache: Path) -> str:
     if not path.exists():
         return f"onnxruntime once exported to {cache} (first use)"
     copy = query_file(path)
-    return f"onnxruntime ({path}; queries on {copy.name})" if copy.exists() else f"onnxruntime ({path})"
+    used = copy.exists() and int8_products()
+    return f"onnxruntime ({path}; queries on {copy.name})" if used else f"onnxruntime ({path})"
 
 
 def _verified(path: Path) -> bool:
@@ -244,8 +259,8 @@ def _export(model_dir: Path, path: Path) -> None:
 class OnnxModel:
     """The exported model and the model's own tokenizer; a lone text runs on one thread (leaving the other
     cores to the keyword search beside it), batches on every core, and a query on the 8-bit copy
-    (`query_path`) where there is one: made, or checked, at the first query, so a process that only
-    ingests never reads it."""
+    (`query_path`) where the CPU has 8-bit products and the copy can be made: made, or checked, at the first
+    query, so a process that only ingests never reads it."""
 
     def __init__(self, path: Path, model_dir: Path):
         from tokenizers import Tokenizer
@@ -266,7 +281,7 @@ class OnnxModel:
 
     @functools.cached_property
     def query_path(self) -> Path | None:
-        return _query_copy(self.path)
+        return query_copy(self.path) if int8_products() else None
 
     @functools.cached_property
     def query(self) -> Any:
@@ -281,7 +296,7 @@ class OnnxModel:
 
     def encode(self, texts: list[str], *, query: bool = False) -> np.ndarray:
         """Unit vectors, one row per text; texts are batched by length, so little of a batch is padding. A
-        `query` (one text) runs on the 8-bit copy."""
+        `query` (one text) runs on the 8-bit copy where there is one."""
         session = self.query if query else self.single if len(texts) == 1 else self.batch
         tokens = [e.ids for e in self.tokenizer.encode_batch(texts)]
         order = sorted(range(len(texts)), key=lambda i: len(tokens[i]))
