@@ -12,7 +12,8 @@ import pytest
 from agent_retrieval.context import Context
 from agent_retrieval.ingest import IngestReport, ingest_for_caller, pipeline
 from agent_retrieval.ingest.turns import NoTurn, Turns
-from agent_retrieval.models import ChunkSearchRequest
+from agent_retrieval.ingest.worker import chunked_apart
+from agent_retrieval.models import ChunkSearchRequest, Document
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.search.retrieval import Retrieval
 from tests.conftest import WordHashEmbeddings
@@ -66,9 +67,16 @@ class SlowEmbeddings(WordHashEmbeddings):
 
 
 def test_a_callers_write_embeds_for_its_time_and_stores_the_rest_for_keyword_search(tmp_path):
-    context = Context(db_path=str(tmp_path / "store.db"), caller_write_seconds=1, embedding_batch_size=8)
-    embedder = Embedder(SlowEmbeddings(), "test/word-hash", batch_size=8)
     content = "\n\n".join(f"Paragraph {n} about the Zephyrine quokka sanctuary. " * 8 for n in range(200))
+    # The write's time counts its chunking in a new process too (1.2 s on a slow machine): a second more
+    # than that embeds a few of its 13 batches of 0.3 s, never all.
+    started = time.monotonic()
+    chunked_apart([Document(id="d", title="Sanctuary", content=content)], 1000, 100, 60)
+    seconds = round(time.monotonic() - started + 1.0, 1)
+    context = Context(
+        db_path=str(tmp_path / "store.db"), caller_write_seconds=seconds, embedding_batch_size=8
+    )
+    embedder = Embedder(SlowEmbeddings(), "test/word-hash", batch_size=8)
     with Retrieval(context, embedder=embedder) as retrieval:
         report = ingest_for_caller(
             [("documents[0]", {"title": "Sanctuary", "content": content})],
@@ -79,7 +87,8 @@ def test_a_callers_write_embeds_for_its_time_and_stores_the_rest_for_keyword_sea
         )
         hits = retrieval.search(ChunkSearchRequest(query="Paragraph 199 Zephyrine", top_k=1), "chunks").hits
     assert report.written == 1 and report.embedded > 0 and report.unembedded > 0
-    assert "the 1 s one caller's write may embed for are spent (caller_write_seconds)" in report.errors[0]
+    spent = f"the {seconds:g} s one caller's write may embed for are spent (caller_write_seconds)"
+    assert spent in report.errors[0]
     assert hits and "Paragraph 199" in hits[0].content  # stored whole: keyword search finds the last part
 
 
