@@ -6,9 +6,9 @@ chunker, is given hostile text of two sizes, four times apart: runs of spaces, t
 "*", "_", "<", "{", nested brackets and such, on one long line, in a heading, under an underline. Linear work
 takes about 4x as long; this fails past 2.5x per doubling (6.25x), where quadratic work takes 16x.
 
-The time measured is wall time, the fastest of a few runs, and a rare slow run is retried before anything
-is failed. Where a parser is quadratic whatever we do (docutils), it is stopped after a time linear in the
-text's size, and that bound is what is measured.
+The time measured is wall time, the fastest of a few runs of each size taken in turn, and a slow
+measurement is retried before anything is failed. Where a parser is quadratic whatever we do (docutils),
+it is stopped after a time linear in the text's size, and that bound is what is measured.
 """
 
 from __future__ import annotations
@@ -100,21 +100,23 @@ def word_file(text: str) -> bytes:
 SUFFIXES = [".md", ".txt", ".rst", ".html", ".ipynb", ".json", ".csv", ".py", ".sql", ".docx"]
 
 
-def seconds(work: Callable[[], object]) -> float:
-    """The fastest of RUNS runs of `work`, in wall time, the garbage collector paused: late in the suite its
-    full passes scan a heap of thousands of tests, so 4x the objects cost more than 4x the time (once 6.9x
-    for 4x the text in CI, where the same run alone takes 4.6x), a cost of the suite, not of the input."""
-    fastest = float("inf")
+def fastest_times(small: Callable[[], object], large: Callable[[], object]) -> tuple[float, float]:
+    """The fastest of RUNS runs of each, in wall time, the two taken in turn so that a spell of a busy machine
+    slows both (measured one after the other, a busy spell once fell on the larger only: 8.1x for 4x the text,
+    where the same input takes 4.0x), and the garbage collector paused: late in the suite its full passes scan
+    a heap of thousands of tests, so 4x the objects cost more than 4x the time."""
+    fastest = [float("inf"), float("inf")]
     gc.collect()
     gc.disable()
     try:
         for _ in range(RUNS):
-            start = time.perf_counter()
-            work()
-            fastest = min(fastest, time.perf_counter() - start)
+            for which, work in enumerate((small, large)):
+                start = time.perf_counter()
+                work()
+                fastest[which] = min(fastest[which], time.perf_counter() - start)
     finally:
         gc.enable()
-    return fastest
+    return fastest[0], fastest[1]
 
 
 def assert_linear(work: Callable[[T], object], make: Callable[[int], T]) -> None:
@@ -122,9 +124,8 @@ def assert_linear(work: Callable[[T], object], make: Callable[[int], T]) -> None
     input is not timed)."""
     most = MOST_PER_DOUBLING**2
     small, large = make(SMALL), make(LARGE)
-    for _ in range(2):  # a second look before failing: one slow measurement is the machine, not the code
-        before = seconds(lambda: work(small))
-        after = seconds(lambda: work(large))
+    for _ in range(3):  # another look before failing: a slow measurement is the machine, not the code
+        before, after = fastest_times(lambda: work(small), lambda: work(large))
         ratio = after / max(before, 0.005)  # below 5 ms the clock's own steps dominate
         if ratio <= most:
             return
