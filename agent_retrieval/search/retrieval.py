@@ -234,15 +234,18 @@ class Retrieval:
             limit = self.context.summarize_max_chunks
             hits = yield call(store.document_chunks, store.adocument_chunks, scope, limit + 1)
             return _summary(request, hits, limit)
-        candidates = yield from self._candidates(request, level, store)
+        # Passages are fused by their ids and scores alone (but for the entity boost, which reads their
+        # text): only the returned ones' rows are read. A document carries the passage it was found by.
+        rows = level == "documents" or bool(self.context.entity_boost)
+        candidates = yield from self._candidates(request, level, store, rows=rows)
         reranker = (
             (yield blocking(lambda: self.reranker)) if rerank and self.context.rerank_candidates else None
         )
-        if reranker is None:
-            return self.rank(request, level, candidates)
-        depth = max(request.top_k, self.context.rerank_candidates)
+        depth = max(request.top_k, self.context.rerank_candidates) if reranker else request.top_k
         result = self.rank(request, level, candidates, depth=depth)
-        if len(result.hits) < 2:
+        if not rows:
+            result = replace(result, hits=(yield call(store.with_rows, store.awith_rows, result.hits)))
+        if reranker is None or len(result.hits) < 2:
             return result
         hits, failure = yield from rerank_hits(reranker, request.query, result.hits, self.context)
         return replace(
@@ -252,9 +255,12 @@ class Retrieval:
             degraded=result.degraded + ([failure] if failure else []),
         )
 
-    def _candidates(self, request: SearchRequest, level: Level, store: Store) -> Steps[Candidates]:
+    def _candidates(
+        self, request: SearchRequest, level: Level, store: Store, *, rows: bool = True
+    ) -> Steps[Candidates]:
         """Keyword search and the vector side at once, settled at the tool's deadline. Documents are also
-        searched by their passages, each at its best (search/documents.py)."""
+        searched by their passages, each at its best (search/documents.py). Without `rows`, the hits may be
+        ids and scores only (Store.with_rows)."""
         keyword = call(
             store.keyword_search,
             store.akeyword_search,
@@ -263,9 +269,10 @@ class Retrieval:
             self.context.candidates,
             filters=request.filters,
             document_ids=_scope(request),
+            rows=rows,
         )
         keyword_outcome, vector_outcome = yield Together(
-            [single(keyword), self._vector_side(request, level)],
+            [single(keyword), self._vector_side(request, level, rows)],
             self.context.tool_timeout_seconds,
             self.resources.search_pool,
         )
@@ -274,7 +281,7 @@ class Retrieval:
             return candidates
         return replace(candidates, keyword_hits=each_at_best(candidates.keyword_hits))
 
-    def _vector_side(self, request: SearchRequest, level: Level) -> Steps[_VectorSide]:
+    def _vector_side(self, request: SearchRequest, level: Level, rows: bool) -> Steps[_VectorSide]:
         """The query vector (hyde.py) and vector search; a failure degrades to no vector hits."""
         # Building the embedder or chat model reads files: off the event loop.
         degraded, hyde_arguments = yield blocking(
@@ -296,7 +303,9 @@ class Retrieval:
             store = self.store
             try:
                 arguments = self._vector_arguments(request)
-                hits = yield call(store.vector_search, store.avector_search, "chunks", vector, **arguments)
+                hits = yield call(
+                    store.vector_search, store.avector_search, "chunks", vector, rows=rows, **arguments
+                )
                 if level == "documents":
                     documents = yield call(
                         store.vector_search, store.avector_search, level, vector, **arguments

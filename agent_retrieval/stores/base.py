@@ -143,6 +143,7 @@ class VectorSearch(NamedTuple):
     filters: dict[str, Any] | None
     document_ids: list[str] | None
     min_similarity: float
+    rows: bool = True  # False: the hits' rows may be left unread (Store.with_rows reads them)
 
 
 class KeywordSearch(NamedTuple):
@@ -153,10 +154,11 @@ class KeywordSearch(NamedTuple):
     k: int
     filters: dict[str, Any] | None
     document_ids: list[str] | None
+    rows: bool = True
 
 
 def checked_vector_search(
-    level: Any, vector: Any, k: Any, filters: Any, document_ids: Any, min_similarity: Any
+    level: Any, vector: Any, k: Any, filters: Any, document_ids: Any, min_similarity: Any, rows: Any = True
 ) -> VectorSearch | None:
     """The search checked, or None when nothing can match (a vector without direction, an empty scope)."""
     checked = (
@@ -170,11 +172,11 @@ def checked_vector_search(
     level, unit_vector, k, filters, document_ids, min_similarity = checked
     if unit_vector is None or document_ids == []:
         return None
-    return VectorSearch(level, unit_vector, k, filters, document_ids, min_similarity)
+    return VectorSearch(level, unit_vector, k, filters, document_ids, min_similarity, bool(rows))
 
 
 def checked_keyword_search(
-    level: Any, query: Any, k: Any, filters: Any, document_ids: Any
+    level: Any, query: Any, k: Any, filters: Any, document_ids: Any, rows: Any = True
 ) -> KeywordSearch | None:
     """The search checked, or None when nothing can match (a blank query, an empty scope)."""
     search = KeywordSearch(
@@ -183,6 +185,7 @@ def checked_keyword_search(
         SEARCH_K.check("k", k),
         check_filters(filters),
         check_scope(document_ids),
+        bool(rows),
     )
     return None if not search.query.strip() or search.document_ids == [] else search
 
@@ -424,9 +427,13 @@ class Store(ABC):
         filters: dict[str, Any] | None = None,
         document_ids: Sequence[str] | None = None,
         min_similarity: float = -1.0,
+        rows: bool = True,
     ) -> list[Hit]:
-        """The k rows most similar to `vector` (cosine), best first, with `vector_similarity` set."""
-        search = checked_vector_search(level, vector, k, filters, document_ids, min_similarity)
+        """The k rows most similar to `vector` (cosine), best first, with `vector_similarity` set. With
+        `rows=False` a store may leave each hit's title, text, heading path and metadata empty (its id,
+        document, ordinal and scores are always there): for a caller that ranks many candidates and reads the
+        rows of a few (`with_rows`)."""
+        search = checked_vector_search(level, vector, k, filters, document_ids, min_similarity, rows)
         return self._vector_search(search) if search else []
 
     @final
@@ -438,12 +445,21 @@ class Store(ABC):
         *,
         filters: dict[str, Any] | None = None,
         document_ids: Sequence[str] | None = None,
+        rows: bool = True,
     ) -> list[Hit]:
         """The k best BM25 matches of the query's words, best first, with `keyword_score` set (higher is
         better) and, on the best match at least, `keyword_coverage` (fusion weighs the keyword side by it).
-        The query is plain text: any search-syntax characters in it are treated as ordinary text."""
-        search = checked_keyword_search(level, query, k, filters, document_ids)
+        The query is plain text: any search-syntax characters in it are treated as ordinary text. `rows` as
+        for `vector_search`."""
+        search = checked_keyword_search(level, query, k, filters, document_ids, rows)
         return self._keyword_search(search) if search else []
+
+    @final
+    def with_rows(self, hits: Sequence[Hit]) -> list[Hit]:
+        """`hits` (of a search with `rows=False`) with their stored title, text, heading path and metadata,
+        in order, each keeping its scores and ranks; a hit whose row is gone since it was found is left
+        out."""
+        return self._with_rows(list(hits)) if hits else []
 
     @final
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
@@ -505,8 +521,9 @@ class Store(ABC):
         filters: dict[str, Any] | None = None,
         document_ids: Sequence[str] | None = None,
         min_similarity: float = -1.0,
+        rows: bool = True,
     ) -> list[Hit]:
-        search = checked_vector_search(level, vector, k, filters, document_ids, min_similarity)
+        search = checked_vector_search(level, vector, k, filters, document_ids, min_similarity, rows)
         return await self._avector_search(search) if search else []
 
     @final
@@ -518,9 +535,14 @@ class Store(ABC):
         *,
         filters: dict[str, Any] | None = None,
         document_ids: Sequence[str] | None = None,
+        rows: bool = True,
     ) -> list[Hit]:
-        search = checked_keyword_search(level, query, k, filters, document_ids)
+        search = checked_keyword_search(level, query, k, filters, document_ids, rows)
         return await self._akeyword_search(search) if search else []
+
+    @final
+    async def awith_rows(self, hits: Sequence[Hit]) -> list[Hit]:
+        return await self._awith_rows(list(hits)) if hits else []
 
     @final
     async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
@@ -601,6 +623,13 @@ class Store(ABC):
 
     async def _akeyword_search(self, search: KeywordSearch) -> list[Hit]:
         return await asyncio.to_thread(self._keyword_search, search)
+
+    def _with_rows(self, hits: list[Hit]) -> list[Hit]:
+        """A store whose searches always read their rows has them already."""
+        return hits
+
+    async def _awith_rows(self, hits: list[Hit]) -> list[Hit]:
+        return hits
 
     async def _adocument_chunks(self, document_ids: list[str], limit: int) -> list[Hit]:
         return await asyncio.to_thread(self._document_chunks, document_ids, limit)
