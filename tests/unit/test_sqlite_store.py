@@ -570,4 +570,5 @@ async def test_a_search_without_rows_gives_ids_and_scores_and_with_rows_the_rest
     assert await store.awith_rows(bare) == full
     gone = full[1].document_id
     store.delete_documents([gone])
-    assert store.with_rows(bare) == [h for h in full if h.document_id != gone]  # a row deleted since: left out
+    # a row deleted since the search is left out
+    assert store.with_rows(bare) == [h for h in full if h.document_id != gone]
