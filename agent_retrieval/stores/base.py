@@ -115,6 +115,23 @@ def check_similarity(min_similarity: Any) -> float:
     return float(min_similarity)
 
 
+def check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{name}: must be True or False (got {repr(value)[:40]})")
+    return value
+
+
+def check_found(hits: Sequence[Hit]) -> list[Hit]:
+    """Hits of a search, each with an id a store can look up, at most MAX_WINDOWS (what one call returns)."""
+    if len(hits) > MAX_WINDOWS:
+        raise InvalidRequest(f"hits: at most {MAX_WINDOWS} at a time (got {len(hits)})")
+    for hit in hits:
+        if not isinstance(hit, Hit):
+            raise InvalidRequest(f"hits: must be the hits of a search (got {type(hit).__name__})")
+        ID.check("id", hit.id)
+    return list(hits)
+
+
 def check_rows(documents: Sequence[Document], chunks: Sequence[Chunk]) -> None:
     """What an upsert writes: ids every other call can name and text every backend can hold, each chunk
     with its document in the batch (an upsert carries each document with its complete chunk list)."""
@@ -172,7 +189,9 @@ def checked_vector_search(
     level, unit_vector, k, filters, document_ids, min_similarity = checked
     if unit_vector is None or document_ids == []:
         return None
-    return VectorSearch(level, unit_vector, k, filters, document_ids, min_similarity, bool(rows))
+    return VectorSearch(
+        level, unit_vector, k, filters, document_ids, min_similarity, check_flag("rows", rows)
+    )
 
 
 def checked_keyword_search(
@@ -185,7 +204,7 @@ def checked_keyword_search(
         SEARCH_K.check("k", k),
         check_filters(filters),
         check_scope(document_ids),
-        bool(rows),
+        check_flag("rows", rows),
     )
     return None if not search.query.strip() or search.document_ids == [] else search
 
@@ -457,9 +476,10 @@ class Store(ABC):
     @final
     def with_rows(self, hits: Sequence[Hit]) -> list[Hit]:
         """`hits` (of a search with `rows=False`) with their stored title, text, heading path and metadata,
-        in order, each keeping its scores and ranks; a hit whose row is gone since it was found is left
-        out."""
-        return self._with_rows(list(hits)) if hits else []
+        in order, each keeping its scores and ranks; a hit whose row is gone since it was found, or of
+        another tenant, is left out. A store whose searches always read their rows returns them as given."""
+        hits = check_found(hits)
+        return self._with_rows(hits) if hits else []
 
     @final
     def document_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:
@@ -542,7 +562,8 @@ class Store(ABC):
 
     @final
     async def awith_rows(self, hits: Sequence[Hit]) -> list[Hit]:
-        return await self._awith_rows(list(hits)) if hits else []
+        hits = check_found(hits)
+        return await self._awith_rows(hits) if hits else []
 
     @final
     async def adocument_chunks(self, document_ids: Sequence[str], limit: int) -> list[Hit]:

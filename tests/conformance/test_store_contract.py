@@ -240,6 +240,25 @@ def test_document_scope_applies_to_both_paths(store: Store):
     assert store.vector_search("chunks", axis(1), 5, document_ids=[]) == []
 
 
+@pytest.mark.parametrize("level", ["chunks", "documents"])
+def test_a_search_without_rows_reads_them_for_the_hits_it_keeps(store: Store, level: str):
+    """Ids and scores first, the rows of the few kept after (Retrieval fuses 100 candidates a side and
+    returns a handful): the same hits, scores included, as a search that read every row."""
+    for search, asearch, query in (
+        (store.vector_search, store.avector_search, axis(1)),
+        (store.keyword_search, store.akeyword_search, "commission deposit"),
+    ):
+        full = search(level, query, 5)
+        bare = search(level, query, 5, rows=False)
+        assert [(h.id, h.document_id, h.ordinal) for h in bare] == [
+            (h.id, h.document_id, h.ordinal) for h in full
+        ]
+        assert store.with_rows(bare[::-1]) == full[::-1]  # in the order given
+        assert run(store.awith_rows(run(asearch(level, query, 5, rows=False)))) == full
+    elsewhere = replace(full[0], tenant="another-tenant", title="", content="")
+    assert all(not hit.content for hit in store.with_rows([elsewhere]))  # another tenant's row is not read
+
+
 def test_keyword_search_ranks_by_bm25_on_content_words(store: Store):
     hits = store.keyword_search("chunks", "What is the commission?", 5)
     assert set(ids(hits)) == {"fees#0", "fees#1"}
@@ -648,6 +667,8 @@ TEXT_ARGUMENTS: dict[str, tuple[Callable[[Store, Any], Any], str, int | None]] =
         "document_id",
         512,
     ),
+    "with_rows hits": (lambda s, v: s.with_rows([FEES_CHUNK, replace(FEES_CHUNK, id=v)]), "id", 512),
+    "awith_rows hits": (lambda s, v: s.awith_rows([replace(FEES_CHUNK, id=v)]), "id", 512),
     "unknown_documents ids": (lambda s, v: s.unknown_documents(["fees", v]), "ids[1]", 512),
     "aunknown_documents ids": (lambda s, v: s.aunknown_documents([v]), "ids[0]", 512),
     "delete_documents ids": (lambda s, v: s.delete_documents(["fees", v]), "ids[1]", 512),
@@ -755,9 +776,30 @@ def test_every_count_is_a_whole_number_in_range_never_a_bool(checked_store: Stor
     assert checked_store.stats() == before
 
 
-# Arguments that are neither text nor a count, each with its own check in tests/unit/test_hostile_input.py;
-# and `progress` (refresh_indexes), whether the operator's ingest draws a bar.
-NOT_TEXT_OR_COUNT = {"level", "vector", "min_similarity", "progress"}
+# Arguments that are neither text nor a count, each with its own check in tests/unit/test_hostile_input.py
+# or below; and `progress` (refresh_indexes), whether the operator's ingest draws a bar.
+NOT_TEXT_OR_COUNT = {"level", "vector", "min_similarity", "rows", "progress"}
+
+
+@pytest.mark.parametrize("value", [None, 1, "False", [True]])
+def test_whether_a_search_reads_rows_is_true_or_false(checked_store: Store, value: Any):
+    for call in (
+        lambda: checked_store.vector_search("chunks", axis(1), 5, rows=value),
+        lambda: checked_store.avector_search("chunks", axis(1), 5, rows=value),
+        lambda: checked_store.keyword_search("chunks", "deposit", 5, rows=value),
+        lambda: checked_store.akeyword_search("chunks", "deposit", 5, rows=value),
+    ):
+        with pytest.raises(InvalidRequest) as refused:
+            run(call())
+        assert str(refused.value) == f"rows: must be True or False (got {value!r})"
+
+
+def test_the_hits_whose_rows_are_read_are_search_hits_and_a_bounded_number(checked_store: Store):
+    with pytest.raises(InvalidRequest, match="hits: must be the hits of a search"):
+        checked_store.with_rows([{"id": "fees#0"}])
+    for call in (checked_store.with_rows, checked_store.awith_rows):
+        with pytest.raises(InvalidRequest, match=r"hits: at most 100 at a time \(got 101\)"):
+            run(call([FEES_CHUNK] * 101))
 
 
 def test_the_cases_above_cover_every_argument_of_every_public_method():
