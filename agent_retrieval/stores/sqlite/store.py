@@ -61,8 +61,11 @@ _COLUMNS = {
     "chunks": "d.rowid, d.id, d.document_id, p.title, d.content, d.metadata, d.ordinal, d.heading_path",
 }
 _FROM = {"documents": "documents d", "chunks": "chunks d JOIN documents p ON p.id = d.document_id"}
-# What a search without rows reads of each: rowid, id, document id, ordinal.
-_KEYS = {"documents": "d.rowid, d.id, d.id, NULL", "chunks": "d.rowid, d.id, d.document_id, d.ordinal"}
+# What a search without rows reads of each, in _COLUMNS' places: rowid, id, document id, ordinal.
+_KEYS = {
+    "documents": "d.rowid, d.id, d.id, '', '', NULL, NULL, NULL",
+    "chunks": "d.rowid, d.id, d.document_id, '', '', NULL, d.ordinal, NULL",
+}
 # A filtered search past index_rows reads the graph's nearest twice as deep as its share of the rows asks, up
 # to MAX_SCOPED_DEPTH rows (k = 100: filters keeping a fifth or more); a smaller share is scanned exactly.
 SCOPE_OVERREAD, MAX_SCOPED_DEPTH = 2, 1000
@@ -481,9 +484,8 @@ class SQLiteStore(Store):
         columns, tables = (_COLUMNS[level], _FROM[level]) if rows else (_KEYS[level], f"{level} d")
         found = conn.execute(f"SELECT {columns} FROM {tables} WHERE d.rowid IN ({marks})", list(scores))
         by_rowid = {r[0]: r for r in found}
-        make = _hit if rows else _bare_hit
         return [
-            make(level, by_rowid[i], self.tenant, **{score_field: score})
+            _hit(level, by_rowid[i], self.tenant, **{score_field: score})
             for i, score in scores.items()
             if i in by_rowid
         ]
@@ -611,38 +613,17 @@ def _hit(
     vector_similarity: float | None = None,
     keyword_score: float | None = None,
 ) -> Hit:
-    """A hit from a row selected with _COLUMNS, of the store's tenant."""
+    """A hit from a row selected with _COLUMNS (or _KEYS: no title, text or metadata until `with_rows`), of
+    the store's tenant."""
     return Hit(
         id=row[1],
         level=level,
         document_id=row[2],
         title=row[3],
         content=row[4],
-        metadata=json.loads(row[5]),
+        metadata={} if row[5] is None else json.loads(row[5]),
         ordinal=row[6],
         heading_path=row[7],
-        tenant=tenant,
-        vector_similarity=vector_similarity,
-        keyword_score=keyword_score,
-    )
-
-
-def _bare_hit(
-    level: Level,
-    row: Any,
-    tenant: str,
-    *,
-    vector_similarity: float | None = None,
-    keyword_score: float | None = None,
-) -> Hit:
-    """A hit from a row selected with _KEYS: no title, text or metadata until `with_rows`."""
-    return Hit(
-        id=row[1],
-        level=level,
-        document_id=row[2],
-        title="",
-        content="",
-        ordinal=row[3],
         tenant=tenant,
         vector_similarity=vector_similarity,
         keyword_score=keyword_score,
