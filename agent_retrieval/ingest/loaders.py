@@ -566,10 +566,13 @@ def tidy_markdown(text: str) -> str:
         text = myst.read(text, _eval_rst)
     lines = sitemarkup.prose_lines(formats.fenced(text.split("\n")))
     out: list[str] = []
+    terminal = False  # inside a `<div class="termy">`, whose fenced lines are shown as HTML
     for line, code in formats.fenced(lines):
         if code:
-            out.append(line)
+            out.append(sitemarkup.terminal_text(line) if terminal else line)
             continue
+        if sitemarkup.opens_terminal(line) or line.strip() == "</div>":
+            terminal = line.strip() != "</div>"
         underline = _SETEXT.match(line)
         if underline and out and out[-1].strip() and not out[-1].lstrip().startswith(_BLOCK_MARKS):
             out[-1] = f"{'#' if underline.group(1)[0] == '=' else '##'} {out[-1].strip()}"

@@ -49,6 +49,11 @@ _PLACEHOLDER = re.compile(r"\((?:Code|Included) from ([^\n]*?)\.\)")  # as `plac
 _QUOTED = re.compile(r"\"([^\"\n]*)\"")
 _HTML_CODE = re.compile(r"<code(?:[ \t][^<>\n]*)?>([^<>`\n]*)</code>")  # shown as code, as a code span is
 _TAG = re.compile(r"<!--[^<>\n]*-->|</?[A-Za-z][\w.:-]*(?:[ \t][^<>\n]*)?/?>")
+# FastAPI's and Typer's docs fence a terminal's output inside `<div class="termy">`, and their script shows
+# each line as HTML: Rich's colours are `<font color=...>` and `<b>` tags there, and quotes `&quot;`.
+_DIV = re.compile(r"[ \t]*<div[ \t][^<>\n]*>[ \t]*$")
+_CLASSES = re.compile(r"\bclass=\"([^\"\n]*)\"")
+_TERMINAL_TAG = re.compile(r"</?(?:font|b|i|u|em|strong|span)\b[^<>\n]*>|<br[ \t]*/?>")
 SHORTCODE_LINES = 20  # of one shortcode's parameters written a line each
 # Front matter that is the author's text, and how a page shows it.
 LEAD_FIELDS = ("description", "summary", "subtitle", "abstract", "excerpt", "lead")
@@ -143,6 +148,22 @@ def inline_words(text: str) -> str:
     text = _ICON.sub("", text)
     text = _TAG.sub("", _HTML_CODE.sub(r"`\1`", text))
     return html.unescape(text).replace("\xa0", " ") if "&" in text else text
+
+
+def opens_terminal(line: str) -> bool:
+    """Whether `line` is a `<div>` of class "termy" alone (its classes read once: a pattern looking for the
+    class among the others re-read the line from each)."""
+    if not _DIV.match(line):
+        return False
+    classes = _CLASSES.search(line)
+    return classes is not None and "termy" in classes.group(1).split()
+
+
+def terminal_text(line: str) -> str:
+    """A terminal block's line as the page shows it: its formatting tags gone and entities decoded (a
+    `<NAME>` placeholder is no formatting tag and stays)."""
+    line = _TERMINAL_TAG.sub("", line)
+    return html.unescape(line) if "&" in line else line
 
 
 def without_template_tags(text: str) -> str:

@@ -423,6 +423,10 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
         ("typer-app-dir.md",
          ["(Code from docs_src/app_dir/tutorial001_py310.py.)", "Config file doesn't exist yet"],
          ["{*", '<div class="termy">']),
+        ("typer-exceptions.md",  # a terminal's output, which the site's script shows as HTML
+         ["\u256d\u2500", "Traceback (most recent call last)", "/home/user/code/superapp/main.py:8 in main",
+          'TypeError: can only concatenate str (not "int") to str', "```console\n$ uv run python main.py"],
+         ["<font", "<b>", "&quot;"]),
         ("hugo-sigmoid.md", ["Zion National Park", "Sigmoid"], ["{{<", ">}}", "src="]),
         ("hugo-comments.md",
          ["Disqus comments require you set a single value", "`hugo`:\n\n```\n[services.disqus]\nshortname"],

@@ -201,3 +201,16 @@ def test_what_a_document_stores_grows_linearly_with_it(heading):
     chunks = chunk_document(Document(id="d", title="t", content=content))
     stored = sum(len(chunk_text(chunk)) for chunk in chunks)
     assert len(chunks) > 500 and stored < 2 * len(content)
+
+
+@pytest.mark.parametrize("line", ['<div class="{} x', '<div class="a{}">'])
+def test_a_terminal_blocks_opening_is_told_in_linear_time(tmp_path, line):
+    """FastAPI's and Typer's `<div class="termy">` opens lines shown as HTML: an opening line of many
+    classes and no end is read once, not once for each class."""
+
+    def file_of(size: int) -> Path:
+        path = tmp_path / f"terminal-{size}.md"
+        path.write_text(line.format(" termy" * (size // 6)) + "\n\n```console\n$ run\n```\n")
+        return path
+
+    assert_linear(loaded_and_chunked, file_of)
