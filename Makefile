@@ -60,8 +60,11 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir .cache/site
 
+# On two processes (each starts its own Postgres, PostgREST and servers), then the tests that time themselves
+# against an idle baseline alone, so the other process's load does not skew them.
 test: $(STAMP) $(POSTGREST)
-	POSTGREST_BIN=$(CURDIR)/$(POSTGREST) $(BIN)/python -m pytest -q
+	POSTGREST_BIN=$(CURDIR)/$(POSTGREST) $(BIN)/python -m pytest -q -n 2 -m "not serial"
+	POSTGREST_BIN=$(CURDIR)/$(POSTGREST) $(BIN)/python -m pytest -q -m serial
 
 # The inner loop: the unit tier alone, no database started (CI runs everything through `make test`).
 test-unit: $(STAMP)

@@ -9,8 +9,8 @@ the run. Requests carry a signed-in user's access token, verified by agent_retri
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -112,8 +112,6 @@ def serve(folder: Path, settings: dict[str, str], *, jobs: int = 1) -> Iterator[
     env = server_environment(settings)
     check_dotenv(env)
     log = folder / "server.log"
-    persisted = REPO / ".langgraph_api"  # where `langgraph dev` keeps threads and runs between restarts
-    persisted_before = persisted.exists()
     port = _free_port()
     command = [
         str(Path(sys.executable).parent / "langgraph"),
@@ -123,14 +121,14 @@ def serve(folder: Path, settings: dict[str, str], *, jobs: int = 1) -> Iterator[
         "--port",
         str(port),
         "--config",
-        "langgraph.json",
+        str(own_config(folder)),
         "--n-jobs-per-worker",
         str(jobs),
     ]
     started = time.monotonic()
     with log.open("wb") as out:
         process = subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            command, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
         url = f"http://127.0.0.1:{port}"
@@ -138,8 +136,19 @@ def serve(folder: Path, settings: dict[str, str], *, jobs: int = 1) -> Iterator[
         yield Server(url, log, settings["SUPABASE_JWT_SECRET"], time.monotonic() - started)
     finally:
         stop(process)
-        if not persisted_before and persisted.exists():
-            shutil.rmtree(persisted, ignore_errors=True)
+
+
+def own_config(folder: Path) -> Path:
+    """The repository's langgraph.json with its paths made absolute, written into `folder`: `langgraph dev`
+    keeps its threads and runs in `.langgraph_api` under the folder it runs in, so each server runs in its
+    own (servers of tests run side by side would otherwise write and remove one folder)."""
+    config = json.loads((REPO / "langgraph.json").read_text())
+    config["dependencies"] = [str(REPO / path) for path in config["dependencies"]]
+    config["graphs"] = {name: str(REPO / path) for name, path in config["graphs"].items()}
+    config["env"] = str(REPO / config["env"])
+    path = folder / "langgraph.json"
+    path.write_text(json.dumps(config))
+    return path
 
 
 def wait_until_serving(

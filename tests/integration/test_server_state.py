@@ -409,6 +409,7 @@ def test_one_indexer_run_writes_at_most_its_share_of_text(client):
     )
 
 
+@pytest.mark.serial  # its bound is on the wait added to an idle server's
 def test_a_users_question_waits_under_a_second_more_while_another_indexes_the_worst_documents(server, api):
     """Who sets it: a signed-in user running the indexer (2,000,000 characters a run, 1,000,000 a document).
     What bounds it: linear parsing, chunking in a process of its own (ingest.worker), caller writes taking

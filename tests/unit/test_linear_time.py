@@ -33,6 +33,8 @@ from agent_retrieval.ingest.chunking import chunk_document, chunk_text
 from agent_retrieval.ingest.loaders import load_file
 from agent_retrieval.models import Document
 
+pytestmark = pytest.mark.serial  # a ratio of times: another test beside it skews one size
+
 T = TypeVar("T")
 SMALL, LARGE = 15_000, 60_000  # characters of hostile text
 MOST_PER_DOUBLING = 2.5
