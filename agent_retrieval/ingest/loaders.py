@@ -571,8 +571,10 @@ def tidy_markdown(text: str) -> str:
         if code:
             out.append(sitemarkup.terminal_text(line) if terminal else line)
             continue
-        if sitemarkup.opens_terminal(line) or line.strip() == "</div>":
-            terminal = line.strip() != "</div>"
+        if line.strip() == "</div>":
+            terminal = False
+        elif sitemarkup.opens_terminal(line):
+            terminal = True
         underline = _SETEXT.match(line)
         if underline and out and out[-1].strip() and not out[-1].lstrip().startswith(_BLOCK_MARKS):
             out[-1] = f"{'#' if underline.group(1)[0] == '=' else '##'} {out[-1].strip()}"

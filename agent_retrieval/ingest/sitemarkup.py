@@ -146,7 +146,11 @@ def inline_words(text: str) -> str:
     text = _EMPTY_LINK.sub(r"\1", without_template_tags(text))  # a link to `{{ site.x }}` keeps its text
     text = _ATTRIBUTES.sub("", text)
     text = _ICON.sub("", text)
-    text = _TAG.sub("", _HTML_CODE.sub(r"`\1`", text))
+    return _decoded(_TAG.sub("", _HTML_CODE.sub(r"`\1`", text)))
+
+
+def _decoded(text: str) -> str:
+    """Entities as the page shows them, a non-breaking space as a space."""
     return html.unescape(text).replace("\xa0", " ") if "&" in text else text
 
 
@@ -162,8 +166,7 @@ def opens_terminal(line: str) -> bool:
 def terminal_text(line: str) -> str:
     """A terminal block's line as the page shows it: its formatting tags gone and entities decoded (a
     `<NAME>` placeholder is no formatting tag and stays)."""
-    line = _TERMINAL_TAG.sub("", line)
-    return html.unescape(line) if "&" in line else line
+    return _decoded(_TERMINAL_TAG.sub("", line))
 
 
 def without_template_tags(text: str) -> str:
