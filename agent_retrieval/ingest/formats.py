@@ -281,6 +281,8 @@ def _read_rst(path: Path, text: str) -> tuple[dict[str, Any], str]:
             text = node.astext()
             ticks = "``" if "`" in text else "`"
             return f"{ticks}{text}{ticks}" if text.strip() else text
+        if isinstance(node, nodes.title_reference):  # `text <target>` in the default role: a link where
+            return sphinx.visible(node.astext())  # Sphinx's default_role is set (attrs' "any")
         if isinstance(node, nodes.Element):
             return "".join(inline(child) for child in node.children)
         return str(node.astext())

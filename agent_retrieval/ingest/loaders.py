@@ -54,9 +54,13 @@ SUPPORTED_SUFFIXES = tuple(
 DEPENDENCY_FOLDERS = frozenset({"node_modules", "__pycache__", "site-packages", "venv", "bower_components"})
 # Met inside a folder, left out unless named, and listed (a dry run shows them): what documentation tools
 # build (Sphinx's _build, MkDocs' site, Jekyll's _site, build and dist), and their configuration as code
-# (Sphinx's conf.py), which is no page of the documentation.
+# (Sphinx's conf.py, a JavaScript site's package and TypeScript settings, Docusaurus' config and sidebars),
+# which is no page of the documentation (VitePress' tsconfig.json, JSON with comments, failed every ingest).
 BUILD_FOLDERS = frozenset({"_build", "_site", "site", "build", "dist"})
-TOOL_FILES = frozenset({"conf.py"})
+TOOL_FILES = frozenset(
+    {"conf.py", "package.json", "package-lock.json", "tsconfig.json", "docusaurus.config.js",
+     "docusaurus.config.ts", "sidebars.js", "sidebars.ts"}
+)  # fmt: skip
 MAX_METADATA_CHARS = 20_000  # of a document's metadata as JSON: every one of its chunks stores a copy
 MAX_FILE_BYTES = 100 * 1024 * 1024  # of one file read whole (JSONL is read a line at a time)
 MAX_PDF_PAGES = 2_000  # a long manual; 100,000 pages of nothing took 145 s and 435 MB
@@ -533,15 +537,17 @@ def _name_as_title(path: Path) -> str:
 
 
 def _first_heading(text: str) -> str | None:
-    """The words of the first top-level heading: its badges, images and link targets left out."""
-    # a comment line in code ("# setup") is not a heading
+    """The words of the first top-level heading, else of the heading the page opens with (an mdBook
+    section's page starts at "##"): its badges, images and link targets left out."""
+    opening = None
     for line, code in formats.fenced(text.split("\n")):
-        heading = None if code else formats.atx_heading(line)
-        if heading and heading[0] == 1:
-            words = " ".join(_LINK.sub(r"\1", _IMAGE.sub("", heading[1])).split())
-            if has_words(words):
-                return words
-    return None
+        heading = None if code else formats.atx_heading(line)  # a comment line in code is no heading
+        words = " ".join(_LINK.sub(r"\1", _IMAGE.sub("", heading[1])).split()) if heading else ""
+        if heading and heading[0] == 1 and has_words(words):
+            return words
+        if opening is None and line.strip():
+            opening = words if has_words(words) else ""
+    return opening or None
 
 
 # Markdown as a writer marks it up, made plain for search and for a model to read: setext headings become
@@ -564,12 +570,14 @@ def tidy_markdown(text: str) -> str:
     static-site markup read as its words (sitemarkup.py), outside code."""
     if "{" in text or ")=" in text:  # MyST's directives, roles and labels, before fences are told from prose
         text = myst.read(text, _eval_rst)
-    lines = sitemarkup.prose_lines(formats.fenced(text.split("\n")))
+    lines = sitemarkup.prose_lines(sitemarkup.api_references(formats.fenced(text.split("\n"))))
     out: list[str] = []
     terminal = False  # inside a `<div class="termy">`, whose fenced lines are shown as HTML
     for line, code in formats.fenced(lines):
         if code:
-            out.append(sitemarkup.terminal_text(line) if terminal else line)
+            out.append(
+                sitemarkup.terminal_text(line) if terminal else sitemarkup.book_includes(line, code=True)
+            )
             continue
         if line.strip() == "</div>":
             terminal = False

@@ -7,7 +7,8 @@ those that show code become fences); Liquid, Jinja and Eleventy tags and variabl
 `{{ site.repository }}`, `{% comment %}` notes); Docusaurus' admonitions (`:::tip Title` ... `:::`), its MDX
 imports and exports and JSX wrappers (`<Tabs>`, `<TabItem value="npm" label="npm">`: a component's title or
 label stays); attribute lists, Python-Markdown's and kramdown's (`## Setup { #setup .wide }`,
-`[Go](#){ .md-button }`, `{: #v4-4-1}`); HTML tags and entities.
+`[Go](#){ .md-button }`, `{: #v4-4-1}`); mkdocstrings' API references (`::: pydantic.BaseModel` and the
+options under it); mdBook's includes (`{{#include listings/main.rs:here}}`); HTML tags and entities.
 Wrappers and names go; titles, readable parameters and the text inside stay; a placeholder says what it
 stood for. Code, fenced or inline, is never touched (the caller passes only prose), and each pattern stops
 at the next mark that could open another, so a line is read a bounded number of times.
@@ -18,12 +19,13 @@ from __future__ import annotations
 import bisect
 import html
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 # a type, then modifiers such as `inline end` or `annotate`, then the title
+# (a title runs to the line's last quote: `!!! note "on the "jsonable" nature"`)
 _ADMONITION = re.compile(
-    r"[ \t]*(?:!!!|\?\?\?\+?)[ \t]*([\w-]+)(?:[ \t]+[\w-]+)*[ \t]*(?:\"([^\"\n]*)\")?[ \t]*$"
+    r"[ \t]*(?:!!!|\?\?\?\+?)[ \t]*([\w-]+)(?:[ \t]+[\w-]+)*[ \t]*(?:\"([^\n]*)\")?[ \t]*$"
 )
 _COLON_FENCE = re.compile(r"[ \t]*:{3,}[ \t]*([\w-]*)(.*)$")  # Docusaurus: `:::tip Title` or `:::tip[Title]`
 _BLOCK_FENCE = re.compile(r"[ \t]*/{3,}[ \t]*([\w-]*)[ \t]*(?:\|[ \t]*(.*))?$")  # nested blocks: more "/"
@@ -32,9 +34,22 @@ _MDX = re.compile(
     r"(?:import[ \t][^\n]*[ \t]from[ \t]|import[ \t]+['\"]|export[ \t]+(?:default|const|function)\b)"
 )
 # A JSX component's tag alone on its line, and the title or label it shows (`title={`A "quoted" title`}`)
-_COMPONENT = re.compile(r"[ \t]*<[A-Z][\w.]*(?:[ \t][^<\n]*)?>[ \t]*$")
-_SHOWN_ATTRIBUTE = re.compile(r"\b(?:title|label)=\{?(?:`([^`\n]*)`|\"([^\"\n]*)\"|'([^'\n]*)')")
+# (a quoted value may hold code with its own brackets: `caption="... an `Option<i32>`"`)
+_COMPONENT = re.compile(
+    r"[ \t]*<[A-Z][\w.]*(?:[ \t](?:\"[^\"\n]*\"|'[^'\n]*'|`[^`\n]*`|[^<>\"'`\n])*)?>[ \t]*$"
+)
+_SHOWN_ATTRIBUTE = re.compile(r"\b(?:title|label|caption)=\{?(?:`([^`\n]*)`|\"([^\"\n]*)\"|'([^'\n]*)')")
 _SNIPPET = re.compile(r"\{\*([^*\n]*)\*\}|--8<--[ \t]*\"([^\"\n]*)\"")
+# mdBook: a file's text (or the part an anchor or a line range names) in place of `{{#include path:anchor}}`;
+# `{{#title ...}}` sets the page's title and shows nothing.
+_BOOK_INCLUDE = re.compile(
+    r"\{\{#(?:include|rustdoc_include|playground)[ \t]+([^\s{}:]+)[^{}\n]*\}\}|\{\{#title[^{}\n]*\}\}"
+)
+# mkdocstrings: `::: pydantic.BaseModel` stands for that object's reference, generated from its source; a
+# dotted or underscored name tells it from an admonition (`::: tip`)
+_API_REFERENCE = re.compile(r"([ \t]*):::[ \t]+([A-Za-z_]\w*(?:\.\w+)*)[ \t]*$")
+_OPTION = re.compile(r"[ \t]*(?:-[ \t]+)?(\w+):")  # a key of the options under it
+_MEMBER = re.compile(r"[ \t]*-[ \t]+(\w+)[ \t]*$")
 _SHORTCODE = re.compile(r"\{\{([<%])([^<>%\n]*)[>%]\}\}")
 # A date format's "%s" may be inside; a tag stops at the next "{%", so a line of them is read once, not once
 # for each.
@@ -79,6 +94,49 @@ def code_fence(line: str) -> list[str] | None:
     fence = "```" + language.strip("\"'")
     file = next((word[5:].strip("\"'") for word in words if word.startswith("file=")), "")
     return [f"`{file}`:", "", fence] if file else [fence]
+
+
+def api_references(lines: Iterable[tuple[str, bool]]) -> Iterator[tuple[str, bool]]:
+    """Lines (each with whether it is code) with each mkdocstrings reference (`::: pydantic.BaseModel` and the
+    options indented under it) as what the page here can show of it: the object's name and the members its
+    options list. The reference itself is generated from the source, which the page does not hold."""
+    indent: int | None = None  # an open reference's; its options are the lines indented deeper
+    members: list[str] = []
+    key = ""  # the option the lines below belong to
+    for line, code in lines:
+        if indent is not None:
+            if not code and (not line.strip() or len(line) - len(line.lstrip()) > indent):
+                if (member := _MEMBER.match(line)) and key == "members":
+                    members.append(member.group(1))
+                elif option := _OPTION.match(line):
+                    key = option.group(1)
+                continue
+            yield from _members(members)
+            indent = None
+        found = None if code else _API_REFERENCE.match(line)
+        if found and ("." in found.group(2) or "_" in found.group(2)):
+            indent, members, key = len(found.group(1)), [], ""
+            yield f"{found.group(1)}API reference: `{found.group(2)}`.", False
+            continue
+        yield line, code
+    if indent is not None:
+        yield from _members(members)
+
+
+def _members(names: list[str]) -> Iterator[tuple[str, bool]]:
+    if names:
+        yield "", False
+        yield "Members: " + ", ".join(f"`{name}`" for name in names) + ".", False
+    yield "", False
+
+
+def book_includes(line: str, *, code: bool) -> str:
+    """`line` with mdBook's include directives as what they stand for ("(Code from listings/main.rs.)")."""
+    if "{{#" not in line:
+        return line
+    return _BOOK_INCLUDE.sub(
+        lambda found: placeholder(found.group(1), code=code) if found.group(1) else "", line
+    )
 
 
 def prose_lines(lines: Iterable[tuple[str, bool]]) -> list[str]:
@@ -141,7 +199,7 @@ def block_line(line: str) -> str | None:
 
 def inline_words(text: str) -> str:
     """Prose (no code) without placeholders, shortcodes, template tags, HTML or JSX tags and entities."""
-    text = _SNIPPET.sub(_placeholder, text)
+    text = _SNIPPET.sub(_placeholder, book_includes(text, code=False))
     text = _SHORTCODE.sub(_shortcode, text)
     text = _EMPTY_LINK.sub(r"\1", without_template_tags(text))  # a link to `{{ site.x }}` keeps its text
     text = _ATTRIBUTES.sub("", text)

@@ -61,7 +61,11 @@ ROLE = re.compile(r"(?<![\w`]):(?:[a-z][\w+.-]*:)+`([^`]*)`")
 
 
 def role_text(match: re.Match[str]) -> str:
-    text = match.group(1)
+    return visible(match.group(1))
+
+
+def visible(text: str) -> str:
+    """What a role's or a reference's text shows."""
     if text.endswith(">") and "<" in text:
         shown = text[: text.rindex("<")].strip()
         if shown:

@@ -223,12 +223,17 @@ def test_build_folders_and_sphinx_conf_are_left_out_and_a_dry_run_names_them(cap
     for built in ("_build/html/index.md", "site/index.md", "docs/conf.py"):
         (corpus / built).parent.mkdir(parents=True, exist_ok=True)
         (corpus / built).write_text("# Built\n\nA copy of the pages, or code.\n", encoding="utf-8")
+    # VitePress' docs folder: TypeScript settings are JSON with comments, which failed every ingest
+    (corpus / "docs" / "tsconfig.json").write_text('{\n  // for the theme\n  "include": ["."]\n}\n')
+    (corpus / "docs" / "package.json").write_text('{"name": "docs", "scripts": {"build": "vitepress"}}')
     db = str(tmp_path / "t.db")
-    run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
+    code, _, _ = run(capsys, "ingest", "--db", db, "--no-progress", str(corpus))
+    assert code == 0
     code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", "--dry-run", str(corpus))
-    assert code == 0 and "3 build folders, tool files or .gitignore entries left out" in out
+    assert code == 0 and "5 build folders, tool files or .gitignore entries left out" in out
     left = sorted(line.split(" (")[0].removeprefix("left out: ") for line in err.splitlines())
-    assert left == sorted(str(corpus / name) for name in ("_build", "site", "docs/conf.py"))
+    tools = ("_build", "site", "docs/conf.py", "docs/tsconfig.json", "docs/package.json")
+    assert left == sorted(str(corpus / name) for name in tools)
     code, out, _ = run(capsys, "list", "--db", db)
     assert "Built" not in out
 

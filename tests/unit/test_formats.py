@@ -465,6 +465,18 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
          ["What You'll Learn\n\n- Recommended practices", "Info\n\nFor background on why",
           "import userReducer from '../features/users/userSlice'"],
          [":::"]),
+        ("pydantic-base-model.md",  # mkdocstrings: the object referenced and the members its options list
+         ["attributes.\n\nAPI reference: `pydantic.BaseModel`.\n\nMembers: `__init__`, `model_config`,",
+          "`model_validate_strings`.\n\nAPI reference: `pydantic.create_model`."],
+         [":::", "options:", "show_root_heading", "# explicit members list", "\n.BaseModel"]),
+        ("pydantic-json-schema-notes.md",  # a title holding quotes runs to the line's last quote
+         ['on the "jsonable" nature of JSON schema\n    Regarding'], ["!!!"]),
+        ("rust-book-match.md",  # mdBook: a listing's caption, and the file its code is taken from
+         ["A function that uses a `match` expression on an `Option<i32>`\n\n```rust\n"
+          "(Code from ../listings/ch06-enums-and-pattern-matching/listing-06-05/src/main.rs.)\n```"],
+         ["<Listing", "caption=", "{{#", ":here"]),
+        ("attrs-api.rst",  # the default role's `text <target>` is a link where Sphinx's default_role is set
+         ["the `attr` namespace is documented on a separate page."], ["<api-attr>"]),
     ],
 )  # fmt: skip
 def test_static_site_markup_is_read_as_the_words_a_reader_sees(name, kept, gone):
@@ -473,6 +485,17 @@ def test_static_site_markup_is_read_as_the_words_a_reader_sees(name, kept, gone)
         assert words in page.content, words
     for markup in gone:
         assert markup not in page.content, markup
+
+
+def test_a_page_opening_at_a_second_level_heading_is_titled_by_it(tmp_path):
+    """An mdBook section's page starts at "##"; a page with a top-level heading further on is titled by it."""
+    [section] = load_file(REAL / "rust-book-match.md", "ch06-02-match")
+    assert section.title == "The `match` Control Flow Construct"
+    page = tmp_path / "later.md"
+    page.write_text("Some words first.\n\n## Aside\n\nMore.\n\n# The Title\n\nText.\n")
+    assert load_file(page, "later")[0].title == "The Title"
+    page.write_text("Some words first.\n\n## Aside\n\nMore.\n")
+    assert load_file(page, "later")[0].title == "later"
 
 
 def test_files_that_differ_only_in_suffix_are_two_documents(tmp_path):

@@ -216,3 +216,22 @@ def test_a_terminal_blocks_opening_is_told_in_linear_time(tmp_path, line):
         return path
 
     assert_linear(loaded_and_chunked, file_of)
+
+
+@pytest.mark.parametrize(
+    ("opening", "unit"),
+    [
+        ('!!! note "', '"x'),  # an admonition's title runs to the line's last quote
+        ('<Listing caption="', "`x<"),  # a component's quoted value may hold brackets
+        ("<Listing ", "'\"`"),
+        ("::: pydantic.BaseModel\n", "    members:\n      - name\n"),  # a reference's options, line by line
+        ("{{#include ", "a:"),  # mdBook's include, never closed
+    ],
+)
+def test_site_markup_is_read_in_linear_time(tmp_path, opening, unit):
+    def file_of(size: int) -> Path:
+        path = tmp_path / f"site-{size}.md"
+        path.write_text(f"# Page\n\n{opening}{unit * (size // len(unit))}\n\nAfter.\n")
+        return path
+
+    assert_linear(loaded_and_chunked, file_of)
