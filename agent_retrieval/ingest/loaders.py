@@ -368,7 +368,8 @@ def load_file(path: Path, doc_id: str, *, root: Path | None = None) -> list[Docu
     if encoding != "utf-8":
         metadata["encoding"] = encoding
     title = str(metadata.pop("title", "") or _first_heading(text) or "")
-    doc_id = str(metadata.pop("id", doc_id))
+    if "id" in metadata:
+        doc_id = _own_id(str(metadata.pop("id")), doc_id)
     document = Document(id=doc_id, title=title, content=text.strip(), metadata=metadata, source=str(path))
     if not title:
         document.title, document.title_from_name = _name_as_title(path), True
@@ -527,6 +528,14 @@ def _checked_metadata(where: str, metadata: dict[str, Any]) -> dict[str, Any]:
             "short facts and put long text in the body"
         )
     return metadata
+
+
+def _own_id(written: str, path_id: str) -> str:
+    """A front matter `id`, as Docusaurus reads it: the page's name within its folder (`id: issues` in
+    maintenance/Issues.mdx is "maintenance/issues"), so that two folders' pages never share one and the later
+    replace the earlier; an id holding "/" is the whole id, as written."""
+    folder = path_id.rpartition("/")[0]
+    return f"{folder}/{written}" if folder and "/" not in written else written
 
 
 def _name_as_title(path: Path) -> str:

@@ -4,8 +4,9 @@ A file's id is its path without suffix relative to the outermost folder it was i
 for policies/fees.md ingested from docs/). The store remembers that folder through the file's source (its
 absolute path) and id, so ingesting a folder inside it later keeps the ids ("docs/policies" still gives
 "policies/fees"), and ingesting a folder around it renames its files to ids relative to the new folder,
-removing the old ids. Renaming embeds nothing: vectors are reused by text. Ids given by the file itself (front
-matter `id:`, JSONL records) are never changed.
+removing the old ids. Renaming embeds nothing: vectors are reused by text. A front matter `id:` names a page
+within its folder and moves with the folder the same way; ids given whole (an `id:` holding "/", JSONL
+records) are never changed.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def _preview(store: Store, documents: list[Document], context: Context) -> Inges
 
 
 def _name_by_root(loaded: list[Document], given: Path, stored: dict[str, DocumentState]) -> None:
-    """Give each file loaded from `given` an absolute source and, if its id came from its path, the id
+    """Give each file loaded from `given` an absolute source and, if its id names its folder, the id
     relative to the outermost folder it was ingested from (see the module's docstring)."""
     folder = given if given.is_dir() else given.parent
     roots = [root for doc_id, state in stored.items() if (root := _root_of(doc_id, state.source))]
@@ -118,21 +119,21 @@ def _name_by_root(loaded: list[Document], given: Path, stored: dict[str, Documen
         if doc.source is None or _is_record(doc.source):
             continue
         doc.source = os.path.abspath(doc.source)
-        file = PurePath(doc.source)
-        if doc.id == file.relative_to(folder).with_suffix("").as_posix():  # named by its path, not by itself
-            doc.id = file.relative_to(outer).with_suffix("").as_posix()
+        file, name = PurePath(doc.source), PurePath(doc.id)
+        if name.parent == file.relative_to(folder).parent:  # named within its folder, by its path or itself
+            doc.id = (file.relative_to(outer).parent / name.name).as_posix()
 
 
 def _root_of(doc_id: str, source: str | None) -> PurePath | None:
-    """The folder a stored file was named from: its source less its id ("/d/policies/fees.md", "policies/fees"
-    -> /d); None for a document whose id is not its path (front matter id, JSONL record)."""
+    """The folder a stored file was named from: its folder less its id's ("/d/policies/fees.md",
+    "policies/fees" -> /d); None for a document whose id does not name its folder (an id written whole, a
+    JSONL record)."""
     if not source or _is_record(source):
         return None
-    stem = PurePath(source).with_suffix("")
-    parts = PurePath(doc_id).parts
-    if not parts or stem.parts[-len(parts) :] != parts:
+    folder, parts = PurePath(source).parent.parts, PurePath(doc_id).parent.parts
+    if folder[len(folder) - len(parts) :] != parts:
         return None
-    return PurePath(*stem.parts[: -len(parts)])
+    return PurePath(*folder[: len(folder) - len(parts)])
 
 
 def _is_record(source: str) -> bool:

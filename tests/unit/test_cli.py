@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ from agent_retrieval import cli
 from agent_retrieval.providers.embeddings import Embedder
 from agent_retrieval.stores import SQLiteStore
 from tests.conftest import WordHashEmbeddings
+
+REAL = Path(__file__).parent.parent / "data" / "real"
 
 
 @pytest.fixture(autouse=True)
@@ -294,6 +297,23 @@ def test_ingest_prune_reports_renamed_and_removed_files(capsys, tmp_path, corpus
     code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", "--prune", str(corpus))
     assert code == 0 and out.endswith("; 1 renamed; 1 removed\n")
     assert err.splitlines() == ["renamed: fees -> fee-schedule", "removed: banda (its file is gone)"]
+
+
+def test_a_front_matter_id_names_a_page_within_its_folder_and_moves_with_it(capsys, tmp_path):
+    """Docusaurus reads `id: issues` as the page's name in its folder: typescript-eslint's contributing and
+    maintenance guides both say it, and one replaced the other in the store."""
+    docs = tmp_path / "docs"
+    for folder in ("contributing", "maintenance"):
+        (docs / folder).mkdir(parents=True)
+        shutil.copy(REAL / f"ts-eslint-{folder}-issues.mdx", docs / folder / "Issues.mdx")
+    db = str(tmp_path / "i.db")
+    run(capsys, "ingest", "--db", db, "--no-progress", str(docs / "maintenance"))
+    code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", str(docs))
+    assert code == 0 and err.splitlines() == ["renamed: issues -> maintenance/issues"], err
+    code, out, err = run(capsys, "ingest", "--db", db, "--no-progress", str(docs / "maintenance"))
+    assert (code, err) == (0, "") and out.startswith("1 document: 0 written"), out  # the outer id kept
+    _, listed, _ = run(capsys, "list", "--db", db)
+    assert [line.split()[0] for line in listed.splitlines()] == ["contributing/issues", "maintenance/issues"]
 
 
 def test_a_renamed_file_titled_by_its_name_is_followed_not_removed(capsys, tmp_path):
