@@ -84,8 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     ingest = command(
         "ingest",
         _ingest,
-        "Load files or folders into the store (markdown, text, HTML, rst, JSON and JSONL, CSV, notebooks, "
-        "source code, PDF and office files), embedding only what changed.",
+        "Load files or folders into the store (markdown, text, HTML, rst, AsciiDoc, JSON and JSONL, CSV, "
+        "notebooks, source code, PDF and office files), embedding only what changed.",
     )
     ingest.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to ingest")
     ingest.add_argument(

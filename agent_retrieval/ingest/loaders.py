@@ -24,7 +24,7 @@ import yaml
 from agent_retrieval.core.progress import bar as progress_bar
 from agent_retrieval.core.text import has_words
 from agent_retrieval.errors import InvalidRequest
-from agent_retrieval.ingest import formats, myst, sitemarkup
+from agent_retrieval.ingest import asciidoc, formats, myst, sitemarkup
 from agent_retrieval.ingest.ignore import Ignores
 from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_depth
 
@@ -35,6 +35,8 @@ _TEXT_READERS: dict[str, Callable[[Path, str], tuple[dict[str, Any], str]]] = {
     ".html": formats.html_to_markdown,
     ".htm": formats.html_to_markdown,
     ".rst": formats.rst_to_markdown,
+    ".adoc": asciidoc.to_markdown,
+    ".asciidoc": asciidoc.to_markdown,
     ".csv": formats.csv_to_markdown,
     ".tsv": formats.csv_to_markdown,
     ".ipynb": formats.ipynb_to_markdown,

@@ -538,3 +538,51 @@ def test_a_shortcode_shown_as_inline_code_stays_as_written(tmp_path):
     page.write_text(f"# Figure\n\nWrite {shown}, as {used} shows.\n")
     [document] = load_file(page, "figure")
     assert document.content.endswith('Write `{{< figure src="a.png" >}}`, as in `b` shows.')
+
+
+@pytest.mark.parametrize(
+    ("name", "kept", "gone"),
+    [
+        ("asciidoctor-extensions.adoc",  # a description list, cross references, a link an attribute holds
+         ["# Extensions\n", "Asciidoctor provides an extension API that offers",
+          "## Available extension points", "Preprocessor:\nProcesses the raw source lines",
+          "See block-processor.adoc and compound-block-processor.adoc.",
+          "Processes the Asciidoctor::Document (AST)", "(e.g., `btn:[Save]`)",  # code stays as written
+          "examples in the Asciidoctor extensions lab."],
+         ["xref:", "{url-", ":url-ext-lab:", "[.class]", "^]", "Preprocessor::"]),
+        ("asciidoctor-api.adoc",
+         ["(via AsciidoctorJ) and JavaScript (via Asciidoctor.js)", "then the `asciidoctor` CLI should",
+          "## When to use the API", "```ruby\nrequire 'asciidoctor'\n"],
+         ["xref:", "[#when-to-use]", "----", "[,ruby]"]),
+        ("asciidoctor-include-processor.adoc",  # a literal block holding a listing; a TIP holding one
+         ["Tip: Asciidoctor supports including content from a URI",
+          "```asciidoc\n:source-highlighter: coderay\n\n.Gemfile\n[,ruby]\n----\n",
+          "Tip:\nAs mentioned above", "```ruby\nAsciidoctor::Extensions.register do\n"],
+         ["....", "====", "[TIP]", "TIP:"]),
+    ],
+)  # fmt: skip
+def test_asciidoc_is_read_as_the_words_its_page_shows(name, kept, gone):
+    [page] = load_file(REAL / name, name)
+    for words in kept:
+        assert words in page.content, words
+    for markup in gone:
+        assert markup not in page.content, markup
+
+
+def test_asciidoc_attributes_and_includes_cost_no_more_than_the_page(tmp_path):
+    """An attribute's value replaces its references once, and all of them add at most the file's size; an
+    include says what it stands for (and a page of includes alone is refused, naming them)."""
+    page = tmp_path / "big.adoc"
+    page.write_text(
+        f"= Big\n:v: {'x' * 500}\n\n{'{v} ' * 2000}\n\ninclude::partial$setup.adoc[]\n\n"
+        "[,ruby]\n----\ninclude::example$main.rb[tags=run]\n----\n"
+    )
+    [document] = load_file(page, "big")
+    assert len(document.content) <= 2 * page.stat().st_size
+    assert document.content.count("x" * 500) > 0 and "{v}" in document.content
+    assert "(Included from partial$setup.adoc.)" in document.content
+    assert "```ruby\n(Code from example$main.rb.)\n```" in document.content
+    only = tmp_path / "only.adoc"
+    only.write_text("include::partial$man.adoc[]\n")
+    with pytest.raises(InvalidRequest, match=r"only takes in partial\$man.adoc"):
+        load_file(only, "only")
