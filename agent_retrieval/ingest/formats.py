@@ -8,6 +8,7 @@ extra, named with its pip command when missing.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import io
@@ -482,9 +483,18 @@ def xlsx_to_markdown(path: Path, data: bytes) -> tuple[dict[str, Any], str]:
 _UNDERLINED = re.compile(r"(?:^|(?<=\n\n))([^\s#][^\n]{0,79})\n(=+|-+)[ \t]*$", re.MULTILINE)
 
 
+# reStructuredText's own marks: a directive, a link target or footnote, a role. Django's docs, and others,
+# keep their reStructuredText in .txt files (Sphinx's source_suffix).
+_RST_MARK = re.compile(r"^\.\. (?:[\w:-]+::|_[^\n:]+:|\[#?\w*\])|(?<![\w`]):[a-z][\w:.-]*:`[^`\n]+`", re.M)
+
+
 def text_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
     """Plain text as written, its underlined headings made "#" (top) and "##" headings, so the chunker
-    splits there and each passage knows its section."""
+    splits there and each passage knows its section; text holding reStructuredText's marks is read as
+    reStructuredText (as written when docutils cannot read it)."""
+    if _RST_MARK.search(text):
+        with contextlib.suppress(InvalidRequest):
+            return rst_to_markdown(path, text)
 
     def heading(match: re.Match[str]) -> str:
         title, rule = match.group(1).rstrip(), match.group(2)

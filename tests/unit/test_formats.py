@@ -586,3 +586,14 @@ def test_asciidoc_attributes_and_includes_cost_no_more_than_the_page(tmp_path):
     only.write_text("include::partial$man.adoc[]\n")
     with pytest.raises(InvalidRequest, match=r"only takes in partial\$man.adoc"):
         load_file(only, "only")
+
+
+def test_restructuredtext_in_a_txt_file_is_read_as_restructuredtext(tmp_path):
+    """Django's docs, and rst2beamer's manual here, keep their reStructuredText in .txt files; plain text
+    stays plain, and text docutils cannot read stays as written."""
+    [manual] = load_file(REAL / "rst2beamer-manual.txt", "manual")
+    assert manual.content.startswith("# The rst2beamer manual\n\nThis manual is disgracefully incomplete.")
+    assert "### In brief\n\nrst2beamer is a docutils script" in manual.content
+    assert ".. warning::" not in manual.content and "~~~~" not in manual.content
+    [plain] = load_file(REAL / "dpkg-triggers.txt", "triggers")
+    assert plain.content.startswith("# TRIGGERS\n\n## Introduction\n\nA dpkg trigger is a facility")
