@@ -28,7 +28,7 @@ from agent_retrieval.ingest import asciidoc, formats, myst, sitemarkup
 from agent_retrieval.ingest.ignore import Ignores
 from agent_retrieval.models import MAX_NESTING, Document, is_unicode, nesting_depth
 
-MARKDOWN = (".md", ".markdown", ".mdx")  # .mdx: Docusaurus' markdown with JSX
+MARKDOWN = (".md", ".markdown", ".mdx", ".qmd", ".rmd")  # Docusaurus' MDX, Quarto's and R Markdown's
 # Files read as text into markdown, and office files read from their bytes (each through an optional extra).
 _TEXT_READERS: dict[str, Callable[[Path, str], tuple[dict[str, Any], str]]] = {
     ".txt": formats.text_to_markdown,

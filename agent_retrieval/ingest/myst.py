@@ -22,7 +22,7 @@ from agent_retrieval.ingest import sphinx
 from agent_retrieval.ingest.sitemarkup import placeholder
 
 _OPENING = re.compile(r"([ \t]*)(`{3,}|~{3,}|:{3,})(.*)$")
-_NAMED = re.compile(r"[ \t]*\{([\w:.+-]{1,80})\}(.*)$")  # what follows a directive's fence
+_NAMED = re.compile(r"[ \t]*\{(\w[\w:.+-]{0,79})\}(.*)$")  # what follows a directive's fence (not `{.class}`)
 _OPTION = re.compile(r"[ \t]*:[\w-]{1,80}:(?:[ \t].*)?$")
 _TARGET = re.compile(r"\([\w.:-]{1,200}\)=[ \t]*$")  # "(options)=": a label for references, not text
 _ROLE = re.compile(r"(?<!`)\{([\w:.+-]{1,80})\}`([^`\n]{1,2000})`")

@@ -28,6 +28,7 @@ _ADMONITION = re.compile(
     r"[ \t]*(?:!!!|\?\?\?\+?)[ \t]*([\w-]+)(?:[ \t]+[\w-]+)*[ \t]*(?:\"([^\n]*)\")?[ \t]*$"
 )
 _COLON_FENCE = re.compile(r"[ \t]*:{3,}[ \t]*([\w-]*)(.*)$")  # Docusaurus: `:::tip Title` or `:::tip[Title]`
+_CALLOUT = re.compile(r"\.callout-(\w+)")
 _BLOCK_FENCE = re.compile(r"[ \t]*/{3,}[ \t]*([\w-]*)[ \t]*(?:\|[ \t]*(.*))?$")  # nested blocks: more "/"
 _TAB = re.compile(r"[ \t]*===\+?[ \t]+\"([^\"\n]*)\"[ \t]*$")
 _MDX = re.compile(
@@ -188,7 +189,12 @@ def block_line(line: str) -> str | None:
         return tab.group(1)
     if colons := _COLON_FENCE.match(line):
         title = colons.group(2).strip().removeprefix("[").removesuffix("]").strip()
-        return title or (colons.group(1).capitalize() if colons.group(1) else None)
+        kind = colons.group(1).removeprefix("callout-")  # Quarto's `::: callout-note` shows "Note"
+        if title.startswith("{"):  # pandoc's attributes: a callout's title, else its kind (`{.callout-tip}`)
+            shown, callout = _SHOWN_ATTRIBUTE.search(title), _CALLOUT.search(title)
+            title = next(filter(None, shown.groups()), "") if shown else ""
+            kind = kind or (callout.group(1) if callout else "")
+        return title or (kind.capitalize() if kind else None)
     if _MDX.match(line):
         return None
     if _COMPONENT.match(line):

@@ -475,6 +475,14 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
          ["A function that uses a `match` expression on an `Option<i32>`\n\n```rust\n"
           "(Code from ../listings/ch06-enums-and-pattern-matching/listing-06-05/src/main.rs.)\n```"],
          ["<Listing", "caption=", "{{#", ":here"]),
+        ("quartodoc-content.qmd",  # Quarto: pandoc's fenced divs (`::: {.column}`) are layout, not directives
+         ["default option set.", "**Manual**\n\n```yaml\nquartodoc:\n",
+          "we are telling quartodoc to not include"],
+         [":::", "{.column", "```.column"]),
+        ("quartodoc-callouts.qmd",  # a callout shows its title, else its kind
+         ["Guide pages on each linking style\n\nHere are some examples",
+          "Note\nThe code for the filter can be found"],
+         [":::", "{.callout", "```.callout"]),
         ("attrs-api.rst",  # the default role's `text <target>` is a link where Sphinx's default_role is set
          ["the `attr` namespace is documented on a separate page."], ["<api-attr>"]),
     ],
