@@ -234,9 +234,16 @@ def terminal_text(line: str) -> str:
 
 
 def without_template_tags(text: str) -> str:
-    """Text without Liquid, Jinja and Eleventy tags and variables, which a built page never shows, nor the
-    template author's notes between `{% comment %}` and `{% endcomment %}`."""
-    return _TEMPLATE_VARIABLE.sub("", _TEMPLATE_TAG.sub("", _without_comments(text)))
+    """Text without Liquid, Jinja and Eleventy tags and variables, which a built page never shows (but for a
+    title a tag gives), nor the template author's notes between `{% comment %}` and `{% endcomment %}`."""
+    return _TEMPLATE_VARIABLE.sub("", _TEMPLATE_TAG.sub(_tag_title, _without_comments(text)))
+
+
+def _tag_title(tag: re.Match[str]) -> str:
+    """What a tag shows: the title it gives (GitBook's `{% tab title="Python" %}` and `{% code title="app.js"
+    %}` head a tab or an example), else nothing."""
+    shown = _SHOWN_ATTRIBUTE.search(tag.group(0))
+    return next(filter(None, shown.groups()), "") if shown else ""
 
 
 def _without_comments(text: str) -> str:

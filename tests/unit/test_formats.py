@@ -475,6 +475,9 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
          ["A function that uses a `match` expression on an `Option<i32>`\n\n```rust\n"
           "(Code from ../listings/ch06-enums-and-pattern-matching/listing-06-05/src/main.rs.)\n```"],
          ["<Listing", "caption=", "{{#", ":here"]),
+        ("gitbook-fiber-hooks.md",  # GitBook: a tab's and an example's title stay, the tags go
+         ["Signature\n```go\nfunc (app *App) OnRoute(", "OnName Example\n```go\npackage main"],
+         ["{%", "%}", "title="]),
         ("quartodoc-content.qmd",  # Quarto: pandoc's fenced divs (`::: {.column}`) are layout, not directives
          ["default option set.", "**Manual**\n\n```yaml\nquartodoc:\n",
           "we are telling quartodoc to not include"],
