@@ -78,9 +78,10 @@ RESIDUE = {
     "template tags": re.compile(r"\{%-?|-?%\}|\{\{-? "),
     # a component is PascalCase and stands alone: not a type's parameters (`jest.Mock<T>`) or a placeholder
     # (`-d <MAXDEPTH>`)
-    # an import names what it takes in `from` or a quoted path (prose may start a line with "import")
+    # an import names what it takes in `from` or a quoted path (prose may start a line with "import"); MDX's
+    # comments open with `{/*`
     "MDX imports or JSX": re.compile(
-        r"^(?:import .* from |import ['\"]|export (?:default|const|function)\b).*$"
+        r"\{/\*|^(?:import .* from |import ['\"]|export (?:default|const|function)\b).*$"
         r"|(?<![\w.])</?[A-Z][a-z]\w*[ />]",
         re.M,
     ),

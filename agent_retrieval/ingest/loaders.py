@@ -581,7 +581,8 @@ def tidy_markdown(text: str) -> str:
     static-site markup read as its words (sitemarkup.py), outside code."""
     if "{" in text or ")=" in text:  # MyST's directives, roles and labels, before fences are told from prose
         text = myst.read(text, _eval_rst)
-    lines = sitemarkup.prose_lines(sitemarkup.api_references(formats.fenced(text.split("\n"))))
+    read = sitemarkup.without_mdx_comments(formats.fenced(text.split("\n")))
+    lines = sitemarkup.prose_lines(sitemarkup.api_references(read))
     out: list[str] = []
     terminal = False  # inside a `<div class="termy">`, whose fenced lines are shown as HTML
     for line, code in formats.fenced(lines):

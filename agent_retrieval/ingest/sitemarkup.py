@@ -40,6 +40,9 @@ _COMPONENT = re.compile(
     r"[ \t]*<[A-Z][\w.]*(?:[ \t](?:\"[^\"\n]*\"|'[^'\n]*'|`[^`\n]*`|[^<>\"'`\n])*)?>[ \t]*$"
 )
 _SHOWN_ATTRIBUTE = re.compile(r"\b(?:title|label|caption)=\{?(?:`([^`\n]*)`|\"([^\"\n]*)\"|'([^'\n]*)')")
+# MDX's comment (`{/* Keep this in step with ... */}`), on a line of its own or inside one; each try stops at
+# the next opening, so a line of openings is read once
+_MDX_COMMENT = re.compile(r"\{/\*(?:[^*{\n]|\*(?!/\})|\{(?!/\*))*\*/\}")
 _SNIPPET = re.compile(r"\{\*([^*\n]*)\*\}|--8<--[ \t]*\"([^\"\n]*)\"")
 # mdBook: a file's text (or the part an anchor or a line range names) in place of `{{#include path:anchor}}`;
 # `{{#title ...}}` sets the page's title and shows nothing.
@@ -95,6 +98,26 @@ def code_fence(line: str) -> list[str] | None:
     fence = "```" + language.strip("\"'")
     file = next((word[5:].strip("\"'") for word in words if word.startswith("file=")), "")
     return [f"`{file}`:", "", fence] if file else [fence]
+
+
+def without_mdx_comments(lines: Iterable[tuple[str, bool]]) -> Iterator[tuple[str, bool]]:
+    """Lines (each with whether it is code) without MDX's comments, which a page never shows: one within a
+    line, or from a `{/*` to the `*/}` of a later line. A line holding inline code is left as written (it may
+    show the syntax: `{/* a note */}`)."""
+    inside = False
+    for line, code in lines:
+        if code or "`" in line:
+            yield line, code
+            continue
+        if inside:
+            end = line.find("*/}")
+            if end == -1:
+                continue
+            line, inside = line[end + 3 :], False
+        line = _MDX_COMMENT.sub("", line) if "{/*" in line else line
+        if (start := line.find("{/*")) != -1:
+            line, inside = line[:start], True
+        yield line, code
 
 
 def api_references(lines: Iterable[tuple[str, bool]]) -> Iterator[tuple[str, bool]]:

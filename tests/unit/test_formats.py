@@ -478,6 +478,9 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
         ("gitbook-fiber-hooks.md",  # GitBook: a tab's and an example's title stay, the tags go
          ["Signature\n```go\nfunc (app *App) OnRoute(", "OnName Example\n```go\npackage main"],
          ["{%", "%}", "title="]),
+        ("ts-eslint-pull-requests.mdx",  # an MDX comment is the author's note, never shown
+         ["Must be one of the following:\n\n\n\n- `docs` - if you only change documentation"],
+         ["{/*", "Keep this synchronized"]),
         ("quartodoc-content.qmd",  # Quarto: pandoc's fenced divs (`::: {.column}`) are layout, not directives
          ["default option set.", "**Manual**\n\n```yaml\nquartodoc:\n",
           "we are telling quartodoc to not include"],
@@ -608,3 +611,14 @@ def test_restructuredtext_in_a_txt_file_is_read_as_restructuredtext(tmp_path):
     assert ".. warning::" not in manual.content and "~~~~" not in manual.content
     [plain] = load_file(REAL / "dpkg-triggers.txt", "triggers")
     assert plain.content.startswith("# TRIGGERS\n\n## Introduction\n\nA dpkg trigger is a facility")
+
+
+def test_an_mdx_comment_over_several_lines_goes_and_one_shown_as_code_stays(tmp_path):
+    page = tmp_path / "page.mdx"
+    page.write_text(
+        "# Page\n\nBefore {/* a note */} after.\n\n{/*\nTODO: rewrite this section\n*/}\n\n"
+        "Write a comment as `{/* note */}`.\n\n```jsx\n{/* in code */}\n```\n"
+    )
+    [document] = load_file(page, "page")
+    assert "Before  after." in document.content and "TODO" not in document.content
+    assert "Write a comment as `{/* note */}`." in document.content and "{/* in code */}" in document.content

@@ -226,6 +226,7 @@ def test_a_terminal_blocks_opening_is_told_in_linear_time(tmp_path, line):
         ("<Listing ", "'\"`"),
         ("::: pydantic.BaseModel\n", "    members:\n      - name\n"),  # a reference's options, line by line
         ("{{#include ", "a:"),  # mdBook's include, never closed
+        ("", "{/*"),  # MDX comments opened and never closed
     ],
 )
 def test_site_markup_is_read_in_linear_time(tmp_path, opening, unit):
