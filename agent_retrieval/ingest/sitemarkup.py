@@ -59,6 +59,8 @@ _SHORTCODE = re.compile(r"\{\{([<%])([^<>%\n]*)[>%]\}\}")
 # for each.
 _TEMPLATE_TAG = re.compile(r"\{%-?(?:[^%{\n]|%(?!\})|\{(?!%))*%\}")
 _COMMENT_MARK = re.compile(r"\{%-?[ \t]*(end)?comment[ \t]*-?%\}")
+# A wiki link (Foam, Obsidian, MkDocs' roamlinks): `[[note]]`, `[[note|shown text]]`, an embed `![[x.png]]`
+_WIKILINK = re.compile(r"!?\[\[([^\[\]|\n]+)(?:\|([^\[\]\n]*))?\]\]")
 _EMPTY_LINK = re.compile(r"\[([^\[\]\n]*)\]\(\)")
 _TEMPLATE_VARIABLE = re.compile(r"\{\{-?[ \t][^{}\n]*\}\}")  # `{{ site.x | relative_url }}`, not `{{<`
 # not after `_`, `^`, `\` or a letter, where braces are TeX's (`\sum_{c=1}`)
@@ -231,6 +233,7 @@ def inline_words(text: str) -> str:
     text = _SNIPPET.sub(_placeholder, book_includes(text, code=False))
     text = _SHORTCODE.sub(_shortcode, text)
     text = _EMPTY_LINK.sub(r"\1", without_template_tags(text))  # a link to `{{ site.x }}` keeps its text
+    text = _WIKILINK.sub(lambda link: (link.group(2) or link.group(1)).strip(), text)  # its text, or its note
     text = _ATTRIBUTES.sub("", text)
     text = _ICON.sub("", text)
     return _decoded(_TAG.sub("", _HTML_CODE.sub(r"`\1`", text)))

@@ -481,6 +481,8 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
         ("ts-eslint-pull-requests.mdx",  # an MDX comment is the author's note, never shown
          ["Must be one of the following:\n\n\n\n- `docs` - if you only change documentation"],
          ["{/*", "Keep this synchronized"]),
+        ("foam-daily-notes.md",  # a wiki link shows its text, else the note it names
+         ["See templates for more information.", "see CLI daily command."], ["[[", "]]"]),
         ("quartodoc-content.qmd",  # Quarto: pandoc's fenced divs (`::: {.column}`) are layout, not directives
          ["default option set.", "**Manual**\n\n```yaml\nquartodoc:\n",
           "we are telling quartodoc to not include"],
