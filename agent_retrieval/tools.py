@@ -134,6 +134,9 @@ def _shown_ids_read_back(arguments: dict[str, Any]) -> dict[str, Any]:
     return {**arguments, "document_ids": [unquote_id(i) if isinstance(i, str) else i for i in ids]}
 
 
+# What a result below confidence.LOW says: never that nothing answers (a paraphrase of a stored answer can
+# score that low: BENCHMARKS, "On documentation nobody here chose"), but to read the passages first.
+LOW_CONFIDENCE = "low confidence"
 # What every search result's header says of its confidence (confidence.py), in the tools' descriptions.
 CONFIDENCE_NOTE = (
     " The result's header gives the search's confidence (0 to 1) that the documents answer the query; a "
@@ -267,10 +270,11 @@ def format_result(result: RetrievalResult) -> str:
         header = f"{found} ({search}; {hyde}{sure})"
     lines = [header]
     lines += [f"Note: {note}" for note in result.degraded]
-    if is_low(result.confidence):
+    if is_low(result.confidence):  # on unseen documentation, 5 of 24 answered questions scored this low
         lines.append(
-            f"Note: probably nothing here answers this (confidence {result.confidence:.2f}): these are the "
-            "closest matches; try other words, or tell the user the documents do not cover it."
+            f"Note: {LOW_CONFIDENCE} ({result.confidence:.2f}) that the documents answer this: these are the "
+            "closest matches; answer from one only if it does, else try other words or tell the user the "
+            "documents do not seem to cover it."
         )
     if not result.hits:
         lines.append("No matches. Try other words, fewer filters, or a different query_type.")

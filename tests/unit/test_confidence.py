@@ -24,7 +24,7 @@ from agent_retrieval.planning.answer import (
 from agent_retrieval.search import confidence as confidence_module
 from agent_retrieval.search.confidence import Calibration, confidence, is_low, signals
 from agent_retrieval.server.graph_parts import GraphParts
-from agent_retrieval.tools import ChunkRetrieverTool
+from agent_retrieval.tools import LOW_CONFIDENCE, ChunkRetrieverTool
 from tests.conftest import CountingChatModel
 
 ON_TOPIC = "How long does the landlord have to protect the deposit?"
@@ -89,8 +89,9 @@ def test_a_search_the_store_cannot_answer_says_so_and_still_lists_what_it_found(
     assert off.confidence is not None and on.confidence is not None and off.confidence < on.confidence
     assert is_low(off.confidence) and not is_low(on.confidence)
     text = tool.invoke({"query": OFF_TOPIC})
-    assert "probably nothing here answers this" in text and "<passage" in text
-    assert "probably nothing here answers this" not in tool.invoke({"query": ON_TOPIC})
+    assert f"Note: {LOW_CONFIDENCE} (" in text and "<passage" in text
+    assert "answer from one only if it does" in text and "do not cover it." not in text
+    assert LOW_CONFIDENCE not in tool.invoke({"query": ON_TOPIC})
 
 
 def test_the_offline_answer_says_nothing_answers_and_lists_the_closest_passages(retrieval, calibrated):
