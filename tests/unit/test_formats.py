@@ -493,6 +493,22 @@ def test_front_matter_that_speaks_to_readers_opens_the_text_and_a_page_of_it_alo
          [":::", "{.callout", "```.callout"]),
         ("attrs-api.rst",  # the default role's `text <target>` is a link where Sphinx's default_role is set
          ["the `attr` namespace is documented on a separate page."], ["<api-attr>"]),
+        ("asciidoctor-extensions.adoc",  # a description list, cross references, a link an attribute holds
+         ["# Extensions\n", "Asciidoctor provides an extension API that offers",
+          "## Available extension points", "Preprocessor:\nProcesses the raw source lines",
+          "See block-processor.adoc and compound-block-processor.adoc.",
+          "Processes the Asciidoctor::Document (AST)", "(e.g., `btn:[Save]`)",  # code stays as written
+          "examples in the Asciidoctor extensions lab."],
+         ["xref:", "{url-", ":url-ext-lab:", "[.class]", "^]", "Preprocessor::"]),
+        ("asciidoctor-api.adoc",
+         ["(via AsciidoctorJ) and JavaScript (via Asciidoctor.js)", "then the `asciidoctor` CLI should",
+          "## When to use the API", "```ruby\nrequire 'asciidoctor'\n"],
+         ["xref:", "[#when-to-use]", "----", "[,ruby]"]),
+        ("asciidoctor-include-processor.adoc",  # a literal block holding a listing; a TIP holding one
+         ["Tip: Asciidoctor supports including content from a URI",
+          "```asciidoc\n:source-highlighter: coderay\n\n.Gemfile\n[,ruby]\n----\n",
+          "Tip:\nAs mentioned above", "```ruby\nAsciidoctor::Extensions.register do\n"],
+         ["....", "====", "[TIP]", "TIP:"]),
     ],
 )  # fmt: skip
 def test_static_site_markup_is_read_as_the_words_a_reader_sees(name, kept, gone):
@@ -554,35 +570,6 @@ def test_a_shortcode_shown_as_inline_code_stays_as_written(tmp_path):
     page.write_text(f"# Figure\n\nWrite {shown}, as {used} shows.\n")
     [document] = load_file(page, "figure")
     assert document.content.endswith('Write `{{< figure src="a.png" >}}`, as in `b` shows.')
-
-
-@pytest.mark.parametrize(
-    ("name", "kept", "gone"),
-    [
-        ("asciidoctor-extensions.adoc",  # a description list, cross references, a link an attribute holds
-         ["# Extensions\n", "Asciidoctor provides an extension API that offers",
-          "## Available extension points", "Preprocessor:\nProcesses the raw source lines",
-          "See block-processor.adoc and compound-block-processor.adoc.",
-          "Processes the Asciidoctor::Document (AST)", "(e.g., `btn:[Save]`)",  # code stays as written
-          "examples in the Asciidoctor extensions lab."],
-         ["xref:", "{url-", ":url-ext-lab:", "[.class]", "^]", "Preprocessor::"]),
-        ("asciidoctor-api.adoc",
-         ["(via AsciidoctorJ) and JavaScript (via Asciidoctor.js)", "then the `asciidoctor` CLI should",
-          "## When to use the API", "```ruby\nrequire 'asciidoctor'\n"],
-         ["xref:", "[#when-to-use]", "----", "[,ruby]"]),
-        ("asciidoctor-include-processor.adoc",  # a literal block holding a listing; a TIP holding one
-         ["Tip: Asciidoctor supports including content from a URI",
-          "```asciidoc\n:source-highlighter: coderay\n\n.Gemfile\n[,ruby]\n----\n",
-          "Tip:\nAs mentioned above", "```ruby\nAsciidoctor::Extensions.register do\n"],
-         ["....", "====", "[TIP]", "TIP:"]),
-    ],
-)  # fmt: skip
-def test_asciidoc_is_read_as_the_words_its_page_shows(name, kept, gone):
-    [page] = load_file(REAL / name, name)
-    for words in kept:
-        assert words in page.content, words
-    for markup in gone:
-        assert markup not in page.content, markup
 
 
 def test_asciidoc_attributes_and_includes_cost_no_more_than_the_page(tmp_path):
