@@ -38,8 +38,9 @@ class InputState:
 
     paths: list[str] = field(default_factory=list)
     """Files or folders on the server (folders are searched recursively) in the supported formats:
-    markdown (.md, .mdx), .rst, .txt, .html, .jsonl, .pdf and more (`agent-retrieval ingest --help`); a server
-    run may name only what lies inside the operator's AGENT_RETRIEVAL_INGEST_ROOT, relative to it."""
+    markdown (.md, .mdx, .qmd), .rst, .adoc, .txt, .html, .jsonl, .pdf and more (`agent-retrieval ingest
+    --help`); a server run may name only what lies inside the operator's AGENT_RETRIEVAL_INGEST_ROOT, relative
+    to it."""
 
 
 @dataclass(kw_only=True)
