@@ -28,7 +28,8 @@ _VERBATIM = {"-": "code", ".": "code", "`": "code", "+": "raw", "/": "comment"}
 _ATTRIBUTE = re.compile(r":(!?)([\w-]+)(!?):(?:[ \t]+(.*))?$")
 _BLOCK_ATTRIBUTES = re.compile(r"\[\[?([^\[\]\n]*)\]\]?[ \t]*$")
 _BLOCK_TITLE = re.compile(r"\.([^ \t.].*)$")
-_ADMONITION = re.compile(r"(NOTE|TIP|IMPORTANT|WARNING|CAUTION):[ \t]+")
+_ADMONITIONS = ("NOTE", "TIP", "IMPORTANT", "WARNING", "CAUTION")
+_ADMONITION = re.compile(rf"({'|'.join(_ADMONITIONS)}):[ \t]+")  # `TIP: ...`, a paragraph's label
 _PREPROCESSOR = re.compile(r"(?:ifdef|ifndef|ifeval|endif)::[^\[\n]*\[[^\]\n]*\][ \t]*$|toc::\[\][ \t]*$")
 _INCLUDE = re.compile(r"include::([^\[\n]+)\[[^\]\n]*\][ \t]*$")
 _LIST_ITEM = re.compile(r"([ \t]*)(?:\*+|-|\.+)[ \t]+(?=\S)")
@@ -50,7 +51,6 @@ _ROLE = re.compile(r"\[[.#][^\[\]\n]*\]#([^#\n]+)#")  # `[.class]#styled text#`
 _ANCHOR = re.compile(r"\[\[[^\[\]\n]*\]\]|\[#[^\[\]\n]*\]")
 _REFERENCE = re.compile(r"(?<!\\)\{([\w-]+)\}")
 _BUILT_IN = {"nbsp": " ", "sp": " ", "empty": "", "zwsp": "", "amp": "&", "lt": "<", "gt": ">", "quot": '"'}
-_ADMONITIONS = ("NOTE", "TIP", "IMPORTANT", "WARNING", "CAUTION")
 
 
 @dataclass
@@ -83,7 +83,7 @@ def to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
                 out.extend(["```"] if verbatim[1] == "code" else [])
                 verbatim = None
             elif verbatim[1] == "code":
-                out.append(_included(line, code=True))
+                out.append(_included(line, code=True) or line)
             continue
         if delimiter := _DELIMITER.match(line):
             mark = delimiter.group(1)
@@ -106,10 +106,7 @@ def to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
             continue
         if _PREPROCESSOR.match(line) or line.strip() == "+":
             continue
-        if include := _INCLUDE.match(line):
-            out.append(sitemarkup.placeholder(include.group(1).strip(), code=False))
-            continue
-        out.append(_shown(line, attributes))
+        out.append(_included(line, code=False) or _shown(line, attributes))
     if verbatim is not None and verbatim[1] == "code":
         out.append("```")  # a listing left open runs to the end, as Asciidoctor reads it
     return metadata, "\n".join(out)
@@ -132,9 +129,10 @@ def _language(attributes: str) -> str:
     return parts[1] if len(parts) > 1 and parts[0] in ("source", "") and parts[1].isidentifier() else ""
 
 
-def _included(line: str, *, code: bool) -> str:
+def _included(line: str, *, code: bool) -> str | None:
+    """An `include::file[]` line as what it stands for ("(Code from file.)" in a listing); else None."""
     found = _INCLUDE.match(line)
-    return sitemarkup.placeholder(found.group(1).strip(), code=code) if found else line
+    return sitemarkup.placeholder(found.group(1).strip(), code=code) if found else None
 
 
 def _shown(line: str, attributes: _Attributes) -> str:
