@@ -3,12 +3,13 @@
 MkDocs Material's admonitions (`!!! note "Title"`, `??? tip`, `!!! info inline end "Title"`, `/// warning |
 Title` ... `///`), content tabs (`=== "Tab"`), icons (`:octicons-tag-16:`) and snippet placeholders
 (`{* ../docs_src/x.py hl[6] *}`, `--8<-- "file"`); Hugo's shortcodes (`{{< name "value" >}}`, `{{% name %}}`;
-those that show code become fences); Liquid, Jinja and Eleventy tags and variables (`{% include x %}`,
-`{{ site.repository }}`, `{% comment %}` notes); Docusaurus' admonitions (`:::tip Title` ... `:::`), its MDX
-imports and exports and JSX wrappers (`<Tabs>`, `<TabItem value="npm" label="npm">`: a component's title or
-label stays); attribute lists, Python-Markdown's and kramdown's (`## Setup { #setup .wide }`,
-`[Go](#){ .md-button }`, `{: #v4-4-1}`); mkdocstrings' API references (`::: pydantic.BaseModel` and the
-options under it); mdBook's includes (`{{#include listings/main.rs:here}}`); HTML tags and entities.
+those that show code become fences); Liquid, Jinja, Eleventy and GitBook tags and variables (`{% include
+x %}`, `{{ site.repository }}`, `{% comment %}` notes; `{% tab title="Python" %}` keeps its title); Docusaurus'
+admonitions (`:::tip Title` ... `:::`) and Quarto's callouts, MDX imports, exports and comments and JSX
+wrappers (`<Tabs>`, `<TabItem value="npm" label="npm">`: a component's title, label or caption stays);
+attribute lists, Python-Markdown's and kramdown's (`## Setup { #setup .wide }`, `[Go](#){ .md-button }`,
+`{: #v4-4-1}`); mkdocstrings' API references (`::: pydantic.BaseModel` and the options under it); mdBook's
+includes (`{{#include listings/main.rs:here}}`); wiki links (`[[note|text]]`); HTML tags and entities.
 Wrappers and names go; titles, readable parameters and the text inside stay; a placeholder says what it
 stood for. Code, fenced or inline, is never touched (the caller passes only prose), and each pattern stops
 at the next mark that could open another, so a line is read a bounded number of times.
@@ -216,16 +217,20 @@ def block_line(line: str) -> str | None:
         title = colons.group(2).strip().removeprefix("[").removesuffix("]").strip()
         kind = colons.group(1).removeprefix("callout-")  # Quarto's `::: callout-note` shows "Note"
         if title.startswith("{"):  # pandoc's attributes: a callout's title, else its kind (`{.callout-tip}`)
-            shown, callout = _SHOWN_ATTRIBUTE.search(title), _CALLOUT.search(title)
-            title = next(filter(None, shown.groups()), "") if shown else ""
-            kind = kind or (callout.group(1) if callout else "")
+            callout = _CALLOUT.search(title)
+            title, kind = _shown_title(title), kind or (callout.group(1) if callout else "")
         return title or (kind.capitalize() if kind else None)
     if _MDX.match(line):
         return None
     if _COMPONENT.match(line):
-        shown = _SHOWN_ATTRIBUTE.search(line)
-        return next(filter(None, shown.groups()), None) if shown else None
+        return _shown_title(line) or None
     return line
+
+
+def _shown_title(markup: str) -> str:
+    """The title, label or caption a component, tag or attribute list gives, as its page shows it; else ""."""
+    shown = _SHOWN_ATTRIBUTE.search(markup)
+    return next(filter(None, shown.groups()), "") if shown else ""
 
 
 def inline_words(text: str) -> str:
@@ -268,8 +273,7 @@ def without_template_tags(text: str) -> str:
 def _tag_title(tag: re.Match[str]) -> str:
     """What a tag shows: the title it gives (GitBook's `{% tab title="Python" %}` and `{% code title="app.js"
     %}` head a tab or an example), else nothing."""
-    shown = _SHOWN_ATTRIBUTE.search(tag.group(0))
-    return next(filter(None, shown.groups()), "") if shown else ""
+    return _shown_title(tag.group(0))
 
 
 def _without_comments(text: str) -> str:
