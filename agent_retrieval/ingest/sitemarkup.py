@@ -3,13 +3,14 @@
 MkDocs Material's admonitions (`!!! note "Title"`, `??? tip`, `!!! info inline end "Title"`, `/// warning |
 Title` ... `///`), content tabs (`=== "Tab"`), icons (`:octicons-tag-16:`) and snippet placeholders
 (`{* ../docs_src/x.py hl[6] *}`, `--8<-- "file"`); Hugo's shortcodes (`{{< name "value" >}}`, `{{% name %}}`;
-those that show code become fences); Liquid, Jinja, Eleventy and GitBook tags and variables (`{% include
-x %}`, `{{ site.repository }}`, `{% comment %}` notes; `{% tab title="Python" %}` keeps its title); Docusaurus'
-admonitions (`:::tip Title` ... `:::`) and Quarto's callouts, MDX imports, exports and comments and JSX
-wrappers (`<Tabs>`, `<TabItem value="npm" label="npm">`: a component's title, label or caption stays);
-attribute lists, Python-Markdown's and kramdown's (`## Setup { #setup .wide }`, `[Go](#){ .md-button }`,
-`{: #v4-4-1}`); mkdocstrings' API references (`::: pydantic.BaseModel` and the options under it); mdBook's
-includes (`{{#include listings/main.rs:here}}`); wiki links (`[[note|text]]`); HTML tags and entities.
+those that show code become fences); Liquid, Jinja, Eleventy and GitBook tags and variables
+(`{% include x %}`, `{{ site.repository }}`, `{% comment %}` notes; `{% tab title="Python" %}` keeps its
+title); Docusaurus' admonitions (`:::tip Title` ... `:::`) and Quarto's callouts; MDX imports, exports and
+comments and JSX wrappers (`<Tabs>`, `<TabItem value="npm" label="npm">`: a component's title, label or
+caption stays); attribute lists, Python-Markdown's and kramdown's (`## Setup { #setup .wide }`,
+`[Go](#){ .md-button }`, `{: #v4-4-1}`); mkdocstrings' API references (`::: pydantic.BaseModel` and the
+options under it); mdBook's includes (`{{#include listings/main.rs:here}}`); wiki links (`[[note|text]]`);
+HTML tags and entities.
 Wrappers and names go; titles, readable parameters and the text inside stay; a placeholder says what it
 stood for. Code, fenced or inline, is never touched (the caller passes only prose), and each pattern stops
 at the next mark that could open another, so a line is read a bounded number of times.
