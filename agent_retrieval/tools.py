@@ -270,7 +270,7 @@ def format_result(result: RetrievalResult) -> str:
         header = f"{found} ({search}; {hyde}{sure})"
     lines = [header]
     lines += [f"Note: {note}" for note in result.degraded]
-    if is_low(result.confidence):  # on unseen documentation, 5 of 24 answered questions scored this low
+    if is_low(result.confidence):
         lines.append(
             f"Note: {LOW_CONFIDENCE} ({result.confidence:.2f}) that the documents answer this: these are the "
             "closest matches; answer from one only if it does, else try other words or tell the user the "

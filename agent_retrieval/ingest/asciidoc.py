@@ -12,7 +12,6 @@ block or between backticks, is never touched. One pass over the lines, each read
 
 from __future__ import annotations
 
-import bisect
 import html
 import re
 from dataclasses import dataclass, field
@@ -159,14 +158,9 @@ def _inline(text: str, attributes: _Attributes) -> str:
         part = _REFERENCE.sub(attributes.resolve, _ROLE.sub(r"\1", _ANCHOR.sub("", parts[index])))
         parts[index] = html.unescape(part) if "&" in part else part
     text = "".join(parts)
-    spans = [span.span() for span in _CODE_SPAN.finditer(text)]
-    starts = [start for start, _ in spans]
-
-    def shown(found: re.Match[str]) -> str:
-        at = bisect.bisect_right(starts, found.start()) - 1  # the last code span opening at or before it
-        return found.group(0) if at >= 0 and found.start() < spans[at][1] else _linked(found)
-
-    return _LINKING.sub(shown, text)
+    return sitemarkup.sub_outside(
+        _LINKING, _linked, text, [span.span() for span in _CODE_SPAN.finditer(text)]
+    )
 
 
 def _linked(found: re.Match[str]) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import html
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 # a type, then modifiers such as `inline end` or `annotate`, then the title
@@ -360,13 +360,22 @@ def shortcodes_outside(line: str, spans: list[tuple[int, int]]) -> str:
     """`line` with each shortcode that opens outside its code `spans` (start and end, in order) read as its
     words: a parameter holding inline code (`caption="Click `Edit`"`) would otherwise split the shortcode
     between prose and code, and leave its marks. One inside code stays as written."""
+    return sub_outside(_SHORTCODE, _shortcode, line, spans)
+
+
+def sub_outside(
+    pattern: re.Pattern[str], read: Callable[[re.Match[str]], str], line: str, spans: list[tuple[int, int]]
+) -> str:
+    """`line` with each match of `pattern` that opens outside its code `spans` (start and end, in order)
+    replaced by `read` of it; one opening inside code stays as written. A match may run on into code (a
+    link whose text is a code span)."""
     starts = [start for start, _ in spans]
 
-    def read(match: re.Match[str]) -> str:
+    def outside(match: re.Match[str]) -> str:
         at = bisect.bisect_right(starts, match.start()) - 1  # the last span opening at or before it
-        return match.group(0) if at >= 0 and match.start() < spans[at][1] else _shortcode(match)
+        return match.group(0) if at >= 0 and match.start() < spans[at][1] else read(match)
 
-    return _SHORTCODE.sub(read, line)
+    return pattern.sub(outside, line)
 
 
 def _shortcode(match: re.Match[str]) -> str:
