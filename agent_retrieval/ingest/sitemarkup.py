@@ -110,14 +110,14 @@ def without_mdx_comments(lines: Iterable[tuple[str, bool]]) -> Iterator[tuple[st
     show the syntax: `{/* a note */}`)."""
     inside = False
     for line, code in lines:
-        if code or "`" in line:
-            yield line, code
-            continue
-        if inside:
+        if inside:  # every line up to the closing mark is the comment's, code or not
             end = line.find("*/}")
             if end == -1:
                 continue
             line, inside = line[end + 3 :], False
+        if code or "`" in line:
+            yield line, code
+            continue
         line = _MDX_COMMENT.sub("", line) if "{/*" in line else line
         if (start := line.find("{/*")) != -1:
             line, inside = line[:start], True

@@ -605,9 +605,11 @@ def test_restructuredtext_in_a_txt_file_is_read_as_restructuredtext(tmp_path):
 def test_an_mdx_comment_over_several_lines_goes_and_one_shown_as_code_stays(tmp_path):
     page = tmp_path / "page.mdx"
     page.write_text(
-        "# Page\n\nBefore {/* a note */} after.\n\n{/*\nTODO: rewrite this section\n*/}\n\n"
+        "# Page\n\nBefore {/* a note */} after.\n\n"
+        "{/*\nTODO: rewrite this section\nand its `example`\n*/}\n\n"
         "Write a comment as `{/* note */}`.\n\n```jsx\n{/* in code */}\n```\n"
     )
     [document] = load_file(page, "page")
     assert "Before  after." in document.content and "TODO" not in document.content
+    assert "`example`" not in document.content  # a comment's line holding code is still the comment's
     assert "Write a comment as `{/* note */}`." in document.content and "{/* in code */}" in document.content
