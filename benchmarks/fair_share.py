@@ -52,7 +52,11 @@ def measure(jobs: int, writes: int = WRITES, characters: int = CHARACTERS) -> di
             with server.signed_in("mallory", "acme", timeout=3600) as mallory:
                 started = time.monotonic()
                 document = {"title": f"Minutes {number}", "content": text(characters, number)}
-                out = mallory.runs.wait(None, "indexer", input={"documents": [document]})
+                try:
+                    out = mallory.runs.wait(None, "indexer", input={"documents": [document]})
+                except Exception as error:  # the run itself failed: a result to report, not a lost thread
+                    done.append({"seconds": time.monotonic() - started, "failed": str(error)})
+                    return
                 done.append({"seconds": time.monotonic() - started, **out["report"], "errors": out["errors"]})
 
         threads = [threading.Thread(target=write, args=(n,)) for n in range(writes)]
@@ -75,7 +79,10 @@ def main() -> None:
         result = measure(jobs)
         print(f"\n{jobs} run slot(s): the other tenant's question took {result['question_seconds']:.1f} s")
         for w in result["writes"]:
-            outcome = "; ".join(w["errors"]) or f"{w['written']} written, {w['embedded']} texts embedded"
+            if "failed" in w:
+                outcome = f"the run failed: {w['failed']}"
+            else:
+                outcome = "; ".join(w["errors"]) or f"{w['written']} written, {w['embedded']} texts embedded"
             print(f"  write finished after {w['seconds']:.1f} s: {outcome}")
 
 

@@ -179,6 +179,18 @@ def test_a_write_waits_for_the_lock_and_succeeds_once_it_is_released(tmp_path, c
         check_sqlite_store(path, want)
 
 
+def test_a_new_store_opened_while_another_writer_makes_it_waits_for_the_lock(tmp_path):
+    """Two server runs opening one tenant's new store at once: turning a new file to WAL needs it alone,
+    and SQLite answers "locked" at once there instead of waiting out the busy timeout."""
+    path = tmp_path / "store.db"
+    with write_lock_held(path) as release:  # the other writer has created the file and holds its lock
+        timer = threading.Timer(0.5, release)
+        timer.start()
+        with SQLiteStore(path, timeout=10) as store:
+            assert store.stats().documents == 0
+        timer.join()
+
+
 def test_a_write_that_outwaits_the_timeout_names_the_file_and_what_to_do(tmp_path, corpus, want, clean):
     path = tmp_path / "store.db"
     with SQLiteStore(path, timeout=0.3) as store:

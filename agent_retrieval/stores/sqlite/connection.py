@@ -8,6 +8,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,11 +47,14 @@ class Connections:
     def _open(self) -> sqlite3.Connection:
         """A new connection in WAL mode; on a read-only filesystem, a read-only one."""
         try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+            # Turning a new file to WAL needs it alone, and SQLite answers "locked" at once rather than
+            # waiting out the busy timeout: two runs opening one new store together would fail.
+            _while_busy(conn, "PRAGMA journal_mode=WAL", self.timeout)
             return _set_up(
-                sqlite3.connect(
-                    self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-                ),
-                "PRAGMA journal_mode=WAL",
+                conn,
                 "PRAGMA synchronous=NORMAL",
                 "PRAGMA foreign_keys=ON",
             )
@@ -200,6 +204,21 @@ def _set_up(conn: sqlite3.Connection, *statements: str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _while_busy(conn: sqlite3.Connection, statement: str, seconds: float) -> None:
+    """Run `statement`, again while SQLite says the file is locked, for up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            conn.execute(statement)
+            return
+        except sqlite3.OperationalError as error:
+            code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+            if failure(code, str(error).lower()) is not Failure.CONFLICT or time.monotonic() > deadline:
+                conn.close()
+                raise
+        time.sleep(0.01)
 
 
 def _end(conn: sqlite3.Connection, statement: str) -> None:
