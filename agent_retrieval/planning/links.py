@@ -3,8 +3,8 @@
 A multi-hop question's second document is rarely like the question ("Who is the sibling of the actress
 who played Susan Walker?"): what leads to it is a name the first passage holds ("Natalie Wood as Susan
 Walker"). Names here are runs of capitalised words. A name that is another document's title links to it,
-as an encyclopedia links an article (`find_links`, through the store's keyword index); a name beside the
-words the passage shares with the question is searched together with the question (`bridge_names`).
+as an encyclopedia links an article (`find_links`, through the store's keyword index); the first names a
+passage gives are searched with what the question asks of them (`bridge_names`, `carried`).
 Titles and text are the documents' (untrusted): they only choose which stored documents, within the
 caller's own scope and filters, are read next.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from agent_retrieval.core.text import AUXILIARY, keyword_terms
@@ -118,12 +118,11 @@ async def find_links(
     """The documents (keyword hits) the `sources` name by title, each with the source naming it, best source
     first. At most `max_lookups` names are looked up (not those the question holds: its own search found
     them), and no document returned is a source or in `exclude` (document ids)."""
-    named = {source.key: names(source.content) for source in sources}
+    named = {source.key: list(dict.fromkeys(_given(source.content, asked))) for source in sources}
     wanted: dict[str, Hit] = {}  # each name, with the best source naming it
     for source in sources:
         for name in named[source.key]:
-            if not holds(asked, name):
-                wanted.setdefault(name, source)
+            wanted.setdefault(name, source)
     lookups = list(wanted.items())[:max_lookups]
     found = await _look_up([name for name, _ in lookups], store, filters)
     seen = set(exclude) | {s.document_id for s in sources}
@@ -181,27 +180,50 @@ def carried(question: str, source: Hit, name: str) -> str:
     return " ".join([name, *rest]) if rest else as_written
 
 
-def bridge_names(source: Hit, asked: str, *, per_source: int) -> list[str]:
-    """Names in a passage that may lead on from it: nearest first to where the passage meets the question
-    (a word of the question's), at most `per_source`. "Natalie Wood as Susan Walker" answers "the actress
-    who played Susan Walker" with the name beside the words it shares. Passed over: names holding a word of
-    the question (its own subjects, or one run together with them), numbers, and a single word opening a
-    sentence (any capitalised word does)."""
-    text = source.content
-    asked_words = {w.lower() for w in re.findall(r"\w{3,}", asked)}
-    anchors = [m.start() for m in re.finditer(r"\w{3,}", text) if m.group(0).lower() in asked_words]
-    distance: dict[str, int] = {}
-    for match in NAME.finditer(text) if anchors else ():
-        name, words = match.group(0), match.group(0).split()
-        wordy = [w for w in words if not w.isdigit()]
-        opens_sentence = re.search(r"(^|[.!?:;]\s+)$", text[: match.start()]) is not None
-        if (
-            any(w.lower() in asked_words for w in words)
-            or not wordy
-            or (len(wordy) == 1 and opens_sentence)  # "In 1947", "Shortly"
-            or len(name) < 3
+# A single capitalised word naming a nationality or a language ("British painter", "Austrian physicist"):
+# an adjective beside a name, not one that leads anywhere.
+_NATIONALITY = re.compile(r"[A-Z][a-z]+(?:ian|an|ish|ese|ch|ic)")
+_ARTICLE = re.compile(r"^(?:The|An?) ")
+_NUMBERS_BEFORE = re.compile(rf"^(?:\d\S*[ \t]+(?:{_JOIN}[ \t]+)*)+")
+_MONTHS = {
+    *("January", "February", "March", "April", "May", "June", "July", "August", "September", "October"),
+    *("November", "December"),
+}
+
+
+def _given(text: str, asked: str) -> Iterator[str]:
+    """The names a passage gives that may lead on from it, in its order: not a name the question holds
+    whole (its own subjects; "Ernst Mach" is given for "the Mach number"), nor numbers and dates, nor a
+    single word naming a nationality or opening a sentence (any capitalised word does: "This" is no link
+    to a song of that title)."""
+    for match in NAME.finditer(text):
+        name = _NUMBERS_BEFORE.sub("", match.group(0))  # "21 of the Housing Act 1988": the Act
+        if all(word.isdigit() or word in _MONTHS for word in name.split()):  # "1", "24 August 2023"
+            continue
+        if holds(asked, _ARTICLE.sub("", name)):  # "The Mach number" opening a sentence is the question's
+            continue
+        wordy = [word for word in name.split() if not word.isdigit()]  # "In 1947" is one word
+        if len(wordy) == 1 and (
+            _NATIONALITY.fullmatch(wordy[0]) or re.search(r"(^|[.!?:;]\s+)$", text[: match.start()])
         ):
             continue
-        near = min(min(abs(match.start() - a), abs(match.end() - a)) for a in anchors)
-        distance[name] = min(near, distance.get(name, near))
-    return sorted(distance, key=distance.__getitem__)[:per_source]
+        yield name
+
+
+def bridge_names(source: Hit, asked: str, *, per_source: int) -> list[str]:
+    """Names a passage that meets the question (holds a word of it) gives (`_given`), in the order it gives
+    them, at most `per_source`, none shorter than 3 characters. A passage says what its subject is first
+    ("a 1943 painting by the British painter Laura Knight" answers "the creator of Ruby Loftus Screwing a
+    Breech Ring"), so its first names are the likeliest answer to the question's inner part: nearness to
+    the question's words chose the dates and nationalities beside them as often."""
+    text = source.content
+    asked_words = {w.lower() for w in re.findall(r"\w{3,}", asked)}
+    if not any(m.group(0).lower() in asked_words for m in re.finditer(r"\w{3,}", text)):
+        return []
+    found: list[str] = []
+    for name in _given(text, asked):
+        if len(name) >= 3 and name not in found:
+            found.append(name)
+            if len(found) == per_source:
+                break
+    return found

@@ -78,7 +78,7 @@ def test_a_title_is_recognised_by_its_plain_forms(title, forms):
     assert title_forms(title) == forms
 
 
-def test_bridge_names_are_the_names_beside_the_words_the_passage_shares_with_the_question():
+def test_bridge_names_are_the_names_a_passage_meeting_the_question_gives_first():
     passage = Hit(
         "m#0", "chunks", "m", "Miracle", "In 1947. Natalie Wood as Susan Walker; later, Maureen O'Hara."
     )
@@ -86,6 +86,29 @@ def test_bridge_names_are_the_names_beside_the_words_the_passage_shares_with_the
     # not "In" (a sentence's first word), not 1947 (a number), not Susan Walker (the question's own)
     assert bridge_names(passage, question, per_source=3) == ["Natalie Wood", "Maureen O'Hara"]
     assert bridge_names(passage, "nothing shared", per_source=3) == []
+    mach = Hit(
+        "n#0",
+        "chunks",
+        "n",
+        "Mach number",
+        "The Mach number is named after Austrian physicist and philosopher Ernst Mach, and is a "
+        "designation proposed by aeronautical engineer Jakob Ackeret on 4 July 1929.",
+    )
+    # "Ernst Mach" holds a word of the question but is not its own name; "Austrian" is an adjective; the
+    # passage's first name answers "the physicist who Mach number is named after"
+    asked = "Who is the employer of the physicist who Mach number is named after?"
+    assert bridge_names(mach, asked, per_source=3) == ["Ernst Mach", "Jakob Ackeret"]
+    painting = Hit(
+        "r#0",
+        "chunks",
+        "r",
+        "Ruby Loftus Screwing a Breech Ring",
+        "Ruby Loftus Screwing a Breech Ring is a 1943 painting by the British painter Laura Knight of a "
+        "woman at a lathe. Ruby Loftus later worked at the Royal Ordnance Factory in Blackburn.",
+    )
+    # the name the passage gives first, not the one nearest the question's words
+    asked = "Who was married to the creator of Ruby Loftus Screwing a Breech Ring?"
+    assert bridge_names(painting, asked, per_source=1) == ["Laura Knight"]
 
 
 def test_the_next_hop_asks_for_the_name_given_with_what_the_passage_did_not_answer():
@@ -269,6 +292,13 @@ async def test_a_name_the_question_holds_is_not_looked_up(chain):
     source = Hit("x#0", "chunks", "x", "Festival", "Green Day played in Leeds.")
     found = await find_links([source], "when did Green Day play", chain().store, exclude=set(), max_lookups=8)
     assert found == []
+
+
+async def test_a_word_opening_a_sentence_links_to_no_title_and_a_name_after_a_number_does(chain):
+    # "Green" opening a sentence is no name of the album Green; "34 of the Steve Hillage" names him
+    source = Hit("x#0", "chunks", "x", "Notes", "Green. Played by a band, track 34 of the Steve Hillage.")
+    found = await find_links([source], "who played", chain().store, exclude=set(), max_lookups=8)
+    assert [hit.id for _, hit in found] == ["hillage"]
 
 
 def test_a_document_read_on_to_comes_right_after_the_hit_it_was_read_from_and_is_listed_once():
