@@ -47,14 +47,12 @@ class Connections:
     def _open(self) -> sqlite3.Connection:
         """A new connection in WAL mode; on a read-only filesystem, a read-only one."""
         try:
-            conn = sqlite3.connect(
-                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-            )
-            # Turning a new file to WAL needs it alone, and SQLite answers "locked" at once rather than
-            # waiting out the busy timeout: two runs opening one new store together would fail.
-            _while_busy(conn, "PRAGMA journal_mode=WAL", self.timeout)
             return _set_up(
-                conn,
+                sqlite3.connect(
+                    self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+                ),
+                self.timeout,
+                "PRAGMA journal_mode=WAL",
                 "PRAGMA synchronous=NORMAL",
                 "PRAGMA foreign_keys=ON",
             )
@@ -78,6 +76,7 @@ class Connections:
                 sqlite3.connect(
                     uri, uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
                 ),
+                self.timeout,
                 "PRAGMA query_only=ON",
                 "SELECT count(*) FROM sqlite_schema",
             )
@@ -195,30 +194,32 @@ def failure(code: int, text: str) -> Failure | None:
     return None
 
 
-def _set_up(conn: sqlite3.Connection, *statements: str) -> sqlite3.Connection:
-    """Run the statements that prepare a new connection; closed again if one fails, so no file stays open."""
+def _set_up(conn: sqlite3.Connection, seconds: float, *statements: str) -> sqlite3.Connection:
+    """Run the statements that prepare a new connection, each again while SQLite says the file is locked,
+    for up to `seconds`: turning a new file to WAL needs it alone, and SQLite answers "locked" at once there
+    instead of waiting out the busy timeout (two runs opening one tenant's new store together failed). If
+    one fails the connection is closed, so no file stays open."""
+    deadline = time.monotonic() + seconds
     try:
         for statement in statements:
-            conn.execute(statement)
+            while not _ran(conn, statement, deadline):
+                time.sleep(0.01)
     except BaseException:
         conn.close()
         raise
     return conn
 
 
-def _while_busy(conn: sqlite3.Connection, statement: str, seconds: float) -> None:
-    """Run `statement`, again while SQLite says the file is locked, for up to `seconds`."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            conn.execute(statement)
-            return
-        except sqlite3.OperationalError as error:
-            code = getattr(error, "sqlite_errorcode", 0) & 0xFF
-            if failure(code, str(error).lower()) is not Failure.CONFLICT or time.monotonic() > deadline:
-                conn.close()
-                raise
-        time.sleep(0.01)
+def _ran(conn: sqlite3.Connection, statement: str, deadline: float) -> bool:
+    """Whether the statement ran: False while another connection holds the file and `deadline` is ahead."""
+    try:
+        conn.execute(statement)
+        return True
+    except sqlite3.OperationalError as error:
+        code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+        if failure(code, str(error).lower()) is Failure.CONFLICT and time.monotonic() < deadline:
+            return False
+        raise
 
 
 def _end(conn: sqlite3.Connection, statement: str) -> None:
