@@ -6,7 +6,9 @@ model), with a figure.
 Each dataset is a BEIR folder; its types come from `query_types.tsv` (2WikiMultihopQA: compositional,
 comparison, bridge_comparison, inference) or, for MuSiQue, from the hop count in each question's id. The
 stores and run files are kept in results/, so a rerun embeds nothing and searches only what changed (the
-run files carry a key of everything a ranking depends on).
+run files carry a key of everything a ranking depends on). `failed_hop` counts, per path, the questions
+whose chain failed first at each hop (its paragraph not in the top 5; each paragraph's hop read off the
+texts, `chain_order`), and each supporting paragraph's hop is written into `per_query.json`.
 
     python benchmarks/multihop.py                                   # MuSiQue dev and 2Wiki train
     python benchmarks/multihop.py --datasets ../shared/datasets/musique --limit 50
@@ -19,7 +21,8 @@ import json
 from pathlib import Path
 
 from agent_retrieval import Context, Retrieval
-from agent_retrieval.evaluation import evaluate, load_beir
+from agent_retrieval.evaluation import Dataset, evaluate, load_beir
+from agent_retrieval.planning.links import given_names, holds
 
 ROOT = Path(__file__).resolve().parent
 RESULTS, FIGURES = ROOT / "results", ROOT / "figures"
@@ -31,6 +34,7 @@ PATHS = {
     ("chunks", "plan"): "the rag graph's retrieval (plan)",
 }
 MEASURES = ("recall@2", "recall@5", "recall@10", "all-gold@5", "all-gold@10")
+FAILED_AT = 5  # a chain's hop fails when its paragraph is not in the top 5
 
 
 def run(folder: Path, limit: int | None = None) -> dict:
@@ -47,13 +51,54 @@ def run(folder: Path, limit: int | None = None) -> dict:
             out = RESULTS / "eval" / f"{name}-{level}"
             ran = evaluate(dataset, retrieval, out, level=level, modes=modes, progress=True)
             report["types"] = ran.type_counts
+            failed = hops_failed(out / "per_query.json", dataset)
             for mode in modes:
+                report.setdefault("failed_hop", {})[PATHS[(level, mode)]] = failed[mode]
                 groups = {"all": ran.scores[mode]} | {t: s[mode] for t, s in ran.by_type.items()}
                 report["paths"][PATHS[(level, mode)]] = {
                     group: {m: round(100 * scores[m], 1) for m in MEASURES if m in scores}
                     for group, scores in groups.items()
                 }
     return report
+
+
+def chain_order(question: str, paragraphs: dict[str, str]) -> dict[str, int]:
+    """Each supporting paragraph's hop in the question's chain, from 1, as read off the texts (the BEIR files
+    keep no decomposition): a hop is the paragraphs holding the first name that the hop before gives (the
+    question, then the paragraphs it reached) and one of the rest holds. A paragraph nothing leads to comes
+    after the rest."""
+    order: dict[str, int] = {}
+    given, hop = list(given_names(question, "")), 1
+    while left := [p for p in paragraphs if p not in order]:
+        held = next((name for name in given if any(holds(paragraphs[p], name) for p in left)), None)
+        if held is None:
+            break
+        reached = [p for p in left if holds(paragraphs[p], held)]
+        order |= dict.fromkeys(reached, hop)
+        given, hop = [n for p in reached for n in given_names(paragraphs[p], question)], hop + 1
+    return order | dict.fromkeys((p for p in paragraphs if p not in order), hop)
+
+
+def hops_failed(per_query: Path, dataset: Dataset) -> dict[str, dict[str, int]]:
+    """Per mode, how many questions failed first at each hop (the lowest hop whose paragraph is not in the
+    top FAILED_AT; "none": every hop's is), with each paragraph's hop written into `per_query.json`."""
+    rows = json.loads(per_query.read_text(encoding="utf-8"))
+    wanted = {doc for judged in dataset.qrels.values() for doc in judged}
+    texts = {d.id: f"{d.title} {d.content}" for d in dataset.documents() if d.id in wanted}
+    failed: dict[str, dict[str, int]] = {}
+    for row in rows.values():
+        supporting = next(iter(row["modes"].values()))
+        order = chain_order(row["query"], {doc: texts[doc] for doc in supporting})
+        for mode, paragraphs in row["modes"].items():
+            missed = []
+            for doc, found in paragraphs.items():
+                found["hop"] = order[doc]
+                if found["rank"] is None or found["rank"] > FAILED_AT:
+                    missed.append(order[doc])
+            first = str(min(missed)) if missed else "none"
+            failed.setdefault(mode, {})[first] = failed.get(mode, {}).get(first, 0) + 1
+    per_query.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    return {mode: dict(sorted(counts.items())) for mode, counts in failed.items()}
 
 
 def plot(reports: dict[str, dict]) -> Path:

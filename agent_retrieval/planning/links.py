@@ -118,7 +118,7 @@ async def find_links(
     """The documents (keyword hits) the `sources` name by title, each with the source naming it, best source
     first. At most `max_lookups` names are looked up (not those the question holds: its own search found
     them), and no document returned is a source or in `exclude` (document ids)."""
-    named = {source.key: list(dict.fromkeys(_given(source.content, asked))) for source in sources}
+    named = {source.key: list(dict.fromkeys(given_names(source.content, asked))) for source in sources}
     wanted: dict[str, Hit] = {}  # each name, with the best source naming it
     for source in sources:
         for name in named[source.key]:
@@ -191,7 +191,7 @@ _MONTHS = {
 }
 
 
-def _given(text: str, asked: str) -> Iterator[str]:
+def given_names(text: str, asked: str) -> Iterator[str]:
     """The names a passage gives that may lead on from it, in its order: not a name the question holds
     whole (its own subjects; "Ernst Mach" is given for "the Mach number"), nor numbers and dates, nor a
     single word naming a nationality or opening a sentence (any capitalised word does: "This" is no link
@@ -211,8 +211,8 @@ def _given(text: str, asked: str) -> Iterator[str]:
 
 
 def bridge_names(source: Hit, asked: str, *, per_source: int) -> list[str]:
-    """Names a passage that meets the question (holds a word of it) gives (`_given`), in the order it gives
-    them, at most `per_source`, none shorter than 3 characters. A passage says what its subject is first
+    """Names a passage that meets the question (holds a word of it) gives (`given_names`), in its order, at
+    most `per_source`, none shorter than 3 characters. A passage says what its subject is first
     ("a 1943 painting by the British painter Laura Knight" answers "the creator of Ruby Loftus Screwing a
     Breech Ring"), so its first names are the likeliest answer to the question's inner part: nearness to
     the question's words chose the dates and nationalities beside them as often."""
@@ -221,7 +221,7 @@ def bridge_names(source: Hit, asked: str, *, per_source: int) -> list[str]:
     if not any(m.group(0).lower() in asked_words for m in re.finditer(r"\w{3,}", text)):
         return []
     found: list[str] = []
-    for name in _given(text, asked):
+    for name in given_names(text, asked):
         if len(name) >= 3 and name not in found:
             found.append(name)
             if len(found) == per_source:

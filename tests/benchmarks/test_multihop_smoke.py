@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from agent_retrieval.evaluation import load_beir
 from tests.benchmarks import load_script
 
 CORPUS = {
@@ -46,5 +47,14 @@ def test_the_multihop_harness_reports_recall_by_question_type_and_draws(tmp_path
         assert groups["all"]["recall@5"] == 100.0  # four paragraphs: every supporting one in the top 5
     # the compared films first in the rag graph's retrieval
     assert report["paths"]["the rag graph's retrieval (plan)"]["comparison"]["recall@2"] == 100.0
+    # which hop of each chain failed first: none here, and each paragraph's hop read off the texts
+    assert report["failed_hop"] == {path: {"none": 2} for path in multihop.PATHS.values()}
+    per_query = json.loads((tmp_path / "results" / "eval" / "mini-chunks" / "per_query.json").read_text())
+    assert {doc: row["hop"] for doc, row in per_query["q1"]["modes"]["plan"].items()} == {"p1": 1, "p2": 2}
+    per_query["q1"]["modes"]["plan"]["p2"]["rank"] = None  # had the director's paragraph been missed
+    path = tmp_path / "per_query.json"
+    path.write_text(json.dumps(per_query))
+    dataset = load_beir(folder)
+    assert multihop.hops_failed(path, dataset)["plan"] == {"2": 1, "none": 1}
     assert (tmp_path / "figures" / "multihop_types.png").stat().st_size > 10_000
     assert json.loads((tmp_path / "results" / "multihop.json").read_text())["mini"] == report
