@@ -207,7 +207,7 @@ def _code_language(element: Any) -> str:
 
 # docutils takes quadratic time on some input (thousands of comments or lists in a row: 480 KB took four
 # minutes), so it is stopped after a time linear in the text's size: RST_SECONDS plus RST_SECONDS_PER_CHAR a
-# character, ten times what the slowest real page needs.
+# character of the reading thread's own CPU time, ten times what the slowest real page needs.
 RST_SECONDS = 1.0
 RST_SECONDS_PER_CHAR = 20e-6
 
