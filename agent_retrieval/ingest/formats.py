@@ -263,6 +263,9 @@ def _read_rst(path: Path, text: str) -> tuple[dict[str, Any], str]:
         "file_insertion_enabled": False,
         "raw_enabled": False,
         "doctitle_xform": False,  # the first title stays a heading, like the others
+        # Code stays text in a fence: no Pygments, whose lexers a page's first code block would import and
+        # compile inside the page's deadline (and whose tokens are dropped anyway).
+        "syntax_highlight": "none",
         "report_level": 5,
         "halt_level": 5,
         "warning_stream": io.StringIO(),
