@@ -64,10 +64,9 @@ def run_within(
 ) -> T:
     """function(*args) in this thread, stopped with Overtime at the first call into one of `modules` (by
     name prefix) after `seconds` of this thread's own CPU time: the work the input costs, not the time a
-    busy machine gives other processes (a 2 KB page took a second of wall time beside a test suite's).
-    Only there: a call elsewhere may be a garbage collector's callback, where the exception would be
-    swallowed and the watch with it. A tracer set before (a debugger's, coverage's) is set again
-    afterwards."""
+    busy machine gives other processes or requests. Only there: a call elsewhere may be a garbage
+    collector's callback, where the exception would be swallowed and the watch with it. A tracer set before
+    (a debugger's, coverage's) is set again afterwards."""
     deadline = time.thread_time() + seconds
 
     def watch(frame: FrameType, event: str, arg: Any) -> None:
