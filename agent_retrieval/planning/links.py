@@ -184,6 +184,7 @@ def carried(question: str, source: Hit, name: str) -> str:
 # an adjective beside a name, not one that leads anywhere.
 _NATIONALITY = re.compile(r"[A-Z][a-z]+(?:ian|an|ish|ese|ch|ic)")
 _ARTICLE = re.compile(r"^(?:The|An?) ")
+_SENTENCE_END = re.compile(r"[.!?:;]\s+")
 _NUMBERS_BEFORE = re.compile(rf"^(?:\d\S*[ \t]+(?:{_JOIN}[ \t]+)*)+")
 _MONTHS = {
     *("January", "February", "March", "April", "May", "June", "July", "August", "September", "October"),
@@ -196,6 +197,8 @@ def given_names(text: str, asked: str) -> Iterator[str]:
     whole (its own subjects; "Ernst Mach" is given for "the Mach number"), nor numbers and dates, nor a
     single word naming a nationality or opening a sentence (any capitalised word does: "This" is no link
     to a song of that title)."""
+    # Where sentences open, found in one pass: testing the text before each name again was quadratic.
+    opening = {0} | {end.end() for end in _SENTENCE_END.finditer(text)}
     for match in NAME.finditer(text):
         name = _NUMBERS_BEFORE.sub("", match.group(0))  # "21 of the Housing Act 1988": the Act
         if all(word.isdigit() or word in _MONTHS for word in name.split()):  # "1", "24 August 2023"
@@ -203,9 +206,7 @@ def given_names(text: str, asked: str) -> Iterator[str]:
         if holds(asked, _ARTICLE.sub("", name)):  # "The Mach number" opening a sentence is the question's
             continue
         wordy = [word for word in name.split() if not word.isdigit()]  # "In 1947" is one word
-        if len(wordy) == 1 and (
-            _NATIONALITY.fullmatch(wordy[0]) or re.search(r"(^|[.!?:;]\s+)$", text[: match.start()])
-        ):
+        if len(wordy) == 1 and (_NATIONALITY.fullmatch(wordy[0]) or match.start() in opening):
             continue
         yield name
 

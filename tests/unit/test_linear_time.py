@@ -249,3 +249,15 @@ def test_asciidoc_links_are_read_in_linear_time(tmp_path, unit):
         return path
 
     assert_linear(loaded_and_chunked, file_of)
+
+
+@pytest.mark.parametrize("unit", ["A. ", "A B ", "1 of the ", "The Mach ", "British. ", "In 1947; "])
+def test_the_names_a_passage_gives_are_read_in_linear_time(unit):
+    """Reading on reads a hit's whole text (a whole document at the documents level) for the names it
+    gives: whether each opens a sentence was tested on all the text before it, 16x the time for 4x."""
+    from agent_retrieval.planning.links import given_names
+
+    assert_linear(
+        lambda text: list(given_names(text, "Who married the creator of the Mach number?")),
+        lambda size: unit * (size // len(unit)),
+    )
