@@ -97,8 +97,7 @@ class Connections:
 
     def explain(self, error: sqlite3.Error) -> str:
         """What happened to which file, and what to do about it."""
-        code = getattr(error, "sqlite_errorcode", 0) & 0xFF  # the primary result code
-        text = str(error).lower()
+        code, text = _code(error), str(error).lower()
         if failure(code, text) is Failure.CONFLICT:
             return (
                 f"the store {self.path} is locked by another writer (waited {self.timeout:g} s): another "
@@ -194,6 +193,11 @@ def failure(code: int, text: str) -> Failure | None:
     return None
 
 
+def _code(error: sqlite3.Error) -> int:
+    """The error's primary SQLite result code (0 when it carries none)."""
+    return getattr(error, "sqlite_errorcode", 0) & 0xFF
+
+
 def _set_up(conn: sqlite3.Connection, seconds: float, *statements: str) -> sqlite3.Connection:
     """Run the statements that prepare a new connection, each again while SQLite says the file is locked,
     for up to `seconds`: turning a new file to WAL needs it alone, and SQLite answers "locked" at once there
@@ -216,8 +220,7 @@ def _ran(conn: sqlite3.Connection, statement: str, deadline: float) -> bool:
         conn.execute(statement)
         return True
     except sqlite3.OperationalError as error:
-        code = getattr(error, "sqlite_errorcode", 0) & 0xFF
-        if failure(code, str(error).lower()) is Failure.CONFLICT and time.monotonic() < deadline:
+        if failure(_code(error), str(error).lower()) is Failure.CONFLICT and time.monotonic() < deadline:
             return False
         raise
 
