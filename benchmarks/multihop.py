@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from agent_retrieval import Context, Retrieval
@@ -44,6 +45,7 @@ def run(folder: Path, limit: int | None = None) -> dict:
         dataset.types = {q: f"{q[0]} hops" for q in dataset.queries if q[0].isdigit()}
     name = folder.name + (f"-{limit}" if limit else "")
     report: dict = {"questions": len(dataset.queries), "paths": {}}
+    texts = supporting_texts(dataset)
     with Retrieval(Context(db_path=str(RESULTS / f"{folder.name}.db"))) as retrieval:
         retrieval.ingest_documents(dataset.documents(), progress=False)
         for level in ("documents", "chunks"):
@@ -51,7 +53,7 @@ def run(folder: Path, limit: int | None = None) -> dict:
             out = RESULTS / "eval" / f"{name}-{level}"
             ran = evaluate(dataset, retrieval, out, level=level, modes=modes, progress=True)
             report["types"] = ran.type_counts
-            failed = hops_failed(out / "per_query.json", dataset)
+            failed = hops_failed(out / "per_query.json", texts)
             for mode in modes:
                 report.setdefault("failed_hop", {})[PATHS[(level, mode)]] = failed[mode]
                 groups = {"all": ran.scores[mode]} | {t: s[mode] for t, s in ran.by_type.items()}
@@ -79,13 +81,18 @@ def chain_order(question: str, paragraphs: dict[str, str]) -> dict[str, int]:
     return order | dict.fromkeys((p for p in paragraphs if p not in order), hop)
 
 
-def hops_failed(per_query: Path, dataset: Dataset) -> dict[str, dict[str, int]]:
-    """Per mode, how many questions failed first at each hop (the lowest hop whose paragraph is not in the
-    top FAILED_AT; "none": every hop's is), with each paragraph's hop written into `per_query.json`."""
-    rows = json.loads(per_query.read_text(encoding="utf-8"))
+def supporting_texts(dataset: Dataset) -> dict[str, str]:
+    """Each supporting paragraph's title and text, read once for every level's `hops_failed`."""
     wanted = {doc for judged in dataset.qrels.values() for doc in judged}
-    texts = {d.id: f"{d.title} {d.content}" for d in dataset.documents() if d.id in wanted}
-    failed: dict[str, dict[str, int]] = {}
+    return {d.id: f"{d.title} {d.content}" for d in dataset.documents() if d.id in wanted}
+
+
+def hops_failed(per_query: Path, texts: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Per mode, how many questions failed first at each hop (the lowest hop whose paragraph is not in the
+    top FAILED_AT; "none": every hop's is), with each paragraph's hop written into `per_query.json`;
+    `texts` holds the supporting paragraphs (`supporting_texts`)."""
+    rows = json.loads(per_query.read_text(encoding="utf-8"))
+    failed: dict[str, Counter[str]] = defaultdict(Counter)
     for row in rows.values():
         supporting = next(iter(row["modes"].values()))
         order = chain_order(row["query"], {doc: texts[doc] for doc in supporting})
@@ -95,8 +102,7 @@ def hops_failed(per_query: Path, dataset: Dataset) -> dict[str, dict[str, int]]:
                 found["hop"] = order[doc]
                 if found["rank"] is None or found["rank"] > FAILED_AT:
                     missed.append(order[doc])
-            first = str(min(missed)) if missed else "none"
-            failed.setdefault(mode, {})[first] = failed.get(mode, {}).get(first, 0) + 1
+            failed[mode][str(min(missed)) if missed else "none"] += 1
     per_query.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     return {mode: dict(sorted(counts.items())) for mode, counts in failed.items()}
 

@@ -54,7 +54,7 @@ def test_the_multihop_harness_reports_recall_by_question_type_and_draws(tmp_path
     per_query["q1"]["modes"]["plan"]["p2"]["rank"] = None  # had the director's paragraph been missed
     path = tmp_path / "per_query.json"
     path.write_text(json.dumps(per_query))
-    dataset = load_beir(folder)
-    assert multihop.hops_failed(path, dataset)["plan"] == {"2": 1, "none": 1}
+    texts = multihop.supporting_texts(load_beir(folder))
+    assert multihop.hops_failed(path, texts)["plan"] == {"2": 1, "none": 1}
     assert (tmp_path / "figures" / "multihop_types.png").stat().st_size > 10_000
     assert json.loads((tmp_path / "results" / "multihop.json").read_text())["mini"] == report
