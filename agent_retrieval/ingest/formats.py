@@ -207,9 +207,10 @@ def _code_language(element: Any) -> str:
 
 # docutils takes quadratic time on some input (thousands of comments or lists in a row: 480 KB took four
 # minutes), so it is stopped after a time linear in the text's size: RST_SECONDS plus RST_SECONDS_PER_CHAR a
-# character of the reading thread's own CPU time, ten times what the slowest real page needs.
+# character of the reading thread's own CPU time. The slowest real page, a 43 KB list-table, needs 30 us a
+# character under the watch: the budget is two and a half times that.
 RST_SECONDS = 1.0
-RST_SECONDS_PER_CHAR = 20e-6
+RST_SECONDS_PER_CHAR = 50e-6
 
 
 def rst_to_markdown(path: Path, text: str) -> tuple[dict[str, Any], str]:
