@@ -21,7 +21,9 @@ from agent_retrieval.models import Hit
 from agent_retrieval.stores.base import Store
 
 # A name: capitalised words (or numbers), joined by the small words that names hold ("Bank of England").
-_WORD = r"[A-Z0-9](?:[\w'’&\-]|\.(?=\w))*"  # a full stop inside ("U.S"), never one ending a sentence
+# A word holds a full stop inside ("U.S"), never one ending a sentence, but an initial is one word with its
+# full stop before the next capitalised word ("Michael J. Fox").
+_WORD = r"(?:[A-Z]\.(?=[ \t]+[A-Z])|[A-Z0-9](?:[\w'’&\-]|\.(?=\w))*)"
 _JOIN = r"(?:of|the|de|del|da|di|du|von|van|der|den|la|le|for|y)"
 NAME = re.compile(rf"(?<![\w'’]){_WORD}(?:[ \t]+(?:{_JOIN}[ \t]+)*{_WORD})*")
 # A thing a question names as a title may hold commas and a parenthesis: "Hajjiabad, Jask", "Thomas

@@ -16,6 +16,7 @@ from agent_retrieval.planning.links import (
     compares,
     compares_through,
     find_links,
+    given_names,
     names,
     title_forms,
 )
@@ -292,6 +293,23 @@ async def test_a_name_the_question_holds_is_not_looked_up(chain):
     source = Hit("x#0", "chunks", "x", "Festival", "Green Day played in Leeds.")
     found = await find_links([source], "when did Green Day play", chain().store, exclude=set(), max_lookups=8)
     assert found == []
+
+
+def test_a_name_keeps_its_initials():
+    text = "It stars Michael J. Fox as Marty McFly. He met A. P. J. Abdul Kalam in the U.S. in 2004."
+    # not "Michael J" and "Fox" apart (whose passage holds neither), and no sentence joins the next
+    assert list(given_names(text, "Who is it?")) == [
+        "Michael J. Fox",
+        "Marty McFly",
+        "A. P. J. Abdul Kalam",
+        "U.S",
+    ]
+    assert names("Directed by K. S. Sethumadhavan. Music by A. R. Rahman.") == [
+        "Directed",
+        "K. S. Sethumadhavan",
+        "Music",
+        "A. R. Rahman",
+    ]
 
 
 async def test_a_word_opening_a_sentence_links_to_no_title_and_a_name_after_a_number_does(chain):
