@@ -12,6 +12,7 @@ one step, with nothing waiting in state between. The operator ingests with the C
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,11 +22,13 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from agent_retrieval.context import Context, RunSettings
-from agent_retrieval.errors import AgentRetrievalError, InvalidRequest
+from agent_retrieval.errors import AgentRetrievalError, InvalidRequest, StoreError
 from agent_retrieval.ingest import MAX_CALLER_DOCUMENTS, IngestReport, ingest_for_caller
 from agent_retrieval.ingest.loaders import SUPPORTED_SUFFIXES, load_documents
 from agent_retrieval.models import Document
 from agent_retrieval.server.graph_parts import GraphParts, add_nodes, run_context
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -93,13 +96,22 @@ async def index_documents(
         errors.append(NOTHING_TO_INDEX)
     if not given:
         return {"report": _counts(IngestReport()), "errors": errors, **consumed}
-    async with parts.open_retrieval(run_context(runtime), writes=True) as retrieval:
-        # Chunking, embedding and writing all block: a worker thread keeps the event loop free.
-        report = await asyncio.to_thread(
-            lambda: ingest_for_caller(
-                given, retrieval.store, retrieval.embedder, retrieval.context, source="indexer"
+    try:
+        async with parts.open_retrieval(run_context(runtime), writes=True) as retrieval:
+            # Chunking, embedding and writing all block: a worker thread keeps the event loop free.
+            report = await asyncio.to_thread(
+                lambda: ingest_for_caller(
+                    given, retrieval.store, retrieval.embedder, retrieval.context, source="indexer"
+                )
             )
+    except StoreError as error:
+        # The cause names the operator's store (a path, a host): the log gets it, the caller a line.
+        logger.warning("an indexer run wrote nothing: %s", error)
+        failed = (
+            f"nothing was written: the store failed ({type(error).__name__}); the server's log says why, "
+            "and the same run may be sent again"
         )
+        return {"report": _counts(IngestReport()), "errors": [*errors, failed], **consumed}
     return {"report": _counts(report), "errors": [*errors, *report.errors], **consumed}
 
 

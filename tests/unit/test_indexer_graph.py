@@ -247,6 +247,20 @@ async def test_a_store_of_another_model_stops_the_ingest_with_a_readable_error(s
     assert out["report"]["written"] == 0 and store.store.stats().documents == 1
 
 
+async def test_a_store_that_cannot_be_opened_is_an_error_line_naming_nothing_of_the_operators(
+    tmp_path, monkeypatch, caplog
+):
+    """It ended the run as a LangGraph error, which a server shows as "An internal error occurred"."""
+    monkeypatch.setenv("AGENT_RETRIEVAL_DB", str(tmp_path))  # a folder: no SQLite file can be opened there
+    out = await build().ainvoke({"documents": [FEES]}, context={})
+    assert out["report"]["written"] == 0
+    assert out["errors"] == [
+        "nothing was written: the store failed (StoreError); the server's log says why, and the same run "
+        "may be sent again"
+    ]
+    assert f"cannot open the store {tmp_path}" in caplog.text  # the operator's log has the cause
+
+
 async def test_an_embedding_outage_still_stores_the_documents_and_says_so(store, context):
     store._embedder = Embedder(WordHashEmbeddings(fail=True), "test/word-hash")
     out = await build(GraphParts(retrieval=store)).ainvoke({"documents": [FEES]}, context=context)
