@@ -37,6 +37,7 @@ from agent_retrieval.planning.links import (
     compares_through,
     find_links,
     find_titled,
+    given_names,
     holds,
 )
 from agent_retrieval.planning.planners import Planned, capped
@@ -193,6 +194,7 @@ LINK_LOOKUPS = 8  # names looked up as titles per round
 BRIDGE_NAMES = 3  # names per source searched beside the question, each a query
 READING_ON = "documents the best hits lead to"  # the purpose of a reading-on hop's Search
 COMPARED = "the things the question compares"  # the purpose of looking up what a comparison names
+NAMED = "the documents the question names by title"  # the purpose of looking up what any question names
 
 
 async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -> None:
@@ -205,14 +207,15 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
     one: a round makes the list at most `follow_links` longer. Each round is recorded as a search and in
     the notes. A question comparing two things it names puts the documents titled by them first; it is not
     read on from (what it needs is what it names), unless it compares what they lead to ("the director of
-    X or of Y"): then it reads on from both."""
+    X or of Y"): then it reads on from both. Any other question puts the documents it names by title first
+    too ("the author of Pacem in Terris": one end of its chain), then reads on."""
     context, plan = retrieval.context, run.plan
     level: Level = "chunks" if run.chunks else "documents"
     question = min(plan.queries, key=lambda q: q.priority).text
     lead: list[Hit] = []  # the compared things, each read on from on its own
     if names := compared(question):
         try:
-            lead = await _compared_first(run, names, question, level, retrieval)
+            lead = await _titled_first(run, names, question, level, retrieval, COMPARED)
         except AgentRetrievalError as error:
             run.notes.append(f"looking up what the question compares failed: {error}")
         if not compares_through(question):
@@ -220,6 +223,12 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
                 "no reading on: the question compares what it names, and its searches read those"
             )
             return
+    elif names := list(dict.fromkeys(given_names(question, ""))):
+        # A document the question names by title ("the author of Pacem in Terris") is one end of its chain.
+        try:
+            await _titled_first(run, names, question, level, retrieval, NAMED)
+        except AgentRetrievalError as error:
+            run.notes.append(f"looking up what the question names failed: {error}")
     asked = " ".join(q.text for q in plan.queries)
     sources = (run.chunks or run.documents)[:LINK_SOURCES]
     ahead = {hit.document_id for hit in sources}  # never read on to: the sources, and earlier rounds' finds
@@ -251,11 +260,11 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
         sources = reached
 
 
-async def _compared_first(
-    run: PlanRun, names: list[str], question: str, level: Level, retrieval: Retrieval
+async def _titled_first(
+    run: PlanRun, names: list[str], question: str, level: Level, retrieval: Retrieval, why: str
 ) -> list[Hit]:
-    """The documents the compared names are titles of, first (at the chunk level, each at its best passage
-    for the question), scored as the best hit and no longer further down; recorded as a search."""
+    """The documents the names are titles of, first (at the chunk level, each at its best passage for the
+    question), scored as the best hit and no longer further down; recorded as a search for `why`."""
     titled = await find_titled(names, retrieval.store, filters=run.plan.filters)
     if not titled:
         return []
@@ -263,9 +272,9 @@ async def _compared_first(
     listed = run.chunks or run.documents
     first = {hit.key: hit for hit in listed}
     top = listed[0].score if listed else 0.0
-    lead = [_moved(hit, first, top, COMPARED) for hit in hits]
+    lead = [_moved(hit, first, top, why) for hit in hits]
     run.place(level, lead + [hit for hit in listed if hit.key not in {h.key for h in lead}])
-    run.searches.append(Search(" | ".join(names), level, COMPARED, None, "ran", [h.id for h in lead]))
+    run.searches.append(Search(" | ".join(names), level, why, None, "ran", [h.id for h in lead]))
     return lead
 
 

@@ -8,7 +8,7 @@ from agent_retrieval.context import Context
 from agent_retrieval.ingest import ingest
 from agent_retrieval.models import Document, Hit
 from agent_retrieval.planning import PlannedQuery, QueryPlan, run_plan
-from agent_retrieval.planning.execution import COMPARED, READING_ON
+from agent_retrieval.planning.execution import COMPARED, NAMED, READING_ON
 from agent_retrieval.planning.links import (
     bridge_names,
     carried,
@@ -251,6 +251,30 @@ async def test_a_comparison_of_what_the_named_things_lead_to_reads_on_from_both(
     assert [hit.document_id for hit in plain.chunks][:2] == ["dusk", "dawn"]
     assert any("compares what it names" in note for note in plain.notes)
     assert [s.purpose for s in plain.searches][1:] == [COMPARED]  # after the question's own search
+
+
+async def test_a_document_the_question_names_by_title_comes_first(tmp_path, embedder):
+    # Two passages quote the book's name more often than its own passage holds the question's words
+    corpus = {
+        "letters": (
+            "Letters",
+            "Where did the author die? On The Canon of Medicine, and The Canon of Medicine.",
+        ),
+        "essays": (
+            "Essays",
+            "The Canon of Medicine: where its author lived and died. The Canon of Medicine.",
+        ),
+        "canon": ("The Canon of Medicine", "A medical encyclopedia completed in 1025 by Avicenna."),
+        "avicenna": ("Avicenna", "Avicenna died in Hamadan in 1037."),
+    }
+    context = Context(db_path=str(tmp_path / "named.db"))
+    retrieval = Retrieval(context, embedder=embedder)
+    ingest([Document(i, t, text) for i, (t, text) in corpus.items()], retrieval.store, embedder, context)
+    run = await ask(retrieval, "Where did the author of The Canon of Medicine die?", top_k=4)
+    ids = [hit.document_id for hit in run.chunks]
+    # the named document first, and the one its passage leads to right after it
+    assert ids[:2] == ["canon", "avicenna"], ids
+    assert [s.purpose for s in run.searches][1:3] == [NAMED, READING_ON]
 
 
 async def test_what_the_question_found_too_is_read_on_to_first(tmp_path, embedder):
