@@ -208,7 +208,7 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
     the notes. A question comparing two things it names puts the documents titled by them first; it is not
     read on from (what it needs is what it names), unless it compares what they lead to ("the director of
     X or of Y"): then it reads on from both. Any other question puts the documents it names by title first
-    too ("the author of Pacem in Terris": one end of its chain), then reads on."""
+    too ("the author of The Canon of Medicine": one end of its chain), then reads on."""
     context, plan = retrieval.context, run.plan
     level: Level = "chunks" if run.chunks else "documents"
     question = min(plan.queries, key=lambda q: q.priority).text
@@ -224,7 +224,7 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
             )
             return
     elif names := list(dict.fromkeys(given_names(question, ""))):
-        # A document the question names by title ("the author of Pacem in Terris") is one end of its chain.
+        # A document the question names by title ("the author of The Canon of Medicine") starts its chain.
         try:
             await _titled_first(run, names, question, level, retrieval, NAMED)
         except AgentRetrievalError as error:
