@@ -39,18 +39,24 @@ QUESTION = "Who is the spouse of the performer of the album Green?"
 
 
 @pytest.fixture
-def chain(tmp_path, embedder):
-    def make(**settings) -> Retrieval:
-        context = Context(db_path=str(tmp_path / "chain.db"), **settings)
+def stored(tmp_path, embedder):
+    """A store of a corpus ({id: (title, text)}), each document's metadata given by `metadata(id)`."""
+
+    def make(corpus: dict[str, tuple[str, str]], metadata=lambda _: {}, **settings) -> Retrieval:
+        context = Context(db_path=str(tmp_path / "links.db"), **settings)
         retrieval = Retrieval(context, embedder=embedder)
-        docs = [
-            Document(i, title, text, {"shelf": "music" if i != "giraudy" else "people"})
-            for i, (title, text) in CORPUS.items()
-        ]
+        docs = [Document(i, title, text, metadata(i)) for i, (title, text) in corpus.items()]
         ingest(docs, retrieval.store, embedder, context, progress=False)
         return retrieval
 
     return make
+
+
+@pytest.fixture
+def chain(stored):
+    return lambda **settings: stored(
+        CORPUS, lambda i: {"shelf": "music" if i != "giraudy" else "people"}, **settings
+    )
 
 
 async def ask(retrieval: Retrieval, question: str = QUESTION, filters: dict | None = None, top_k: int = 6):
@@ -236,11 +242,8 @@ FILMS = {
 }
 
 
-async def test_a_comparison_of_what_the_named_things_lead_to_reads_on_from_both(tmp_path, embedder):
-    context = Context(db_path=str(tmp_path / "films.db"))
-    retrieval = Retrieval(context, embedder=embedder)
-    docs = [Document(i, title, text) for i, (title, text) in FILMS.items()]
-    ingest(docs, retrieval.store, embedder, context, progress=False)
+async def test_a_comparison_of_what_the_named_things_lead_to_reads_on_from_both(stored):
+    retrieval = stored(FILMS)
     run = await ask(retrieval, "Which film has the director who was born first, Dawn or Dusk?", top_k=4)
     ids = [hit.document_id for hit in run.chunks]
     # both films first, each with its director right after it, though Dawn's passage names seven others
@@ -253,7 +256,7 @@ async def test_a_comparison_of_what_the_named_things_lead_to_reads_on_from_both(
     assert [s.purpose for s in plain.searches][1:] == [COMPARED]  # after the question's own search
 
 
-async def test_a_document_the_question_names_by_title_comes_first(tmp_path, embedder):
+async def test_a_document_the_question_names_by_title_comes_first(stored):
     # Two passages quote the book's name more often than its own passage holds the question's words
     corpus = {
         "letters": (
@@ -267,17 +270,14 @@ async def test_a_document_the_question_names_by_title_comes_first(tmp_path, embe
         "canon": ("The Canon of Medicine", "A medical encyclopedia completed in 1025 by Avicenna."),
         "avicenna": ("Avicenna", "Avicenna died in Hamadan in 1037."),
     }
-    context = Context(db_path=str(tmp_path / "named.db"))
-    retrieval = Retrieval(context, embedder=embedder)
-    ingest([Document(i, t, text) for i, (t, text) in corpus.items()], retrieval.store, embedder, context)
-    run = await ask(retrieval, "Where did the author of The Canon of Medicine die?", top_k=4)
+    run = await ask(stored(corpus), "Where did the author of The Canon of Medicine die?", top_k=4)
     ids = [hit.document_id for hit in run.chunks]
     # the named document first, and the one its passage leads to right after it
     assert ids[:2] == ["canon", "avicenna"], ids
     assert [s.purpose for s in run.searches][1:3] == [NAMED, READING_ON]
 
 
-async def test_what_the_question_found_too_is_read_on_to_first(tmp_path, embedder):
+async def test_what_the_question_found_too_is_read_on_to_first(stored, embedder):
     # Green's passage names Steve Hillage first and The Manor second; the question's own search found The
     # Manor (fourth): with room for one, reading on moves it up rather than push in a document from outside
     corpus = {
@@ -288,12 +288,9 @@ async def test_what_the_question_found_too_is_read_on_to_first(tmp_path, embedde
         "blue": ("Blue (album)", "Blue is an album recorded by a performer live."),
         "red": ("Red (album)", "Red is an album by a performer."),
     }
-    context = Context(db_path=str(tmp_path / "order.db"), follow_links=1)
-    retrieval = Retrieval(context, embedder=embedder)
-    docs = [Document(i, title, text) for i, (title, text) in corpus.items()]
-    ingest(docs, retrieval.store, embedder, context, progress=False)
+    retrieval = stored(corpus, follow_links=1)
     question = "Who is the performer of the album Green?"
-    alone = Retrieval(context.replace(follow_links=0), store=retrieval.store, embedder=embedder)
+    alone = Retrieval(retrieval.context.replace(follow_links=0), store=retrieval.store, embedder=embedder)
     own = [hit.document_id for hit in (await ask(alone, question)).chunks]
     assert own.index("manor") > 2 and "hillage" not in own
     run = await ask(retrieval, question)
