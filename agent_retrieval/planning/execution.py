@@ -223,7 +223,7 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
                 "no reading on: the question compares what it names, and its searches read those"
             )
             return
-    elif names := list(dict.fromkeys(given_names(question, ""))):
+    elif names := list(dict.fromkeys(given_names(question, "")))[:LINK_LOOKUPS]:  # a question's own bound
         # A document the question names by title ("the author of The Canon of Medicine") starts its chain.
         try:
             await _titled_first(run, names, question, level, retrieval, NAMED)

@@ -277,6 +277,25 @@ async def test_a_document_the_question_names_by_title_comes_first(stored):
     assert [s.purpose for s in run.searches][1:3] == [NAMED, READING_ON]
 
 
+async def test_a_question_naming_many_things_looks_up_as_many_titles_as_a_passage_may(stored, monkeypatch):
+    """Who sets it: the question's writer (a person or a model). What bounds it: LINK_LOOKUPS names."""
+    from agent_retrieval.planning import execution
+
+    retrieval = stored(FILMS)
+    looked_up: list[str] = []
+    search = retrieval.store.akeyword_search
+
+    async def counted(level, query, *args, **kwargs):
+        looked_up.append(query)
+        return await search(level, query, *args, **kwargs)
+
+    monkeypatch.setattr(retrieval.store, "akeyword_search", counted)
+    many = ", ".join(f"Town{number} Hall" for number in range(40))
+    await ask(retrieval, f"the oldest of {many}?")
+    named = [query for query in looked_up if query.startswith("Town")]  # not the question's own search
+    assert len(named) == execution.LINK_LOOKUPS, named
+
+
 async def test_what_the_question_found_too_is_read_on_to_first(stored, embedder):
     # Green's passage names Steve Hillage first and The Manor second; the question's own search found The
     # Manor (fourth): with room for one, reading on moves it up rather than push in a document from outside
