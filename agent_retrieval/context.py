@@ -264,19 +264,20 @@ class RunSettings(Settings):
         bounds=(1, 20),
     )
     max_hops: int = setting(
-        2,
+        3,
         "Most retrieval rounds of a multi-hop plan (a later round fills "
-        "{{PLACEHOLDERS}} from what an earlier one found).",
+        "{{PLACEHOLDERS}} from what an earlier one found, or reads on from it). Reading on takes as many "
+        "of the rounds left as the question nests relations beyond its first.",
         bounds=(1, 5),
     )
     follow_links: int = setting(
-        4,
+        3,
         "Most documents a round of reading on adds after a plan's searches (multi-hop without a chat "
-        "model): those the best passages name by title, or reach through a name beside the question's "
-        "words (first those the question's own searches found too): one named by title right after the "
-        "passage naming it, one reached through a name after the question's best three; added to the "
-        "passages, never in place of one. Each hop max_hops leaves reads on from "
-        "what the last one found; 0 turns it off.",
+        "model): those the best passages holding what the question names lead to by title, or through a "
+        "name beside the question's words (first those the question's own searches found too): one named "
+        "by title right after the passage naming it, one reached through a name after every passage read "
+        "on from; added to the passages, never in place of one. A later round reads on from what the last "
+        "one found; 0 turns it off.",
         bounds=(0, 10),
     )
     answer_chunks: int = setting(

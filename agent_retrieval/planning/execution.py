@@ -39,6 +39,7 @@ from agent_retrieval.planning.links import (
     find_titled,
     given_names,
     holds,
+    relations,
 )
 from agent_retrieval.planning.planners import Planned, capped
 from agent_retrieval.planning.schema import MAX_ENTITY_CHARS, PLACEHOLDER, PlannedQuery, QueryPlan
@@ -190,6 +191,9 @@ async def _search(
 
 
 LINK_SOURCES = 3  # the best hits read on from: what they lead to comes right after them
+SOURCE_DEPTH = (
+    5  # how far down the plan's hits a chain's start (a hit holding the question's names) is sought
+)
 LINK_LOOKUPS = 8  # names looked up as titles per round
 BRIDGE_NAMES = 3  # names per source searched beside the question, each a query
 READING_ON = "documents the best hits lead to"  # the purpose of a reading-on hop's Search
@@ -198,17 +202,19 @@ NAMED = "the documents the question names by title"  # the purpose of looking up
 
 
 async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -> None:
-    """Multi-hop without a chat model. Each round of the hops a plan left reads on from its best hits (then
-    from what the round before found): to the documents they name by title, then to the best hit of the
-    question searched with a name they introduce (links.py). What a round finds, at most `follow_links`
-    documents, is placed after what it was read from and leaves its place further down: a document named
-    by title right after the passage naming it (a chain stays together, so the top few hold whole chains),
-    one reached through a name after all the sources. It is added to the plan's hits, never in place of
-    one: a round makes the list at most `follow_links` longer. Each round is recorded as a search and in
-    the notes. A question comparing two things it names puts the documents titled by them first; it is not
-    read on from (what it needs is what it names), unless it compares what they lead to ("the director of
-    X or of Y"): then it reads on from both. Any other question puts the documents it names by title first
-    too ("the author of The Canon of Medicine": one end of its chain), then reads on."""
+    """Multi-hop without a chat model. Each round of the hops a plan left reads on from its best hits that
+    hold what the question names (then from what the round before found): to the documents they name by
+    title, then to the best hit of the question searched with a name they introduce (links.py). It takes
+    as many rounds as the question nests relations beyond the first, which its own searches answer. What a
+    round finds, at most `follow_links` documents, is placed after what it was read from and leaves its
+    place further down: a document named by title right after the passage naming it (a chain stays
+    together, so the top few hold whole chains), one reached through a name after all the sources. It is
+    added to the plan's hits, never in place of one: a round makes the list at most `follow_links` longer.
+    Each round is recorded as a search and in the notes. A question comparing two things it names puts the
+    documents titled by them first; it is not read on from (what it needs is what it names), unless it
+    compares what they lead to ("the director of X or of Y"): then it reads on from both. Any other
+    question puts the documents it names by title first too ("the author of The Canon of Medicine": one
+    end of its chain), then reads on."""
     context, plan = retrieval.context, run.plan
     level: Level = "chunks" if run.chunks else "documents"
     question = min(plan.queries, key=lambda q: q.priority).text
@@ -230,9 +236,12 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
         except AgentRetrievalError as error:
             run.notes.append(f"looking up what the question names failed: {error}")
     asked = " ".join(q.text for q in plan.queries)
-    sources = (run.chunks or run.documents)[:LINK_SOURCES]
+    sources = _chain_starts(run.chunks or run.documents, question)
     ahead = {hit.document_id for hit in sources}  # never read on to: the sources, and earlier rounds' finds
-    for hop in range(first_hop, context.max_hops):
+    # As many rounds as the question nests relations beyond the one its own searches answer, within max_hops:
+    # a round more than a chain needs only pushes its passages down.
+    last = min(context.max_hops, first_hop + max(1, relations(question) - 1))
+    for hop in range(first_hop, last):
         try:
             if lead and hop == first_hop:  # each side of a comparison with lookups of its own
                 sides = await asyncio.gather(
@@ -258,6 +267,17 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
         run.searches.append(Search(question, level, READING_ON, hop, "ran", [h.id for h in reached]))
         run.notes.append(f"hop {hop + 1}: read on to {len(found)} document(s) the best passages name")
         sources = reached
+
+
+def _chain_starts(hits: list[Hit], question: str) -> list[Hit]:
+    """The hits to read on from: the first LINK_SOURCES of the best SOURCE_DEPTH that hold a name the question
+    gives, since a chain starts at what the question names (a passage sharing only its other words leads
+    elsewhere); the first LINK_SOURCES when none does, or the question names nothing."""
+    asked = list(dict.fromkeys(given_names(question, "")))[:LINK_LOOKUPS]
+    starts = [
+        hit for hit in hits[:SOURCE_DEPTH] if any(holds(f"{hit.title} {hit.content}", n) for n in asked)
+    ]
+    return (starts or hits)[:LINK_SOURCES]
 
 
 async def _titled_first(

@@ -68,6 +68,20 @@ def _past_lead(text: str, at: int) -> int:
     return lead.end() if lead else at
 
 
+# A relation a question nests: a role or thing "of", "where", "who", ... something further in ("the performer
+# of", "the county where", "the most populous city in", "the county sharing a border with"). "The name of"
+# names no relation. Bounded words between, so any question is read in linear time.
+_RELATION = re.compile(
+    r"\b[Tt]he (?!name of\b)(?:[a-z]+[ \t]+){0,4}?(?:of|where|who|whom|whose|which|that|in|with|by)\b"
+)
+
+
+def relations(question: str) -> int:
+    """How many relations a question nests, each a hop of the chain it asks for: "the seat of the county
+    sharing a border with the county where Tenement was founded" nests three."""
+    return len(_RELATION.findall(question))
+
+
 def compares(question: str) -> bool:
     """Whether the question compares things it names (`compared`)."""
     return bool(compared(question))

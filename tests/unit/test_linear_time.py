@@ -261,3 +261,11 @@ def test_the_names_a_passage_gives_are_read_in_linear_time(unit):
         lambda text: list(given_names(text, "Who married the creator of the Mach number?")),
         lambda size: unit * (size // len(unit)),
     )
+
+
+@pytest.mark.parametrize("unit", ["the ", "the a ", "The name of ", "the a b c d of "])
+def test_the_relations_a_question_nests_are_counted_in_linear_time(unit):
+    """A question (a person's or a model's, up to its bound) is read for the relations it nests."""
+    from agent_retrieval.planning.links import relations
+
+    assert_linear(relations, lambda size: unit * (size // len(unit)))

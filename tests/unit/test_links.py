@@ -18,6 +18,7 @@ from agent_retrieval.planning.links import (
     find_links,
     given_names,
     names,
+    relations,
     title_forms,
 )
 from agent_retrieval.search.retrieval import Retrieval
@@ -138,9 +139,50 @@ async def test_a_second_hop_reads_the_document_the_first_one_names_by_title(chai
     assert any("read on to 1 document(s)" in note for note in run.notes)
 
 
-async def test_each_round_left_by_max_hops_reads_on_from_what_the_last_one_found(chain):
-    ids = [hit.document_id for hit in (await ask(chain(max_hops=3))).chunks]
+@pytest.mark.parametrize(
+    ("question", "nested"),
+    [
+        (QUESTION, 2),  # the spouse of (the performer of (Green))
+        ("What is the seat of the county sharing a border with the county where Tenement was founded?", 3),
+        (
+            "What is the name of the castle in the city where the creator of Scanderbeg died?",
+            3,
+        ),  # no "name of"
+        ("The performer of Green was born where?", 1),
+        ("Who wrote Green?", 0),
+    ],
+)
+def test_a_question_nests_a_relation_for_each_hop_of_its_chain(question, nested):
+    assert relations(question) == nested
+
+
+async def test_each_round_a_deeper_question_needs_reads_on_from_what_the_last_one_found(chain):
+    deeper = "Who is the sister of the spouse of the performer of the album Green?"  # three relations
+    ids = [hit.document_id for hit in (await ask(chain(max_hops=3), deeper)).chunks]
     assert ids[:3] == ["green", "hillage", "giraudy"]  # the whole chain first
+    assert "giraudy" not in [hit.document_id for hit in (await ask(chain(max_hops=2), deeper)).chunks]
+
+
+async def test_a_question_nesting_two_relations_reads_on_one_round_whatever_max_hops_leaves(chain):
+    # the album's passage answers "the performer of Green", one round reads the performer's: a second
+    # round would only push the question's own passages down
+    run = await ask(chain(max_hops=3))
+    assert "giraudy" not in [hit.document_id for hit in run.chunks]
+    assert [s.hop for s in run.searches if s.purpose == READING_ON] == [1]
+
+
+async def test_reading_on_starts_from_the_passages_holding_what_the_question_names(stored):
+    # A passage sharing the question's other words ranks high but is about something else: what it names
+    # (a pianist) is no link of the question's chain.
+    talk = (
+        "Performers and spouses",
+        "Who is the spouse of a performer of an album? The answer is Jools Holland.",
+    )
+    pianist = ("Jools Holland", "Jools Holland is a pianist and bandleader.")
+    run = await ask(stored({**CORPUS, "talk": talk, "jools": pianist}))
+    ids = [hit.document_id for hit in run.chunks]
+    assert "talk" in ids[:3] and "hillage" in ids  # the talk is a best hit; the chain is still read on
+    assert "jools" not in ids
 
 
 async def test_without_following_links_the_named_documents_are_not_found(chain):
@@ -153,8 +195,10 @@ async def test_a_name_that_is_no_title_is_searched_beside_the_question(chain):
     question = "Who is the sibling of the actress who played Susan Walker in Miracle on 34th Street?"
     assert "exercise" not in [h.document_id for h in (await ask(chain(follow_links=0), question)).chunks]
     run = await ask(chain(), question)
-    # a name searched beside the question is a weaker lead than a title: after the question's best three
-    assert "exercise" in [hit.document_id for hit in run.chunks[3:]]
+    ids = [hit.document_id for hit in run.chunks]
+    # the film's passage holds what the question names: the chain's start, read on from; a name searched
+    # beside the question is a weaker lead than a title, placed after every passage read on from
+    assert ids[0] == "miracle" and "exercise" in ids[1:]
     # Maureen O'Hara was searched too, but nothing else holds her name: only what holds it is read on to
     assert run.searches[-1].hit_ids == ["exercise#0"]
 

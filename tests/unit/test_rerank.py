@@ -4,6 +4,7 @@ many rerank calls a tool call and a rag-graph question cost."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Sequence
@@ -211,7 +212,10 @@ async def test_rerank_calls_per_question_in_the_rag_graph_one_per_planned_search
     reranking = Retrieval(
         retrieval.context, store=retrieval.store, embedder=retrieval.embedder, reranker=counting
     )
-    chat = CitingChatModel(responses=[PLAN])  # a plan whose searches lead the graph to read on
+    # a plan whose search leads the graph to read on: the property file names what it is read on to
+    plan = json.loads(PLAN)
+    plan["queries"] = [{"text": "14 Banda Lane deposit protection", "priority": 1}]
+    chat = CitingChatModel(responses=[json.dumps(plan)])
     graph = rag.build(GraphParts(retrieval=reranking, chat_model=chat))
     out = await graph.ainvoke(
         {"messages": [{"role": "user", "content": QUESTION}]}, context=reranking.context
