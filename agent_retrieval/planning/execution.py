@@ -191,9 +191,7 @@ async def _search(
 
 
 LINK_SOURCES = 3  # the best hits read on from: what they lead to comes right after them
-SOURCE_DEPTH = (
-    5  # how far down the plan's hits a chain's start (a hit holding the question's names) is sought
-)
+SOURCE_DEPTH = 5  # how far down the hits a chain's start (one holding the question's names) is sought
 LINK_LOOKUPS = 8  # names looked up as titles per round
 BRIDGE_NAMES = 3  # names per source searched beside the question, each a query
 READING_ON = "documents the best hits lead to"  # the purpose of a reading-on hop's Search
@@ -219,6 +217,7 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
     level: Level = "chunks" if run.chunks else "documents"
     question = min(plan.queries, key=lambda q: q.priority).text
     lead: list[Hit] = []  # the compared things, each read on from on its own
+    given = list(dict.fromkeys(given_names(question, "")))[:LINK_LOOKUPS]  # a question's own bound
     if names := compared(question):
         try:
             lead = await _titled_first(run, names, question, level, retrieval, COMPARED)
@@ -229,14 +228,14 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
                 "no reading on: the question compares what it names, and its searches read those"
             )
             return
-    elif names := list(dict.fromkeys(given_names(question, "")))[:LINK_LOOKUPS]:  # a question's own bound
+    elif given:
         # A document the question names by title ("the author of The Canon of Medicine") starts its chain.
         try:
-            await _titled_first(run, names, question, level, retrieval, NAMED)
+            await _titled_first(run, given, question, level, retrieval, NAMED)
         except AgentRetrievalError as error:
             run.notes.append(f"looking up what the question names failed: {error}")
     asked = " ".join(q.text for q in plan.queries)
-    sources = _chain_starts(run.chunks or run.documents, question)
+    sources = _chain_starts(run.chunks or run.documents, given)
     ahead = {hit.document_id for hit in sources}  # never read on to: the sources, and earlier rounds' finds
     # As many rounds as the question nests relations beyond the one its own searches answer, within max_hops:
     # a round more than a chain needs only pushes its passages down.
@@ -269,13 +268,12 @@ async def _follow_links(run: PlanRun, retrieval: Retrieval, *, first_hop: int) -
         sources = reached
 
 
-def _chain_starts(hits: list[Hit], question: str) -> list[Hit]:
+def _chain_starts(hits: list[Hit], given: list[str]) -> list[Hit]:
     """The hits to read on from: the first LINK_SOURCES of the best SOURCE_DEPTH that hold a name the question
-    gives, since a chain starts at what the question names (a passage sharing only its other words leads
-    elsewhere); the first LINK_SOURCES when none does, or the question names nothing."""
-    asked = list(dict.fromkeys(given_names(question, "")))[:LINK_LOOKUPS]
+    gives (`given`), since a chain starts at what the question names (a passage sharing only its other words
+    leads elsewhere); the first LINK_SOURCES when none does, or the question names nothing."""
     starts = [
-        hit for hit in hits[:SOURCE_DEPTH] if any(holds(f"{hit.title} {hit.content}", n) for n in asked)
+        hit for hit in hits[:SOURCE_DEPTH] if any(holds(f"{hit.title} {hit.content}", n) for n in given)
     ]
     return (starts or hits)[:LINK_SOURCES]
 
