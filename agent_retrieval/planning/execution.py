@@ -40,6 +40,7 @@ from agent_retrieval.planning.links import (
     given_names,
     holds,
     relations,
+    shorter_form,
 )
 from agent_retrieval.planning.planners import Planned, capped
 from agent_retrieval.planning.schema import MAX_ENTITY_CHARS, PLACEHOLDER, PlannedQuery, QueryPlan
@@ -346,8 +347,17 @@ async def _read_on(
         for _, query in wanted
     ]
     for (name, _), result in zip(wanted, await asyncio.gather(*searches), strict=True):
-        for hit in result.hits:
-            if hit.document_id not in taken and holds(f"{hit.title} {hit.content}", name):
+        # the best hit holding the name, else its shorter form: "South Carolina" for "South Carolina Senate"
+        for form in filter(None, (name, shorter_form(name))):
+            hit = next(
+                (
+                    h
+                    for h in result.hits
+                    if h.document_id not in taken and holds(f"{h.title} {h.content}", form)
+                ),
+                None,
+            )
+            if hit is not None:
                 taken.add(hit.document_id)
                 # A weaker lead than a title: placed after all the sources, not inside the chain of one.
                 found.append((sources[-1], hit))

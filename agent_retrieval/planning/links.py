@@ -180,6 +180,23 @@ async def _look_up(wanted: Sequence[str], store: Store, filters: dict[str, Any] 
     )
 
 
+_JOINING = re.compile(rf"[ \t]+{_JOIN}[ \t]+")
+
+
+def shorter_form(name: str) -> str | None:
+    """How a later passage may name what a passage's name names, shorter: the name before its first joining
+    word ("Glenn L. Martin Company for the United States Navy": "Glenn L. Martin Company"), else without its
+    last word ("South Carolina Senate": "South Carolina"); None when under two words would be left ("Bank
+    of England" names a bank, not England)."""
+    joining = _JOINING.search(name)
+    if joining and len(head := name[: joining.start()].split()) >= 2:
+        return " ".join(head)
+    words = name.split()[:-1]
+    while words and re.fullmatch(rf"{_JOIN}|[A-Z]\.", words[-1]):  # nor ending "of" or an initial
+        words.pop()
+    return " ".join(words) if len(words) >= 2 else None
+
+
 def carried(question: str, source: Hit, name: str) -> str:
     """The question as the next hop asks it: the name a passage gives, in place of what that passage answers.
     "What is the seat of the county sharing a border with the county where Tenement was founded?", read on

@@ -269,3 +269,11 @@ def test_the_relations_a_question_nests_are_counted_in_linear_time(unit):
     from agent_retrieval.planning.links import relations
 
     assert_linear(relations, lambda size: unit * (size // len(unit)))
+
+
+@pytest.mark.parametrize("unit", ["A ", "A of ", "A. "])
+def test_a_names_shorter_form_is_found_in_linear_time(unit):
+    """A passage's name may be as long as the passage (a run of capitalised words)."""
+    from agent_retrieval.planning.links import shorter_form
+
+    assert_linear(shorter_form, lambda size: unit * (size // len(unit)))

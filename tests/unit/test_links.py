@@ -19,6 +19,7 @@ from agent_retrieval.planning.links import (
     given_names,
     names,
     relations,
+    shorter_form,
     title_forms,
 )
 from agent_retrieval.search.retrieval import Retrieval
@@ -189,6 +190,41 @@ async def test_without_following_links_the_named_documents_are_not_found(chain):
     # the control: the question's own words reach neither later document
     run = await ask(chain(follow_links=0))
     assert {"hillage", "giraudy"}.isdisjoint(hit.document_id for hit in run.chunks) and len(run.searches) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "shorter"),
+    [
+        ("Glenn L. Martin Company for the United States Navy", "Glenn L. Martin Company"),
+        ("South Carolina Senate", "South Carolina"),
+        ("Lorenzo Costa the Elder", "Lorenzo Costa"),
+        ("Bank of England", None),  # a bank, not England
+        ("Michael J. Fox", None),  # nor a name ending in an initial
+        ("Steve Hillage", None),
+    ],
+)
+def test_a_name_has_a_shorter_form_a_later_passage_may_use(name, shorter):
+    assert shorter_form(name) == shorter
+
+
+async def test_a_name_no_passage_holds_whole_is_followed_by_its_shorter_form(stored):
+    corpus = {
+        "oriole": (
+            "AAM-N-4 Oriole",
+            "The AAM-N-4 Oriole was a missile developed by the Glenn L. Martin Company for the United States "
+            "Navy.",
+        ),
+        "marietta": (
+            "Martin Marietta",
+            "Martin Marietta was founded in 1961 by the merger of Glenn L. Martin Company and American "
+            "Marietta Corporation.",
+        ),
+    }
+    run = await ask(stored(corpus), "Which company followed the company that made AAM-N-4 Oriole?", top_k=1)
+    # the question's own search ranks the missile first; the company the passage names, by its first part,
+    # is what reading on adds
+    assert [hit.document_id for hit in run.chunks] == ["oriole", "marietta"]
+    assert run.searches[-1].purpose == READING_ON and run.searches[-1].hit_ids == ["marietta#0"]
 
 
 async def test_a_name_that_is_no_title_is_searched_beside_the_question(chain):
