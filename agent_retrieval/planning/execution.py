@@ -348,20 +348,12 @@ async def _read_on(
     ]
     for (name, _), result in zip(wanted, await asyncio.gather(*searches), strict=True):
         # the best hit holding the name, else its shorter form: "South Carolina" for "South Carolina Senate"
-        for form in filter(None, (name, shorter_form(name))):
-            hit = next(
-                (
-                    h
-                    for h in result.hits
-                    if h.document_id not in taken and holds(f"{h.title} {h.content}", form)
-                ),
-                None,
-            )
-            if hit is not None:
-                taken.add(hit.document_id)
-                # A weaker lead than a title: placed after all the sources, not inside the chain of one.
-                found.append((sources[-1], hit))
-                break
+        fresh = [hit for hit in result.hits if hit.document_id not in taken]
+        forms = filter(None, (name, shorter_form(name)))
+        if hit := next((h for form in forms for h in fresh if holds(f"{h.title} {h.content}", form)), None):
+            taken.add(hit.document_id)
+            # A weaker lead than a title: placed after all the sources, not inside the chain of one.
+            found.append((sources[-1], hit))
     return found
 
 
