@@ -38,7 +38,7 @@ from agent_retrieval.planning.links import (
     find_links,
     find_titled,
     given_names,
-    holds,
+    mentions,
     relations,
     shorter_form,
 )
@@ -273,9 +273,7 @@ def _chain_starts(hits: list[Hit], given: list[str]) -> list[Hit]:
     """The hits to read on from: the first LINK_SOURCES of the best SOURCE_DEPTH that hold a name the question
     gives (`given`), since a chain starts at what the question names (a passage sharing only its other words
     leads elsewhere); the first LINK_SOURCES when none does, or the question names nothing."""
-    starts = [
-        hit for hit in hits[:SOURCE_DEPTH] if any(holds(f"{hit.title} {hit.content}", n) for n in given)
-    ]
+    starts = [hit for hit in hits[:SOURCE_DEPTH] if any(mentions(hit, name) for name in given)]
     return (starts or hits)[:LINK_SOURCES]
 
 
@@ -350,7 +348,7 @@ async def _read_on(
         # the best hit holding the name, else its shorter form: "South Carolina" for "South Carolina Senate"
         fresh = [hit for hit in result.hits if hit.document_id not in taken]
         forms = filter(None, (name, shorter_form(name)))
-        if hit := next((h for form in forms for h in fresh if holds(f"{h.title} {h.content}", form)), None):
+        if hit := next((h for form in forms for h in fresh if mentions(h, form)), None):
             taken.add(hit.document_id)
             # A weaker lead than a title: placed after all the sources, not inside the chain of one.
             found.append((sources[-1], hit))

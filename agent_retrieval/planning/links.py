@@ -122,6 +122,11 @@ def holds(text: str, form: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(form)}(?!\w)", text, re.IGNORECASE) is not None
 
 
+def mentions(hit: Hit, form: str) -> bool:
+    """Whether a hit's title or text holds the form (`holds`)."""
+    return holds(f"{hit.title} {hit.content}", form)
+
+
 async def find_links(
     sources: Sequence[Hit],
     asked: str,
@@ -181,6 +186,7 @@ async def _look_up(wanted: Sequence[str], store: Store, filters: dict[str, Any] 
 
 
 _JOINING = re.compile(rf"[ \t]+{_JOIN}[ \t]+")
+_LOOSE_END = re.compile(rf"{_JOIN}|[A-Z]\.")  # no shorter form ends "of" or an initial
 
 
 def shorter_form(name: str) -> str | None:
@@ -192,7 +198,7 @@ def shorter_form(name: str) -> str | None:
     if joining and len(head := name[: joining.start()].split()) >= 2:
         return " ".join(head)
     words = name.split()[:-1]
-    while words and re.fullmatch(rf"{_JOIN}|[A-Z]\.", words[-1]):  # nor ending "of" or an initial
+    while words and _LOOSE_END.fullmatch(words[-1]):
         words.pop()
     return " ".join(words) if len(words) >= 2 else None
 
